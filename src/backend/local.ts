@@ -1,0 +1,236 @@
+import fs from 'node:fs';
+import nodePath from 'node:path';
+import { VfsError, fromNodeError } from '../vfs/errors.js';
+import { checkPath } from '../vfs/paths.js';
+import type {
+  Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec,
+} from './types.js';
+
+const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW } = fs.constants;
+
+/*
+ * Why synchronous fs calls: measured on this machine, the libuv thread-pool hop of fs.promises
+ * costs as much per request as the FUSE binding itself, and every FUSE request already arrives
+ * on its own libfuse thread. The calls below are single syscalls on a local disk; bench
+ * results are in the closing notes of issue 2.
+ */
+
+export function attrFromStats(st: fs.BigIntStats): Attr {
+  return {
+    type: typeOf(st),
+    mode: Number(st.mode),
+    size: Number(st.size),
+    nlink: Number(st.nlink),
+    uid: Number(st.uid),
+    gid: Number(st.gid),
+    ino: Number(st.ino),
+    blocks: Number(st.blocks),
+    atimeNs: st.atimeNs,
+    mtimeNs: st.mtimeNs,
+    ctimeNs: st.ctimeNs,
+  };
+}
+
+function typeOf(st: fs.BigIntStats | fs.Dirent): NodeType {
+  if (st.isDirectory()) return 'dir';
+  if (st.isSymbolicLink()) return 'symlink';
+  return 'file';
+}
+
+function nsToSeconds(ns: bigint): number {
+  // utimes takes seconds as a double: sub-microsecond precision is lost, see README limits.
+  return Number(ns / 1000n) / 1e6;
+}
+
+/** Wrap a sync fs call, converting Node errors to VfsErrors that keep their errno. */
+function sys<T>(what: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    throw fromNodeError(err, what);
+  }
+}
+
+class LocalFile implements BackendFile {
+  constructor(private fd: number, readonly writable: boolean, private readonly label: string) {}
+
+  async read(buf: Buffer, length: number, position: number): Promise<number> {
+    return sys(`read ${this.label}`, () => fs.readSync(this.fd, buf, 0, length, position));
+  }
+
+  async write(buf: Buffer, length: number, position: number): Promise<number> {
+    if (!this.writable) throw new VfsError('EBADF', `${this.label} is open read-only in the backend`);
+    return sys(`write ${this.label}`, () => fs.writeSync(this.fd, buf, 0, length, position));
+  }
+
+  async truncate(size: number): Promise<void> {
+    sys(`truncate ${this.label}`, () => fs.ftruncateSync(this.fd, size));
+  }
+
+  async stat(): Promise<Attr> {
+    return attrFromStats(sys(`fstat ${this.label}`, () => fs.fstatSync(this.fd, { bigint: true })));
+  }
+
+  async sync(dataOnly: boolean): Promise<void> {
+    sys(`fsync ${this.label}`, () => (dataOnly ? fs.fdatasyncSync(this.fd) : fs.fsyncSync(this.fd)));
+  }
+
+  async close(): Promise<void> {
+    const fd = this.fd;
+    this.fd = -1;
+    if (fd >= 0) sys(`close ${this.label}`, () => fs.closeSync(fd));
+  }
+}
+
+/**
+ * The embedded default backend: a directory on the local file system. It never leaves its root:
+ * paths are normalized (no '..'), the final component is never followed (O_NOFOLLOW, l*-calls),
+ * and the parent of every path must resolve, symlink-free, to the same place under the root.
+ */
+export class LocalBackend implements Backend {
+  readonly kind = 'local';
+  readonly capabilities: BackendCapabilities = { xattrs: false, hardLinks: true, symlinks: true, owners: true };
+  readonly location: string;
+  private readonly root: string;
+
+  constructor(rootDir: string) {
+    let real: string;
+    try {
+      real = fs.realpathSync.native(rootDir);
+    } catch (err) {
+      throw new Error(`backend directory ${rootDir} is not usable: ${(err as Error).message}`);
+    }
+    if (!fs.statSync(real).isDirectory()) throw new Error(`backend path ${rootDir} is not a directory`);
+    this.root = real;
+    this.location = real;
+  }
+
+  /**
+   * Host path for a backend path. The parent directory must be reachable without symlinks:
+   * realpath(parent) has to equal the lexical parent, otherwise something inside the backend
+   * (a symlink swapped in out-of-band) would lead the daemon outside its root.
+   */
+  private host(path: string): string {
+    checkPath(path);
+    if (path === '/') return this.root;
+    const full = this.root + path;
+    const parent = nodePath.dirname(full);
+    if (parent !== this.root) {
+      let real: string;
+      try {
+        real = fs.realpathSync.native(parent);
+      } catch (err) {
+        throw fromNodeError(err, `resolve ${path}`);
+      }
+      if (real !== parent) {
+        throw new VfsError('EACCES', `${path}: a parent directory is a symlink inside the backend; refusing to follow it`);
+      }
+    }
+    return full;
+  }
+
+  async stat(path: string): Promise<Attr> {
+    const p = this.host(path);
+    return attrFromStats(sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true })));
+  }
+
+  async readdir(path: string): Promise<DirEntry[]> {
+    const p = this.host(path);
+    const ents = sys(`readdir ${path}`, () => fs.readdirSync(p, { withFileTypes: true }));
+    return ents.map((d) => ({ name: d.name, type: typeOf(d) }));
+  }
+
+  async readlink(path: string): Promise<string> {
+    const p = this.host(path);
+    return sys(`readlink ${path}`, () => fs.readlinkSync(p));
+  }
+
+  async open(path: string, mode: OpenMode, createMode = 0o644): Promise<BackendFile> {
+    const p = this.host(path);
+    let flags = O_NOFOLLOW | (mode.write ? O_RDWR : O_RDONLY);
+    if (mode.create) flags |= O_CREAT;
+    if (mode.exclusive) flags |= O_EXCL;
+    if (mode.truncate) flags |= O_TRUNC;
+    try {
+      return new LocalFile(fs.openSync(p, flags, createMode), mode.write, path);
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      if (e.code === 'ELOOP') throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
+      throw fromNodeError(err, `open ${path}`);
+    }
+  }
+
+  async mkdir(path: string, mode: number): Promise<void> {
+    const p = this.host(path);
+    sys(`mkdir ${path}`, () => fs.mkdirSync(p, { mode }));
+  }
+
+  async rmdir(path: string): Promise<void> {
+    const p = this.host(path);
+    sys(`rmdir ${path}`, () => fs.rmdirSync(p));
+  }
+
+  async unlink(path: string): Promise<void> {
+    const p = this.host(path);
+    sys(`unlink ${path}`, () => fs.unlinkSync(p));
+  }
+
+  async rename(from: string, to: string): Promise<void> {
+    const a = this.host(from);
+    const b = this.host(to);
+    sys(`rename ${from} -> ${to}`, () => fs.renameSync(a, b));
+  }
+
+  async symlink(target: string, path: string): Promise<void> {
+    const p = this.host(path);
+    sys(`symlink ${path}`, () => fs.symlinkSync(target, p));
+  }
+
+  async link(existing: string, newPath: string): Promise<void> {
+    const a = this.host(existing);
+    const b = this.host(newPath);
+    sys(`link ${existing} -> ${newPath}`, () => fs.linkSync(a, b));
+  }
+
+  async chmod(path: string, mode: number): Promise<void> {
+    const p = this.host(path);
+    const st = sys(`stat ${path}`, () => fs.lstatSync(p));
+    // Linux cannot chmod a symlink itself, and following it could leave the root.
+    if (st.isSymbolicLink()) throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
+    sys(`chmod ${path}`, () => fs.chmodSync(p, mode & 0o7777));
+  }
+
+  async chown(path: string, uid: number, gid: number): Promise<void> {
+    const p = this.host(path);
+    sys(`chown ${path}`, () => fs.lchownSync(p, uid, gid));
+  }
+
+  async utimens(path: string, times: TimeSpec): Promise<void> {
+    const p = this.host(path);
+    if (times.atimeNs === undefined && times.mtimeNs === undefined) return;
+    const cur = sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true }));
+    const now = BigInt(Date.now()) * 1_000_000n;
+    const pick = (t: bigint | 'now' | undefined, current: bigint) => (t === undefined ? current : t === 'now' ? now : t);
+    const at = nsToSeconds(pick(times.atimeNs, cur.atimeNs));
+    const mt = nsToSeconds(pick(times.mtimeNs, cur.mtimeNs));
+    sys(`utimens ${path}`, () => fs.lutimesSync(p, at, mt));
+  }
+
+  async truncate(path: string, size: number): Promise<void> {
+    const p = this.host(path);
+    const fd = sys(`open ${path}`, () => fs.openSync(p, O_RDWR | O_NOFOLLOW));
+    try {
+      sys(`truncate ${path}`, () => fs.ftruncateSync(fd, size));
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+
+  async statfs(path: string): Promise<FsStats> {
+    const p = this.host(path);
+    const s = sys(`statfs ${path}`, () => fs.statfsSync(p));
+    return { bsize: s.bsize, blocks: s.blocks, bfree: s.bfree, bavail: s.bavail, files: s.files, ffree: s.ffree, namemax: 255 };
+  }
+
+  async close(): Promise<void> {}
+}

@@ -1,0 +1,104 @@
+/**
+ * The Backend interface: a dumb store of files, directories and symlinks addressed by
+ * normalized absolute paths ("/", "/a/b"). Caching, retries, policy and journaling are layers
+ * around it, never inside it. Every method rejects with a VfsError.
+ */
+
+export type NodeType = 'file' | 'dir' | 'symlink';
+
+/** Node attributes. Times are nanoseconds since the epoch; `mode` includes the S_IFMT bits. */
+export interface Attr {
+  type: NodeType;
+  mode: number;
+  size: number;
+  nlink: number;
+  uid: number;
+  gid: number;
+  ino: number;
+  blocks: number;
+  atimeNs: bigint;
+  mtimeNs: bigint;
+  ctimeNs: bigint;
+}
+
+export interface DirEntry {
+  name: string;
+  type: NodeType;
+}
+
+export interface FsStats {
+  bsize: number;
+  blocks: number;
+  bfree: number;
+  bavail: number;
+  files: number;
+  ffree: number;
+  namemax: number;
+}
+
+/** Open intent, already decoded from O_* flags. */
+export interface OpenMode {
+  write: boolean;
+  create?: boolean;
+  exclusive?: boolean;
+  truncate?: boolean;
+}
+
+/** A file opened in the backend. Offsets are explicit: there is no shared file position. */
+export interface BackendFile {
+  read(buf: Buffer, length: number, position: number): Promise<number>;
+  write(buf: Buffer, length: number, position: number): Promise<number>;
+  truncate(size: number): Promise<void>;
+  stat(): Promise<Attr>;
+  /** Make written data durable. */
+  sync(dataOnly: boolean): Promise<void>;
+  close(): Promise<void>;
+  /** Whether this handle can write (a read-only fallback open cannot). */
+  readonly writable: boolean;
+}
+
+export interface TimeSpec {
+  /** nanoseconds since epoch; 'now' for the current time; undefined leaves it unchanged */
+  atimeNs?: bigint | 'now';
+  mtimeNs?: bigint | 'now';
+}
+
+export interface BackendCapabilities {
+  xattrs: boolean;
+  hardLinks: boolean;
+  symlinks: boolean;
+  /** the store keeps owners (chown means something) */
+  owners: boolean;
+}
+
+export interface Backend {
+  readonly kind: string;
+  /** Human-readable location for logs and errors. */
+  readonly location: string;
+  readonly capabilities: BackendCapabilities;
+
+  stat(path: string): Promise<Attr>;
+  readdir(path: string): Promise<DirEntry[]>;
+  readlink(path: string): Promise<string>;
+  open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile>;
+  mkdir(path: string, mode: number): Promise<void>;
+  rmdir(path: string): Promise<void>;
+  unlink(path: string): Promise<void>;
+  /** POSIX rename: replaces a file, or an empty directory, at `to`. */
+  rename(from: string, to: string): Promise<void>;
+  symlink(target: string, path: string): Promise<void>;
+  link(existing: string, newPath: string): Promise<void>;
+  chmod(path: string, mode: number): Promise<void>;
+  chown(path: string, uid: number, gid: number): Promise<void>;
+  utimens(path: string, times: TimeSpec): Promise<void>;
+  truncate(path: string, size: number): Promise<void>;
+  statfs(path: string): Promise<FsStats>;
+
+  getxattr?(path: string, name: string): Promise<Buffer>;
+  setxattr?(path: string, name: string, value: Buffer, flags: number): Promise<void>;
+  listxattr?(path: string): Promise<string[]>;
+  removexattr?(path: string, name: string): Promise<void>;
+
+  /** Release resources (file descriptors, connections). */
+  close(): Promise<void>;
+}

@@ -1,0 +1,77 @@
+import { Command, Option } from 'commander';
+import { DEFAULTS, LOG_LEVELS, type LogLevel } from '../config/defaults.js';
+import { mountAt, unmountPath } from '../fuse/mounts.js';
+import { CliError } from './errors.js';
+import { mountCommand } from './mount-command.js';
+
+function positiveNumber(v: string): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) throw new CliError(`expected a number of seconds >= 0, got ${JSON.stringify(v)}`);
+  return n;
+}
+
+export function buildProgram(): Command {
+  const program = new Command();
+  program
+    .name('ledgerfs')
+    .description('Mount a workspace as a policy-filtered, journaled file system for sandboxed programs.')
+    .showHelpAfterError('(run with --help for usage)')
+    .configureOutput({ outputError: (str, write) => write(str) });
+
+  program
+    .command('mount')
+    .description('Mount a workspace at MOUNTPOINT and serve it in the foreground until unmounted or signalled.')
+    .argument('<mountpoint>', 'an existing, empty directory')
+    .option('--source <dir>', `workspace directory to serve (local backend); default: a demo workspace in ${DEFAULTS.demoWorkspaceDir}`)
+    .option('--allow-other', 'let other users and containers use the mount (needs root or user_allow_other)', false)
+    .addOption(new Option('--log-level <level>', 'log verbosity on stderr').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
+    .option('--attr-timeout <sec>', 'kernel attribute cache lifetime', positiveNumber, DEFAULTS.attrTimeoutSec)
+    .option('--entry-timeout <sec>', 'kernel name lookup cache lifetime', positiveNumber, DEFAULTS.entryTimeoutSec)
+    .addHelpText(
+      'after',
+      `
+Examples:
+  mkdir -p /mnt/ws && ledgerfs mount /mnt/ws
+      serve a demo workspace; Ctrl-C unmounts
+  ledgerfs mount --source ./case-files /mnt/ws &
+      serve ./case-files in the background; stop it with: ledgerfs unmount /mnt/ws
+  ledgerfs mount --source /srv/ws --allow-other --log-level debug /mnt/ws
+      let a container user see the mount, and log every failed request
+
+The mount stays in the foreground (logs on stderr as JSON lines) until SIGINT, SIGTERM,
+or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
+    )
+    .action(async (mountpoint: string, o: { source?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number }) => {
+      process.exitCode = await mountCommand(mountpoint, o);
+    });
+
+  program
+    .command('unmount')
+    .alias('umount')
+    .description('Unmount a ledgerfs mount; the daemon serving it exits cleanly.')
+    .argument('<mountpoint>')
+    .option('--lazy', 'detach now even if files are open (they keep working until closed)', false)
+    .addHelpText('after', '\nExample:\n  ledgerfs unmount /mnt/ws\n')
+    .action(async (mountpoint: string, o: { lazy: boolean }) => {
+      if (!mountAt(mountpoint)) throw new CliError(`${mountpoint} is not a mount point`);
+      try {
+        await unmountPath(mountpoint, o.lazy);
+      } catch (err) {
+        throw new CliError(`${(err as Error).message}${/busy/i.test((err as Error).message) ? '\n(files are open on it; close them, or use --lazy)' : ''}`);
+      }
+    });
+  return program;
+}
+
+export async function main(argv: string[]): Promise<void> {
+  try {
+    await buildProgram().parseAsync(argv);
+  } catch (err) {
+    if (err instanceof CliError) {
+      process.stderr.write(`ledgerfs: ${err.message}\n`);
+      process.exitCode = err.exitCode;
+      return;
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,82 @@
+import type { Logger } from '../log.js';
+import { VfsError } from '../vfs/errors.js';
+import type { Vfs } from '../vfs/vfs.js';
+import type { FsOps } from './binding.js';
+
+/** Request counters by op, for `--log-level debug` summaries and the bench. */
+export class OpCounters {
+  readonly calls = new Map<string, number>();
+  readonly errors = new Map<string, number>();
+  bump(op: string): void {
+    this.calls.set(op, (this.calls.get(op) ?? 0) + 1);
+  }
+  fail(op: string): void {
+    this.errors.set(op, (this.errors.get(op) ?? 0) + 1);
+  }
+  snapshot(): Record<string, { calls: number; errors: number }> {
+    const out: Record<string, { calls: number; errors: number }> = {};
+    for (const [op, n] of this.calls) out[op] = { calls: n, errors: this.errors.get(op) ?? 0 };
+    return out;
+  }
+}
+
+/**
+ * The adapter maps binding requests onto the core: arguments in, results out, errors logged.
+ * ENOENT on lookups is the normal answer to "does this exist?" and is not logged.
+ */
+export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters()): FsOps {
+  const debug = log.isLevelEnabled('debug');
+  const track = <T>(op: string, path: string | null, p: Promise<T>): Promise<T> => {
+    if (!debug) return p;
+    counters.bump(op);
+    return p.catch((err: unknown) => {
+      counters.fail(op);
+      if (!(err instanceof VfsError && err.code === 'ENOENT')) {
+        log.debug({ op, path, err: err instanceof VfsError ? err.reason : String(err) }, 'request failed');
+      }
+      throw err;
+    });
+  };
+  const warnUnexpected = <T>(op: string, path: string | null, p: Promise<T>): Promise<T> =>
+    p.catch((err: unknown) => {
+      if (!(err instanceof VfsError)) log.error({ op, path, err }, 'unexpected failure (EIO to the caller)');
+      throw err;
+    });
+  const t = <T>(op: string, path: string | null, p: Promise<T>) => warnUnexpected(op, path, track(op, path, p));
+
+  const ops: FsOps = {
+    getattr: (_c, path) => t('getattr', path, vfs.getattr(path)),
+    fgetattr: (_c, path, fh) => t('fgetattr', path, vfs.fgetattr(fh)),
+    access: (_c, path) => t('access', path, vfs.access(path)),
+    statfs: (_c, path) => t('statfs', path, vfs.statfs(path)),
+    readdir: (_c, path) => t('readdir', path, vfs.readdir(path).then((names) => ['.', '..', ...names])),
+    readlink: (_c, path) => t('readlink', path, vfs.readlink(path)),
+    open: (c, path, flags) => t('open', path, vfs.open(path, flags, c)),
+    create: (c, path, mode, flags) => t('create', path, vfs.create(path, mode, flags, c)),
+    read: (_c, fh, buf, len, pos) => t('read', null, vfs.read(fh, buf, len, pos)),
+    write: (c, fh, buf, len, pos) => t('write', null, vfs.write(fh, buf, len, pos, c)),
+    flush: (_c, fh) => t('flush', null, vfs.flush(fh)),
+    fsync: (c, fh, dataOnly) => t('fsync', null, vfs.fsync(fh, dataOnly, c)),
+    release: (c, fh) => t('release', null, vfs.release(fh, c)),
+    truncate: (c, path, size) => t('truncate', path, vfs.truncate(path, size, c)),
+    ftruncate: (c, fh, size) => t('ftruncate', null, vfs.ftruncate(fh, size, c)),
+    mkdir: (c, path, mode) => t('mkdir', path, vfs.mkdir(path, mode, c)),
+    rmdir: (c, path) => t('rmdir', path, vfs.rmdir(path, c)),
+    unlink: (c, path) => t('unlink', path, vfs.unlink(path, c)),
+    rename: (c, from, to) => t('rename', from, vfs.rename(from, to, c)),
+    symlink: (c, target, path) => t('symlink', path, vfs.symlink(target, path, c)),
+    link: (c, existing, newPath) => t('link', newPath, vfs.link(existing, newPath, c)),
+    chmod: (c, path, mode) => t('chmod', path, vfs.chmod(path, mode, c)),
+    chown: (c, path, uid, gid) => t('chown', path, vfs.chown(path, uid, gid, c)),
+    utimens: (c, path, times) => t('utimens', path, vfs.utimens(path, times, c)),
+  };
+  if (vfs.backend.capabilities.xattrs) {
+    ops.xattr = {
+      get: (_c, path, name) => t('getxattr', path, vfs.getxattr(path, name)),
+      set: (c, path, name, value, flags) => t('setxattr', path, vfs.setxattr(path, name, value, flags, c)),
+      list: (_c, path) => t('listxattr', path, vfs.listxattr(path)),
+      remove: (c, path, name) => t('removexattr', path, vfs.removexattr(path, name, c)),
+    };
+  }
+  return ops;
+}

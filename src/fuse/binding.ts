@@ -1,0 +1,68 @@
+import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
+import type { Caller } from '../vfs/pipeline.js';
+
+/**
+ * The one interface between ledgerfs and a kernel binding. fuse-native implements it today; a
+ * libfuse3 addon in native/ may replace it. Nothing above src/fuse/ knows which one runs.
+ * Ops return promises and reject with VfsError; the binding turns rejections into errnos.
+ * `caller` is filled when the binding knows who called (uid, gid, pid), else it is empty.
+ */
+export interface FsOps {
+  getattr(caller: Caller, path: string): Promise<Attr>;
+  fgetattr(caller: Caller, path: string | null, fh: number): Promise<Attr>;
+  access(caller: Caller, path: string, mode: number): Promise<void>;
+  statfs(caller: Caller, path: string): Promise<FsStats>;
+  readdir(caller: Caller, path: string): Promise<string[]>;
+  readlink(caller: Caller, path: string): Promise<string>;
+
+  open(caller: Caller, path: string, flags: number): Promise<number>;
+  create(caller: Caller, path: string, mode: number, flags: number): Promise<number>;
+  read(caller: Caller, fh: number, buf: Buffer, length: number, position: number): Promise<number>;
+  write(caller: Caller, fh: number, buf: Buffer, length: number, position: number): Promise<number>;
+  flush(caller: Caller, fh: number): Promise<void>;
+  fsync(caller: Caller, fh: number, dataOnly: boolean): Promise<void>;
+  release(caller: Caller, fh: number): Promise<void>;
+  truncate(caller: Caller, path: string, size: number): Promise<void>;
+  ftruncate(caller: Caller, fh: number, size: number): Promise<void>;
+
+  mkdir(caller: Caller, path: string, mode: number): Promise<void>;
+  rmdir(caller: Caller, path: string): Promise<void>;
+  unlink(caller: Caller, path: string): Promise<void>;
+  rename(caller: Caller, from: string, to: string): Promise<void>;
+  symlink(caller: Caller, target: string, path: string): Promise<void>;
+  link(caller: Caller, existing: string, newPath: string): Promise<void>;
+  chmod(caller: Caller, path: string, mode: number): Promise<void>;
+  chown(caller: Caller, path: string, uid: number, gid: number): Promise<void>;
+  utimens(caller: Caller, path: string, times: TimeSpec): Promise<void>;
+
+  /** Present only when the filesystem stores xattrs; absent ops answer ENOSYS once and the
+   * kernel stops asking (it otherwise asks for security.capability on every write). */
+  xattr?: {
+    get(caller: Caller, path: string, name: string): Promise<Buffer>;
+    set(caller: Caller, path: string, name: string, value: Buffer, flags: number): Promise<void>;
+    list(caller: Caller, path: string): Promise<string[]>;
+    remove(caller: Caller, path: string, name: string): Promise<void>;
+  };
+}
+
+export interface MountOptions {
+  allowOther: boolean;
+  attrTimeoutSec: number;
+  entryTimeoutSec: number;
+  negativeTimeoutSec: number;
+  maxWriteBytes: number;
+  fsName: string;
+  debug: boolean;
+}
+
+export interface MountedFs {
+  readonly mountpoint: string;
+  unmount(): Promise<void>;
+}
+
+export interface Binding {
+  readonly name: string;
+  /** whether FsOps receive the caller's uid/gid/pid */
+  readonly knowsCaller: boolean;
+  mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs>;
+}

@@ -1,0 +1,157 @@
+import { createRequire } from 'node:module';
+import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
+import { kernelErrno } from '../vfs/errors.js';
+import type { Caller } from '../vfs/pipeline.js';
+import type { Binding, FsOps, MountedFs, MountOptions } from './binding.js';
+
+const require = createRequire(import.meta.url);
+
+/* Raw callback shapes of (patched) fuse-native; see native/FUSE_NATIVE_PATCH.md. */
+type Cb = (code: number, ...rest: unknown[]) => void;
+interface FuseNativeInstance {
+  mount(cb: (err: Error | null) => void): void;
+  unmount(cb: (err: Error | null) => void): void;
+}
+type FuseNativeCtor = new (mnt: string, ops: Record<string, unknown>, opts: Record<string, unknown>) => FuseNativeInstance;
+
+const UTIME_NOW = 0x3fffffff;
+const UTIME_OMIT = 0x3ffffffe;
+
+/** fuse-native never tells JavaScript who called. */
+const UNKNOWN: Caller = Object.freeze({});
+
+function stat(a: Attr) {
+  return {
+    mode: a.mode, uid: a.uid, gid: a.gid, size: a.size, nlink: a.nlink, ino: a.ino,
+    blocks: a.blocks, blksize: 4096, dev: 0, rdev: 0,
+    atimeNs: a.atimeNs, mtimeNs: a.mtimeNs, ctimeNs: a.ctimeNs,
+  };
+}
+
+function statfs(s: FsStats) {
+  return {
+    bsize: s.bsize, frsize: s.bsize, blocks: s.blocks, bfree: s.bfree, bavail: s.bavail,
+    files: s.files, ffree: s.ffree, favail: s.ffree, fsid: 0, flag: 0, namemax: s.namemax,
+  };
+}
+
+function timeArg(sec: number, nsec: number): bigint | 'now' | undefined {
+  if (nsec === UTIME_OMIT) return undefined;
+  if (nsec === UTIME_NOW) return 'now';
+  return BigInt(sec) * 1_000_000_000n + BigInt(nsec);
+}
+
+/*
+ * Reply helpers. A request must always be answered exactly once, whatever the op does: a
+ * synchronous throw is caught here too, because an exception escaping into fuse-native kills
+ * the daemon and leaves a dead mount behind. One closure per request; no timers.
+ */
+function start<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return fn();
+  } catch (err) {
+    return Promise.reject(err);
+  }
+}
+function done(fn: () => Promise<void>, cb: Cb): void {
+  start(fn).then(() => cb(0), (e) => cb(kernelErrno(e)));
+}
+function value<T>(fn: () => Promise<T>, cb: Cb, map?: (v: T) => unknown): void {
+  start(fn).then((v) => cb(0, map ? map(v) : v), (e) => cb(kernelErrno(e)));
+}
+function count(fn: () => Promise<number>, cb: Cb): void {
+  start(fn).then((n) => cb(n), (e) => cb(kernelErrno(e)));
+}
+
+function toNativeOps(ops: FsOps): Record<string, unknown> {
+  const c = UNKNOWN;
+  const table: Record<string, unknown> = {
+    getattr: (path: string, cb: Cb) => value(() => ops.getattr(c, path), cb, stat),
+    fgetattr: (path: string | undefined, fh: number, cb: Cb) => value(() => ops.fgetattr(c, path ?? null, fh), cb, stat),
+    access: (path: string, mode: number, cb: Cb) => done(() => ops.access(c, path, mode), cb),
+    statfs: (path: string, cb: Cb) => value(() => ops.statfs(c, path), cb, statfs),
+    readdir: (path: string, cb: Cb) => value(() => ops.readdir(c, path), cb),
+    readlink: (path: string, cb: Cb) => value(() => ops.readlink(c, path), cb),
+    open: (path: string, flags: number, cb: Cb) => value(() => ops.open(c, path, flags), cb),
+    create: (path: string, mode: number, flags: number | Cb, cb?: Cb) => {
+      // Unpatched fuse-native calls create(path, mode, cb) without flags.
+      if (typeof flags === 'function') return value(() => ops.create(c, path, mode, 0o101 /* O_WRONLY|O_CREAT */), flags);
+      value(() => ops.create(c, path, mode, flags), cb as Cb);
+    },
+    read: (_p: string, fh: number, buf: Buffer, len: number, pos: number, cb: Cb) => count(() => ops.read(c, fh, buf, len, pos), cb),
+    write: (_p: string, fh: number, buf: Buffer, len: number, pos: number, cb: Cb) => count(() => ops.write(c, fh, buf, len, pos), cb),
+    flush: (_p: string, fh: number, cb: Cb) => done(() => ops.flush(c, fh), cb),
+    fsync: (_p: string, datasync: number, fh: number, cb: Cb) => done(() => ops.fsync(c, fh, !!datasync), cb),
+    release: (_p: string, fh: number, cb: Cb) => done(() => ops.release(c, fh), cb),
+    opendir: (_p: string, _flags: number, cb: Cb) => cb(0, 0),
+    releasedir: (_p: string, _fh: number, cb: Cb) => cb(0),
+    truncate: (path: string, size: number, cb: Cb) => done(() => ops.truncate(c, path, size), cb),
+    ftruncate: (_p: string, fh: number, size: number, cb: Cb) => done(() => ops.ftruncate(c, fh, size), cb),
+    mkdir: (path: string, mode: number, cb: Cb) => done(() => ops.mkdir(c, path, mode), cb),
+    rmdir: (path: string, cb: Cb) => done(() => ops.rmdir(c, path), cb),
+    unlink: (path: string, cb: Cb) => done(() => ops.unlink(c, path), cb),
+    rename: (from: string, to: string, cb: Cb) => done(() => ops.rename(c, from, to), cb),
+    symlink: (target: string, path: string, cb: Cb) => done(() => ops.symlink(c, target, path), cb),
+    link: (existing: string, newPath: string, cb: Cb) => done(() => ops.link(c, existing, newPath), cb),
+    chmod: (path: string, mode: number, cb: Cb) => done(() => ops.chmod(c, path, mode), cb),
+    chown: (path: string, uid: number, gid: number, cb: Cb) => done(() => ops.chown(c, path, uid, gid), cb),
+    utimens: (path: string, aSec: number, aNsec: number, mSec: number, mNsec: number | Cb, cb?: Cb) => {
+      const times: TimeSpec = { atimeNs: timeArg(aSec, aNsec), mtimeNs: timeArg(mSec, mNsec as number) };
+      done(() => ops.utimens(c, path, times), cb as Cb);
+    },
+  };
+  if (ops.xattr) {
+    const x = ops.xattr;
+    table.getxattr = (path: string, name: string, _pos: number, cb: Cb) => value(() => x.get(c, path, name), cb);
+    table.setxattr = (path: string, name: string, val: Buffer, _pos: number, flags: number, cb: Cb) =>
+      done(() => x.set(c, path, name, Buffer.from(val), flags), cb);
+    table.listxattr = (path: string, cb: Cb) => value(() => x.list(c, path), cb);
+    table.removexattr = (path: string, name: string, cb: Cb) => done(() => x.remove(c, path, name), cb);
+  }
+  return table;
+}
+
+export function fuseNativeOptions(o: MountOptions): Record<string, unknown> {
+  return {
+    timeout: false,
+    debug: o.debug,
+    allowOther: o.allowOther,
+    // Kernel checks permission bits, as on a local disk; we only add policy on top.
+    defaultPermissions: true,
+    fsname: o.fsName,
+    attrTimeout: String(o.attrTimeoutSec),
+    entryTimeout: String(o.entryTimeoutSec),
+    extraOptions: [
+      'big_writes',
+      `max_write=${o.maxWriteBytes}`,
+      `negative_timeout=${o.negativeTimeoutSec}`,
+      // Unlink for real while a file is open (libfuse 2 would rename it to .fuse_hidden*):
+      // open-file state lives in the core and keeps working on the unlinked node.
+      'hard_remove',
+    ],
+  };
+}
+
+export class FuseNativeBinding implements Binding {
+  readonly name = 'fuse-native';
+  readonly knowsCaller = false;
+
+  async mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs> {
+    const Fuse = require('fuse-native') as FuseNativeCtor;
+    const fuse = new Fuse(mountpoint, toNativeOps(ops), fuseNativeOptions(options));
+    await new Promise<void>((resolve, reject) => fuse.mount((err) => (err ? reject(err) : resolve())));
+    let mounted = true;
+    return {
+      mountpoint,
+      unmount: () =>
+        new Promise<void>((resolve, reject) => {
+          if (!mounted) return resolve();
+          fuse.unmount((err) => {
+            if (err) return reject(err);
+            mounted = false;
+            resolve();
+          });
+        }),
+    };
+  }
+}

@@ -1,0 +1,94 @@
+import type { Logger } from '../log.js';
+import type { Vfs } from '../vfs/vfs.js';
+import { DEFAULTS } from '../config/defaults.js';
+import { vfsOps, OpCounters } from './adapter.js';
+import type { Binding, MountedFs, MountOptions } from './binding.js';
+import { FuseNativeBinding } from './fuse-native-binding.js';
+import { mountAt, mountpointProblem, unmountPath } from './mounts.js';
+
+export class MountError extends Error {}
+
+export interface MountRequest {
+  vfs: Vfs;
+  mountpoint: string;
+  log: Logger;
+  options?: Partial<MountOptions>;
+  binding?: Binding;
+}
+
+export interface RunningMount {
+  readonly mountpoint: string;
+  readonly counters: OpCounters;
+  /** Resolves when the mount is gone (unmounted by us, by `ledgerfs unmount`, or by fusermount). */
+  readonly closed: Promise<void>;
+  unmount(): Promise<void>;
+}
+
+export function mountOptions(o: Partial<MountOptions> = {}): MountOptions {
+  return {
+    allowOther: o.allowOther ?? false,
+    attrTimeoutSec: o.attrTimeoutSec ?? DEFAULTS.attrTimeoutSec,
+    entryTimeoutSec: o.entryTimeoutSec ?? DEFAULTS.entryTimeoutSec,
+    negativeTimeoutSec: o.negativeTimeoutSec ?? DEFAULTS.negativeTimeoutSec,
+    maxWriteBytes: o.maxWriteBytes ?? DEFAULTS.maxWriteBytes,
+    fsName: o.fsName ?? DEFAULTS.fsName,
+    debug: o.debug ?? false,
+  };
+}
+
+/**
+ * Mount the core at `mountpoint` and keep watch: the mount ends when `unmount()` is called or
+ * when someone unmounts it from outside, and either way the core's handles are closed.
+ */
+export async function mountVfs(req: MountRequest): Promise<RunningMount> {
+  const problem = mountpointProblem(req.mountpoint);
+  if (problem) throw new MountError(problem);
+  const binding = req.binding ?? new FuseNativeBinding();
+  const counters = new OpCounters();
+  const options = mountOptions(req.options);
+  let mounted: MountedFs;
+  try {
+    mounted = await binding.mount(req.mountpoint, vfsOps(req.vfs, req.log, counters), options);
+  } catch (err) {
+    throw new MountError(`mounting ${req.mountpoint} failed: ${(err as Error).message}`);
+  }
+  req.log.info({ mountpoint: req.mountpoint, binding: binding.name, backend: req.vfs.backend.location, options }, 'mounted');
+
+  let resolveClosed!: () => void;
+  const closed = new Promise<void>((r) => (resolveClosed = r));
+  let finished = false;
+  const finish = async () => {
+    if (finished) return;
+    finished = true;
+    clearInterval(watch);
+    await req.vfs.closeAll();
+    req.log.info({ mountpoint: req.mountpoint }, 'unmounted');
+    resolveClosed();
+  };
+  // libfuse 2 gives no event when someone else unmounts us; the mount table does.
+  const watch = setInterval(() => {
+    if (!mountAt(req.mountpoint)) {
+      void mounted.unmount().catch(() => undefined).finally(finish);
+    }
+  }, 500);
+
+  const unmount = async () => {
+    if (finished) return;
+    try {
+      await mounted.unmount();
+    } catch (err) {
+      req.log.warn({ err: (err as Error).message }, 'unmount failed; retrying');
+    }
+    const deadline = Date.now() + DEFAULTS.unmountGraceSec * 1000;
+    while (mountAt(req.mountpoint) && Date.now() < deadline) {
+      await unmountPath(req.mountpoint).catch(() => undefined);
+      if (mountAt(req.mountpoint)) await new Promise((r) => setTimeout(r, 200));
+    }
+    if (mountAt(req.mountpoint)) {
+      req.log.warn({ mountpoint: req.mountpoint }, 'mount still busy; detaching it lazily');
+      await unmountPath(req.mountpoint, true).catch(() => undefined);
+    }
+    await finish();
+  };
+  return { mountpoint: req.mountpoint, counters, closed, unmount };
+}

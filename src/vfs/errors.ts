@@ -1,0 +1,52 @@
+import { constants } from 'node:os';
+
+/**
+ * The one errno table. Every layer raises `VfsError` with a symbolic code; the FUSE adapter
+ * turns it into the negative errno the kernel expects. Numbers come from the platform, never
+ * hard-coded, so the table stays right wherever Node runs.
+ */
+export type ErrnoCode =
+  | 'EPERM' | 'ENOENT' | 'EIO' | 'EBADF' | 'EAGAIN' | 'EACCES' | 'EBUSY' | 'EEXIST' | 'EXDEV'
+  | 'ENOTDIR' | 'EISDIR' | 'EINVAL' | 'EMFILE' | 'EFBIG' | 'ENOSPC' | 'EROFS' | 'EMLINK'
+  | 'ENAMETOOLONG' | 'ENOSYS' | 'ENOTEMPTY' | 'ELOOP' | 'ENODATA' | 'ENOTSUP' | 'EDQUOT'
+  | 'ESTALE' | 'ERANGE' | 'ETIMEDOUT' | 'ENOTCONN' | 'EOPNOTSUPP' | 'E2BIG';
+
+const table = constants.errno as Record<string, number>;
+
+export function errnoOf(code: ErrnoCode): number {
+  const n = table[code];
+  if (n === undefined) throw new Error(`errno ${code} unknown on this platform`);
+  return n;
+}
+
+/** Negative errno for the kernel; anything that is not a VfsError is an EIO. */
+export function kernelErrno(err: unknown): number {
+  if (err instanceof VfsError) return -errnoOf(err.code);
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  if (code && table[code] !== undefined) return -(table[code] as number);
+  return -errnoOf('EIO');
+}
+
+/** An error as a value: the errno for the kernel, a sentence for people (logs, journal, denials). */
+export class VfsError extends Error {
+  readonly code: ErrnoCode;
+  readonly reason: string;
+  constructor(code: ErrnoCode, reason: string) {
+    super(`${code}: ${reason}`);
+    this.code = code;
+    this.reason = reason;
+  }
+}
+
+export function vfsError(code: ErrnoCode, reason: string): VfsError {
+  return new VfsError(code, reason);
+}
+
+/** Convert a Node fs error into a VfsError, keeping its errno; unknown causes become EIO. */
+export function fromNodeError(err: unknown, what: string): VfsError {
+  if (err instanceof VfsError) return err;
+  const e = err as NodeJS.ErrnoException;
+  const code = e?.code;
+  if (code && table[code] !== undefined) return new VfsError(code as ErrnoCode, `${what}: ${e.message}`);
+  return new VfsError('EIO', `${what}: ${e?.message ?? String(err)}`);
+}

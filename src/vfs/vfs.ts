@@ -1,0 +1,355 @@
+import { constants as C } from 'node:fs';
+import type { Attr, Backend, FsStats, TimeSpec } from '../backend/types.js';
+import { VfsError } from './errors.js';
+import { OpenFile, OpenFileTable } from './open-files.js';
+import { checkPath, isWithin, parentOf } from './paths.js';
+import { MutationPipeline, type Caller, type Mutation } from './pipeline.js';
+
+export interface VfsOptions {
+  pipeline?: MutationPipeline;
+  /** chown new nodes to the caller when the binding tells us who called (daemon must be root) */
+  ownNewNodesByCaller?: boolean;
+}
+
+interface Handle {
+  of: OpenFile;
+  write: boolean;
+}
+
+const NO_CALLER: Caller = Object.freeze({});
+
+function decodeFlags(flags: number): { write: boolean; truncate: boolean; exclusive: boolean } {
+  const acc = flags & 3; // O_ACCMODE
+  return {
+    write: acc === C.O_WRONLY || acc === C.O_RDWR,
+    truncate: (flags & C.O_TRUNC) !== 0,
+    exclusive: (flags & C.O_EXCL) !== 0,
+  };
+}
+
+/**
+ * The filesystem core: FUSE-agnostic, path-based, testable without a mount. Every mutation goes
+ * through the pipeline (policy, then journal) before it reaches the backend; reads go straight
+ * to the backend. File handles are small integers owned here.
+ */
+export class Vfs {
+  readonly backend: Backend;
+  readonly pipeline: MutationPipeline;
+  private readonly openFiles = new OpenFileTable();
+  private readonly handles = new Map<number, Handle>();
+  private nextHandle = 1;
+  private readonly ownByCaller: boolean;
+
+  constructor(backend: Backend, opts: VfsOptions = {}) {
+    this.backend = backend;
+    this.pipeline = opts.pipeline ?? new MutationPipeline();
+    this.ownByCaller = opts.ownNewNodesByCaller ?? false;
+  }
+
+  private mutate<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    return this.pipeline.run(m, apply);
+  }
+
+  private handle(fh: number): Handle {
+    const h = this.handles.get(fh);
+    if (!h) throw new VfsError('EBADF', `no open handle ${fh}`);
+    return h;
+  }
+
+  private newHandle(of: OpenFile, write: boolean): number {
+    // Handles stay below 2^31: fuse-native carries them as 32-bit integers.
+    let fh = this.nextHandle;
+    while (this.handles.has(fh)) fh = fh >= 0x7fffffff ? 1 : fh + 1;
+    this.nextHandle = fh >= 0x7fffffff ? 1 : fh + 1;
+    this.handles.set(fh, { of, write });
+    of.handles++;
+    return fh;
+  }
+
+  private async giveToCaller(path: string, caller: Caller): Promise<void> {
+    if (!this.ownByCaller || caller.uid === undefined || !this.backend.capabilities.owners) return;
+    let gid = caller.gid ?? 0;
+    const parent = await this.backend.stat(parentOf(path));
+    if (parent.mode & 0o2000 /* S_ISGID */) gid = parent.gid;
+    await this.backend.chown(path, caller.uid, gid);
+  }
+
+  // ---- metadata ------------------------------------------------------------------------------
+
+  getattr(path: string): Promise<Attr> {
+    return this.backend.stat(checkPath(path));
+  }
+
+  fgetattr(fh: number): Promise<Attr> {
+    return this.handle(fh).of.file.stat();
+  }
+
+  async readdir(path: string): Promise<string[]> {
+    const ents = await this.backend.readdir(checkPath(path));
+    return ents.map((e) => e.name);
+  }
+
+  readlink(path: string): Promise<string> {
+    return this.backend.readlink(checkPath(path));
+  }
+
+  statfs(path: string): Promise<FsStats> {
+    return this.backend.statfs(checkPath(path));
+  }
+
+  /** Existence check; permission bits are enforced by the kernel (default_permissions). */
+  async access(path: string): Promise<void> {
+    await this.backend.stat(checkPath(path));
+  }
+
+  // ---- open files ----------------------------------------------------------------------------
+
+  async open(path: string, flags: number, caller: Caller = NO_CALLER): Promise<number> {
+    checkPath(path);
+    const f = decodeFlags(flags);
+    const of = await this.openState(path, f.write);
+    const fh = this.newHandle(of, f.write);
+    if (f.truncate && f.write) {
+      try {
+        await this.ftruncate(fh, 0, caller);
+      } catch (err) {
+        await this.release(fh);
+        throw err;
+      }
+    }
+    return fh;
+  }
+
+  async create(path: string, mode: number, flags: number, caller: Caller = NO_CALLER): Promise<number> {
+    checkPath(path);
+    const f = decodeFlags(flags);
+    const existing = this.openFiles.get(path);
+    if (existing) {
+      if (f.exclusive) throw new VfsError('EEXIST', `${path} exists`);
+      return this.open(path, flags | C.O_RDWR, caller);
+    }
+    const file = await this.mutate({ op: 'create', path, mode, caller }, async () => {
+      const file = await this.backend.open(path, { write: true, create: true, exclusive: f.exclusive, truncate: f.truncate }, mode & 0o7777);
+      await this.giveToCaller(path, caller);
+      return file;
+    });
+    const of = new OpenFile(path, file);
+    this.openFiles.add(of);
+    return this.newHandle(of, true);
+  }
+
+  /** Find or make the shared state of `path`, with a backend file that can write if asked. */
+  private async openState(path: string, write: boolean): Promise<OpenFile> {
+    const existing = this.openFiles.get(path);
+    if (existing && (!write || existing.file.writable)) return existing;
+    const st = await this.backend.stat(path);
+    if (st.type === 'dir') {
+      if (write) throw new VfsError('EISDIR', `${path} is a directory`);
+    }
+    const file = await this.backend.open(path, { write });
+    const again = this.openFiles.get(path);
+    if (again) {
+      if (again.file.writable || !write) {
+        await file.close();
+        return again;
+      }
+      // Upgrade: the shared state now writes through a read-write backend file.
+      const old = again.file;
+      again.file = file;
+      await old.close();
+      return again;
+    }
+    const of = new OpenFile(path, file);
+    this.openFiles.add(of);
+    return of;
+  }
+
+  read(fh: number, buf: Buffer, length: number, position: number): Promise<number> {
+    return this.handle(fh).of.file.read(buf, length, position);
+  }
+
+  async write(fh: number, buf: Buffer, length: number, position: number, caller: Caller = NO_CALLER): Promise<number> {
+    const h = this.handle(fh);
+    if (!h.write) throw new VfsError('EBADF', 'handle not open for writing');
+    const of = h.of;
+    if (this.pipeline.empty) {
+      of.dirty = true;
+      return of.file.write(buf, length, position);
+    }
+    const m: Mutation = {
+      op: 'write', path: of.path ?? '', offset: position, length, size: position + length,
+      firstInSession: !of.dirty, caller,
+    };
+    return this.mutate(m, async () => {
+      of.dirty = true;
+      return of.file.write(buf, length, position);
+    });
+  }
+
+  async ftruncate(fh: number, size: number, caller: Caller = NO_CALLER): Promise<void> {
+    const h = this.handle(fh);
+    const of = h.of;
+    if (!of.file.writable) {
+      // ftruncate on a read-only handle: the kernel allows it when the caller may write (O_TRUNC
+      // with O_RDONLY is undefined but Linux truncates); fall back to the path.
+      if (of.path === null) throw new VfsError('EBADF', 'handle not open for writing');
+      return this.truncate(of.path, size, caller);
+    }
+    await this.mutate({ op: 'truncate', path: of.path ?? '', size, firstInSession: !of.dirty, caller }, async () => {
+      of.dirty = true;
+      await of.file.truncate(size);
+    });
+  }
+
+  async truncate(path: string, size: number, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(path);
+    const of = this.openFiles.get(path);
+    if (of && of.file.writable) {
+      await this.mutate({ op: 'truncate', path, size, firstInSession: !of.dirty, caller }, async () => {
+        of.dirty = true;
+        await of.file.truncate(size);
+      });
+      return;
+    }
+    await this.mutate({ op: 'truncate', path, size, caller }, () => this.backend.truncate(path, size));
+  }
+
+  async flush(fh: number): Promise<void> {
+    this.handle(fh);
+  }
+
+  async fsync(fh: number, dataOnly: boolean, caller: Caller = NO_CALLER): Promise<void> {
+    const of = this.handle(fh).of;
+    await of.file.sync(dataOnly);
+    if (of.dirty) {
+      await this.pipeline.endWriteSession(of.path, caller, 'fsync');
+      of.dirty = false;
+    }
+  }
+
+  async release(fh: number, caller: Caller = NO_CALLER): Promise<void> {
+    const h = this.handle(fh);
+    this.handles.delete(fh);
+    const of = h.of;
+    of.handles--;
+    if (of.handles > 0) return;
+    this.openFiles.remove(of);
+    try {
+      if (of.dirty) {
+        of.dirty = false;
+        await this.pipeline.endWriteSession(of.path, caller, 'close');
+      }
+    } finally {
+      await of.file.close();
+    }
+  }
+
+  // ---- namespace mutations -------------------------------------------------------------------
+
+  async mkdir(path: string, mode: number, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(path);
+    await this.mutate({ op: 'mkdir', path, mode, caller }, async () => {
+      await this.backend.mkdir(path, mode & 0o7777);
+      await this.giveToCaller(path, caller);
+    });
+  }
+
+  async rmdir(path: string, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(path);
+    await this.mutate({ op: 'rmdir', path, caller }, () => this.backend.rmdir(path));
+  }
+
+  async unlink(path: string, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(path);
+    await this.mutate({ op: 'unlink', path, caller }, async () => {
+      await this.backend.unlink(path);
+      this.openFiles.detach(path);
+    });
+  }
+
+  async rename(from: string, to: string, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(from);
+    checkPath(to);
+    if (from === to) return;
+    if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
+    await this.mutate({ op: 'rename', path: from, target: to, caller }, async () => {
+      await this.backend.rename(from, to);
+      this.openFiles.detach(to);
+      this.openFiles.move(from, to);
+    });
+  }
+
+  async symlink(target: string, path: string, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(path);
+    await this.mutate({ op: 'symlink', path, target, caller }, async () => {
+      await this.backend.symlink(target, path);
+      await this.giveToCaller(path, caller);
+    });
+  }
+
+  async link(existing: string, newPath: string, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(existing);
+    checkPath(newPath);
+    if (!this.backend.capabilities.hardLinks) throw new VfsError('EPERM', `${this.backend.kind} backend has no hard links`);
+    await this.mutate({ op: 'link', path: existing, target: newPath, caller }, () => this.backend.link(existing, newPath));
+  }
+
+  async chmod(path: string, mode: number, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(path);
+    await this.mutate({ op: 'chmod', path, mode, caller }, () => this.backend.chmod(path, mode));
+  }
+
+  async chown(path: string, uid: number, gid: number, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(path);
+    // (uid_t)-1 / (gid_t)-1 mean "leave unchanged"
+    const cur = uid === 0xffffffff || gid === 0xffffffff || uid === -1 || gid === -1 ? await this.backend.stat(path) : undefined;
+    const u = cur && (uid === 0xffffffff || uid === -1) ? cur.uid : uid;
+    const g = cur && (gid === 0xffffffff || gid === -1) ? cur.gid : gid;
+    await this.mutate({ op: 'chown', path, uid: u, gid: g, caller }, () => this.backend.chown(path, u, g));
+  }
+
+  async utimens(path: string, times: TimeSpec, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(path);
+    await this.mutate({ op: 'utimens', path, caller }, () => this.backend.utimens(path, times));
+  }
+
+  // ---- extended attributes -------------------------------------------------------------------
+
+  private xattrs() {
+    const b = this.backend;
+    if (!b.capabilities.xattrs || !b.getxattr || !b.setxattr || !b.listxattr || !b.removexattr) {
+      throw new VfsError('ENOTSUP', `the ${b.kind} backend does not store extended attributes`);
+    }
+    return b as Required<Pick<Backend, 'getxattr' | 'setxattr' | 'listxattr' | 'removexattr'>>;
+  }
+
+  getxattr(path: string, name: string): Promise<Buffer> {
+    return this.xattrs().getxattr(checkPath(path), name);
+  }
+
+  listxattr(path: string): Promise<string[]> {
+    return this.xattrs().listxattr(checkPath(path));
+  }
+
+  async setxattr(path: string, name: string, value: Buffer, flags: number, caller: Caller = NO_CALLER): Promise<void> {
+    const x = this.xattrs();
+    checkPath(path);
+    await this.mutate({ op: 'setxattr', path, xattr: name, caller }, () => x.setxattr(path, name, value, flags));
+  }
+
+  async removexattr(path: string, name: string, caller: Caller = NO_CALLER): Promise<void> {
+    const x = this.xattrs();
+    checkPath(path);
+    await this.mutate({ op: 'removexattr', path, xattr: name, caller }, () => x.removexattr(path, name));
+  }
+
+  /** Close every handle (unmount). */
+  async closeAll(): Promise<void> {
+    for (const fh of [...this.handles.keys()]) await this.release(fh).catch(() => undefined);
+    await this.backend.close();
+  }
+
+  get openHandleCount(): number {
+    return this.handles.size;
+  }
+}
