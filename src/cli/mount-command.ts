@@ -1,6 +1,5 @@
-import fs from 'node:fs';
 import path from 'node:path';
-import { LocalBackend } from '../backend/local.js';
+import { openLocalWorkspace, WorkspaceError, type Workspace } from '../config/workspace.js';
 import { DEFAULTS, type LogLevel } from '../config/defaults.js';
 import { MountError, mountVfs } from '../fuse/mount.js';
 import { createLogger } from '../log.js';
@@ -19,25 +18,23 @@ export interface MountCliOptions {
 export async function mountCommand(mountpointArg: string, o: MountCliOptions): Promise<number> {
   const log = createLogger(o.logLevel);
   const mountpoint = path.resolve(mountpointArg);
-  let source = o.source ? path.resolve(o.source) : DEFAULTS.demoWorkspaceDir;
-  const demo = !o.source;
-  if (demo) {
-    const { created } = ensureDemoWorkspace(source);
-    if (created) log.info({ source }, 'created demo workspace');
-  } else if (!fs.existsSync(source)) {
-    throw new CliError(`source directory ${source} does not exist`);
+  if (!o.source) {
+    const { created } = ensureDemoWorkspace(DEFAULTS.demoWorkspaceDir);
+    if (created) log.info({ source: DEFAULTS.demoWorkspaceDir }, 'created demo workspace');
   }
-  source = fs.realpathSync(source);
-  if (mountpoint === source || mountpoint.startsWith(source + path.sep)) {
-    throw new CliError(`mount point ${mountpoint} lies inside the source ${source}; pick a directory outside it`);
-  }
-  let backend: LocalBackend;
+  let ws: Workspace;
   try {
-    backend = new LocalBackend(source);
+    ws = openLocalWorkspace({ source: o.source });
   } catch (err) {
-    throw new CliError((err as Error).message);
+    if (err instanceof WorkspaceError) throw new CliError(err.message);
+    throw err;
   }
-  const vfs = new Vfs(backend);
+  const source = ws.backend.location;
+  const demo = ws.demo;
+  if (ws.sourceDir && (mountpoint === ws.sourceDir || mountpoint.startsWith(ws.sourceDir + path.sep))) {
+    throw new CliError(`mount point ${mountpoint} lies inside the source ${ws.sourceDir}; pick a directory outside it`);
+  }
+  const vfs = new Vfs(ws.backend);
   let running;
   try {
     running = await mountVfs({
