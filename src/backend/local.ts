@@ -6,7 +6,7 @@ import type {
   Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec,
 } from './types.js';
 
-const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW } = fs.constants;
+const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
 
 /*
  * Why synchronous fs calls: measured on this machine, the libuv thread-pool hop of fs.promises
@@ -37,9 +37,15 @@ function typeOf(st: fs.BigIntStats | fs.Dirent): NodeType {
   return 'file';
 }
 
-function nsToSeconds(ns: bigint): number {
+function nsToSeconds(ns: bigint): number | string {
   // utimes takes seconds as a double: sub-microsecond precision is lost, see README limits.
-  return Number(ns / 1000n) / 1e6;
+  // libuv truncates the double (toward zero) to whole microseconds, and µs/1e6 is often a hair
+  // short of the exact value (x.000001 -> x.00000099999), which lost a microsecond on half of
+  // all times. Aim at the middle of the microsecond so truncation lands on it.
+  const us = ns / 1000n; // toward zero, like libuv
+  const sec = (Number(us) + (us < 0n ? -0.5 : 0.5)) / 1e6;
+  // Node turns a negative number into "now"; a numeric string is taken as is (pre-1970 times).
+  return sec < 0 ? String(sec) : sec;
 }
 
 /** Wrap a sync fs call, converting Node errors to VfsErrors that keep their errno. */
@@ -136,8 +142,22 @@ export class LocalBackend implements Backend {
 
   async readdir(path: string): Promise<DirEntry[]> {
     const p = this.host(path);
-    const ents = sys(`readdir ${path}`, () => fs.readdirSync(p, { withFileTypes: true }));
-    return ents.map((d) => ({ name: d.name, type: typeOf(d) }));
+    // Open the directory itself without following a final symlink (readdirSync(p) would list
+    // the target of `ln -s /etc evil`), then list it through the descriptor.
+    let fd: number;
+    try {
+      fd = fs.openSync(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      if (e.code === 'ELOOP') throw new VfsError('ENOTDIR', `${path} is a symlink; not following it`);
+      throw fromNodeError(err, `readdir ${path}`);
+    }
+    try {
+      const ents = sys(`readdir ${path}`, () => fs.readdirSync(`/proc/self/fd/${fd}`, { withFileTypes: true }));
+      return ents.map((d) => ({ name: d.name, type: typeOf(d) }));
+    } finally {
+      fs.closeSync(fd);
+    }
   }
 
   async readlink(path: string): Promise<string> {
@@ -226,8 +246,21 @@ export class LocalBackend implements Backend {
     }
   }
 
+  async copyOut(path: string, hostFile: string): Promise<void> {
+    const p = this.host(path);
+    // FICLONE: a copy-on-write clone where the file system offers one (btrfs, XFS), else a
+    // kernel-side copy; off the event loop, since a big file takes a while.
+    try {
+      await fs.promises.copyFile(p, hostFile, fs.constants.COPYFILE_FICLONE | fs.constants.COPYFILE_EXCL);
+    } catch (err) {
+      throw fromNodeError(err, `copy ${path}`);
+    }
+  }
+
   async statfs(path: string): Promise<FsStats> {
     const p = this.host(path);
+    // statfs follows a final symlink; do not report on whatever it points at
+    if (sys(`stat ${path}`, () => fs.lstatSync(p)).isSymbolicLink()) throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
     const s = sys(`statfs ${path}`, () => fs.statfsSync(p));
     return { bsize: s.bsize, blocks: s.blocks, bfree: s.bfree, bavail: s.bavail, files: s.files, ffree: s.ffree, namemax: 255 };
   }

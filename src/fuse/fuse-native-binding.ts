@@ -1,8 +1,10 @@
 import { createRequire } from 'node:module';
+import path from 'node:path';
 import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
 import { kernelErrno } from '../vfs/errors.js';
 import type { Caller } from '../vfs/pipeline.js';
 import type { Binding, FsOps, MountedFs, MountOptions } from './binding.js';
+import { mountAt } from './mounts.js';
 
 const require = createRequire(import.meta.url);
 
@@ -22,9 +24,16 @@ const UNKNOWN: Caller = Object.freeze({});
 
 function stat(a: Attr) {
   return {
-    mode: a.mode, uid: a.uid, gid: a.gid, size: a.size, nlink: a.nlink, ino: a.ino,
+    mode: a.mode, uid: a.uid, gid: a.gid, size: a.size, ino: a.ino,
+    // fuse-native encodes `stat.nlink || 1`, turning the 0 of a file unlinked while open into 1
+    // (fstat after ftruncate/write showed nlink 1). A numeric string is truthy and still lands
+    // as 0 in the Uint32Array. Harmless once fuse-native uses `?? 1`.
+    nlink: a.nlink === 0 ? '0' : a.nlink,
     blocks: a.blocks, blksize: 4096, dev: 0, rdev: 0,
     atimeNs: a.atimeNs, mtimeNs: a.mtimeNs, ctimeNs: a.ctimeNs,
+    // Unpatched fuse-native reads milliseconds from atime/mtime/ctime and, without them,
+    // reports the current time for every file.
+    atime: Number(a.atimeNs / 1_000_000n), mtime: Number(a.mtimeNs / 1_000_000n), ctime: Number(a.ctimeNs / 1_000_000n),
   };
 }
 
@@ -95,7 +104,13 @@ function toNativeOps(ops: FsOps): Record<string, unknown> {
     link: (existing: string, newPath: string, cb: Cb) => done(() => ops.link(c, existing, newPath), cb),
     chmod: (path: string, mode: number, cb: Cb) => done(() => ops.chmod(c, path, mode), cb),
     chown: (path: string, uid: number, gid: number, cb: Cb) => done(() => ops.chown(c, path, uid, gid), cb),
-    utimens: (path: string, aSec: number, aNsec: number, mSec: number, mNsec: number | Cb, cb?: Cb) => {
+    utimens: (path: string, aSec: number, aNsec: number, mSec: number | Cb, mNsec?: number, cb?: Cb) => {
+      // Unpatched fuse-native calls utimens(path, atimeMs, mtimeMs, cb); taking that for the
+      // patched shape threw here (BigInt of a function), which killed the daemon.
+      if (typeof mSec === 'function') {
+        const ms = (v: number) => BigInt(Math.trunc(v)) * 1_000_000n;
+        return done(() => ops.utimens(c, path, { atimeNs: ms(aSec), mtimeNs: ms(aNsec) }), mSec);
+      }
       const times: TimeSpec = { atimeNs: timeArg(aSec, aNsec), mtimeNs: timeArg(mSec, mNsec as number) };
       done(() => ops.utimens(c, path, times), cb as Cb);
     },
@@ -119,17 +134,38 @@ export function fuseNativeOptions(o: MountOptions): Record<string, unknown> {
     // Kernel checks permission bits, as on a local disk; we only add policy on top.
     defaultPermissions: true,
     fsname: o.fsName,
+    // Ops on an open file whose node has no path get path === null instead of ENOENT.
+    nullPathOk: true,
     attrTimeout: String(o.attrTimeoutSec),
     entryTimeout: String(o.entryTimeoutSec),
     extraOptions: [
       'big_writes',
       `max_write=${o.maxWriteBytes}`,
       `negative_timeout=${o.negativeTimeoutSec}`,
-      // Unlink for real while a file is open (libfuse 2 would rename it to .fuse_hidden*):
-      // open-file state lives in the core and keeps working on the unlinked node.
-      'hard_remove',
+      // Report the backend's inode numbers (libfuse 2 otherwise shows its own node ids: hard
+      // links get different st_ino, and numbers change when the kernel forgets a node).
+      'use_ino',
+      // No hard_remove: with it libfuse 2 has no path for a file unlinked while open and answers
+      // ENOENT to fstat (the kernel sends GETATTR without a file handle). Without it libfuse
+      // renames such a file to .fuse_hidden*; the core turns that rename into a real unlink and
+      // keeps the hidden name as an alias of the open state, so the backend never sees it.
+      // (Kept in sync with the Vfs: see isFuseHiddenName in vfs/open-files.ts.)
     ],
   };
+}
+
+/** fuse-native's own cleanup after unmount (uv_unref of its async handle); false if unavailable. */
+function releaseNativeLoopHandle(fuse: FuseNativeInstance, mountpoint: string): boolean {
+  try {
+    const fuseRequire = createRequire(require.resolve('fuse-native'));
+    const native = (fuseRequire('node-gyp-build') as (dir: string) => Record<string, unknown>)(path.dirname(require.resolve('fuse-native')));
+    const thread = (fuse as unknown as { _thread?: Buffer })._thread;
+    if (typeof native.fuse_native_unmount !== 'function' || !thread) return false;
+    (native.fuse_native_unmount as (mnt: string, thread: Buffer) => void)(mountpoint, thread);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 export class FuseNativeBinding implements Binding {
@@ -147,7 +183,16 @@ export class FuseNativeBinding implements Binding {
         new Promise<void>((resolve, reject) => {
           if (!mounted) return resolve();
           fuse.unmount((err) => {
-            if (err) return reject(err);
+            if (err) {
+              // fuse-native releases its event-loop handle only when its own `fusermount -uz`
+              // succeeds; after an unmount from outside (ledgerfs unmount, fusermount -u) that
+              // fails, and the daemon logged "unmounted" but never exited. Release it here.
+              if (!mountAt(mountpoint) && releaseNativeLoopHandle(fuse, mountpoint)) {
+                mounted = false;
+                return resolve();
+              }
+              return reject(err);
+            }
             mounted = false;
             resolve();
           });

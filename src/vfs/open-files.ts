@@ -14,15 +14,32 @@ export class OpenFile {
   handles = 0;
   /** a write session is in progress: something was written since open or the last fsync */
   dirty = false;
+  /**
+   * The file's size as the mutation path knows it (set at open, kept by the policy stage as
+   * writes and truncates succeed), so a write's growth needs no fstat. undefined = unknown
+   * (then fstat): e.g. a hard-linked file, whose other names may change it.
+   */
+  size: number | undefined;
 
-  constructor(path: string, file: BackendFile) {
+  constructor(path: string, file: BackendFile, size?: number) {
     this.path = path;
     this.file = file;
+    this.size = size;
   }
+}
+
+/**
+ * libfuse 2 without hard_remove renames a file that is unlinked (or renamed over) while open to
+ * `.fuse_hidden<16 hex digits>` in the same directory, and unlinks that name after the last close.
+ */
+export function isFuseHiddenName(path: string): boolean {
+  return /\/\.fuse_hidden[0-9a-f]{16}$/.test(path);
 }
 
 export class OpenFileTable {
   private readonly byPath = new Map<string, OpenFile>();
+  /** `.fuse_hidden*` names of states whose node was unlinked while open (never in the backend) */
+  private readonly hiddenByPath = new Map<string, OpenFile>();
 
   get(path: string): OpenFile | undefined {
     return this.byPath.get(path);
@@ -46,8 +63,32 @@ export class OpenFileTable {
     }
   }
 
+  /** The node at `path` was unlinked while open; libfuse now calls it `alias` until the last close. */
+  hide(path: string, alias: string): OpenFile | undefined {
+    const of = this.byPath.get(path);
+    if (!of) return undefined;
+    this.detach(path);
+    this.hiddenByPath.set(alias, of);
+    return of;
+  }
+
+  hidden(alias: string): OpenFile | undefined {
+    return this.hiddenByPath.get(alias);
+  }
+
+  /** libfuse unlinks the hidden name after the last close: forget it. */
+  unhide(alias: string): boolean {
+    return this.hiddenByPath.delete(alias);
+  }
+
   /** A rename moved `from` (a file or a whole directory) to `to`. */
   move(from: string, to: string): void {
+    for (const [p, of] of [...this.hiddenByPath]) {
+      if (isWithin(p, from)) {
+        this.hiddenByPath.delete(p);
+        this.hiddenByPath.set(rebase(p, from, to), of);
+      }
+    }
     if (this.byPath.size === 0) return;
     const moved: OpenFile[] = [];
     for (const [p, of] of this.byPath) {

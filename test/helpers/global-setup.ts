@@ -1,11 +1,46 @@
 import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
+import { leakedTestMounts, RUN_ENV, testRunId } from './run.js';
 
-/** Mounted tests run the real CLI (bin/ledgerfs.js -> dist/), so compile once before them. */
-export default function setup(): void {
+/**
+ * Mounted tests run the real CLI (bin/ledgerfs.js -> dist/), so compile once before them.
+ * The teardown fails the run if any mount this run made (a temp dir named ledgerfs-test-<run>-*)
+ * is still in /proc/self/mountinfo, after unmounting it so nothing stays behind.
+ */
+export default function setup(): () => void {
   const root = path.resolve(import.meta.dirname, '../..');
-  execFileSync(process.execPath, [path.join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], {
-    cwd: root,
-    stdio: 'inherit',
-  });
+  try {
+    execFileSync(process.execPath, [path.join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], {
+      cwd: root,
+      stdio: 'inherit',
+    });
+  } catch (err) {
+    // tsc still emits JavaScript when there are type errors (scripts/test type-checks on its own
+    // before running vitest); fail only if there is nothing to run.
+    if (!fs.existsSync(path.join(root, 'dist/cli/main.js'))) throw err;
+    process.stderr.write('global-setup: tsc reported errors (see above); testing the JavaScript it emitted\n');
+  }
+  // Workers inherit the environment: every mount of this run carries the run id in its name.
+  process.env[RUN_ENV] = testRunId();
+
+  return () => {
+    const leaked = leakedTestMounts(process.env[RUN_ENV]);
+    // Mounts of other runs (another engineer's concurrent run, or a crashed one) are not ours to
+    // judge or remove; name them so a stale one gets noticed.
+    const others = leakedTestMounts().filter((m) => !leaked.includes(m));
+    if (others.length) process.stderr.write(`global-setup: ledgerfs-test mounts of other runs present:\n  ${others.join('\n  ')}\n`);
+    if (leaked.length === 0) return;
+    for (const mnt of leaked) {
+      for (const cmd of [['fusermount', '-uz', mnt], ['umount', '-l', mnt]]) {
+        try {
+          execFileSync(cmd[0] as string, cmd.slice(1), { stdio: 'ignore' });
+          break;
+        } catch {
+          /* next */
+        }
+      }
+    }
+    throw new Error(`leaked mounts (a test did not stop() its mount; now lazily unmounted):\n  ${leaked.join('\n  ')}`);
+  };
 }
