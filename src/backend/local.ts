@@ -140,6 +140,36 @@ export class LocalBackend implements Backend {
     return attrFromStats(sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true })));
   }
 
+  async tryStat(path: string): Promise<Attr | null> {
+    // Absence needs no parent check: if nothing is there by the lexical path, a parent swapped
+    // for a symlink could only hide a node from us, never expose one (and any change there is
+    // refused by host() anyway). The journal asks this before every create.
+    if (path !== '/') {
+      let quick: fs.Stats | undefined | null = null;
+      try {
+        quick = fs.lstatSync(this.root + checkPath(path), { throwIfNoEntry: false });
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
+      }
+      if (quick === undefined) return null;
+    }
+    let p: string;
+    try {
+      p = this.host(path);
+    } catch (err) {
+      if (err instanceof VfsError && (err.code === 'ENOENT' || err.code === 'ENOTDIR')) return null;
+      throw err;
+    }
+    let st: fs.BigIntStats | undefined;
+    try {
+      st = fs.lstatSync(p, { bigint: true, throwIfNoEntry: false });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
+      throw fromNodeError(err, `stat ${path}`);
+    }
+    return st ? attrFromStats(st) : null;
+  }
+
   async readdir(path: string): Promise<DirEntry[]> {
     const p = this.host(path);
     // Open the directory itself without following a final symlink (readdirSync(p) would list

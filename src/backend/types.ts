@@ -78,6 +78,12 @@ export interface Backend {
   readonly capabilities: BackendCapabilities;
 
   stat(path: string): Promise<Attr>;
+  /**
+   * Optional: like stat, but null when nothing is at `path` (or a parent is not a directory)
+   * instead of a rejection. Callers that expect absence (the journal, before every create)
+   * save the cost of an exception.
+   */
+  tryStat?(path: string): Promise<Attr | null>;
   readdir(path: string): Promise<DirEntry[]>;
   readlink(path: string): Promise<string>;
   open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile>;
@@ -98,6 +104,13 @@ export interface Backend {
   setxattr?(path: string, name: string, value: Buffer, flags: number): Promise<void>;
   listxattr?(path: string): Promise<string[]>;
   removexattr?(path: string, name: string): Promise<void>;
+
+  /**
+   * Copy a file's content to a local file, as cheaply as the store allows (a reflink on a local
+   * file system that has them). Optional: the journal keeps before-images with it and falls back
+   * to reading through `open` when it is absent.
+   */
+  copyOut?(path: string, hostFile: string): Promise<void>;
 
   /** Release resources (file descriptors, connections). */
   close(): Promise<void>;

@@ -1,8 +1,16 @@
 import { Command, Option } from 'commander';
-import { DEFAULTS, LOG_LEVELS, type LogLevel } from '../config/defaults.js';
+import { DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type LogLevel } from '../config/defaults.js';
 import { mountAt, unmountPath } from '../fuse/mounts.js';
 import { CliError } from './errors.js';
 import { mountCommand } from './mount-command.js';
+import { registerPolicyCommand } from './policy-command.js';
+import { registerLogCommand } from './log-command.js';
+import { registerShowCommand } from './show-command.js';
+import { registerDiffCommand } from './diff-command.js';
+import { registerRollbackCommand } from './rollback-command.js';
+import { registerVerifyCommand } from './verify-command.js';
+import { registerGcCommand } from './gc-command.js';
+import { registerDevCommand } from './dev-command.js';
 
 function positiveNumber(v: string): number {
   const n = Number(v);
@@ -23,10 +31,15 @@ export function buildProgram(): Command {
     .description('Mount a workspace at MOUNTPOINT and serve it in the foreground until unmounted or signalled.')
     .argument('<mountpoint>', 'an existing, empty directory')
     .option('--source <dir>', `workspace directory to serve (local backend); default: a demo workspace in ${DEFAULTS.demoWorkspaceDir}`)
+    .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
     .option('--allow-other', 'let other users and containers use the mount (needs root or user_allow_other)', false)
     .addOption(new Option('--log-level <level>', 'log verbosity on stderr').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
     .option('--attr-timeout <sec>', 'kernel attribute cache lifetime', positiveNumber, DEFAULTS.attrTimeoutSec)
     .option('--entry-timeout <sec>', 'kernel name lookup cache lifetime', positiveNumber, DEFAULTS.entryTimeoutSec)
+    .option('--state <dir>', `journal directory (outside the source); default: ${DEFAULT_STATE_DIR_PATTERN}`)
+    .option('--session <id>', 'journal session id for this mount (default: generated, e.g. 2026-11-22T05-30-12-ab12)')
+    .option('--actor <label>', 'actor label on this mount\'s journal records', DEFAULTS.journal.mountActor)
+    .option('--no-journal', 'record nothing (no log, no rollback); for measuring the journal\'s cost')
     .addHelpText(
       'after',
       `
@@ -37,11 +50,17 @@ Examples:
       serve ./case-files in the background; stop it with: ledgerfs unmount /mnt/ws
   ledgerfs mount --source /srv/ws --allow-other --log-level debug /mnt/ws
       let a container user see the mount, and log every failed request
+  ledgerfs mount --policy case.yaml /mnt/ws
+      serve what case.yaml exposes (roots, modes, hidden names, quotas); see
+      'ledgerfs policy check --help'; inside the mount, /.ledgerfs/ explains it
 
 The mount stays in the foreground (logs on stderr as JSON lines) until SIGINT, SIGTERM,
 or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
     )
-    .action(async (mountpoint: string, o: { source?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number }) => {
+    .action(async (mountpoint: string, o: {
+      source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number;
+      state?: string; session?: string; actor?: string; journal: boolean;
+    }) => {
       process.exitCode = await mountCommand(mountpoint, o);
     });
 
@@ -60,10 +79,23 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
         throw new CliError(`${(err as Error).message}${/busy/i.test((err as Error).message) ? '\n(files are open on it; close them, or use --lazy)' : ''}`);
       }
     });
+  registerPolicyCommand(program);
+  registerLogCommand(program);
+  registerShowCommand(program);
+  registerDiffCommand(program);
+  registerRollbackCommand(program);
+  registerVerifyCommand(program);
+  registerGcCommand(program);
+  registerDevCommand(program);
   return program;
 }
 
 export async function main(argv: string[]): Promise<void> {
+  // `ledgerfs log | head`: a reader that stops early is not an error
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+    throw err;
+  });
   try {
     await buildProgram().parseAsync(argv);
   } catch (err) {

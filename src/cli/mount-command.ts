@@ -1,30 +1,48 @@
 import path from 'node:path';
-import { openLocalWorkspace, WorkspaceError, type Workspace } from '../config/workspace.js';
+import { openWorkspace, WorkspaceError, type OpenedWorkspace } from '../config/workspace.js';
 import { DEFAULTS, type LogLevel } from '../config/defaults.js';
 import { MountError, mountVfs } from '../fuse/mount.js';
+import { openJournal, type MountJournal } from '../journal/open.js';
+import { StateDirError } from '../journal/state-dir.js';
+import { JournalLockedError } from '../journal/lock.js';
 import { createLogger } from '../log.js';
+import { MutationPipeline } from '../vfs/pipeline.js';
 import { Vfs } from '../vfs/vfs.js';
 import { ensureDemoWorkspace } from './demo.js';
 import { CliError } from './errors.js';
 
 export interface MountCliOptions {
   source?: string;
+  /** mount/policy file (YAML or JSON); names the backend, so not with `source` */
+  policy?: string;
   allowOther?: boolean;
   logLevel: LogLevel;
   attrTimeout?: number;
   entryTimeout?: number;
+  /** journal state directory (default: derived from the source, see defaultStateDir) */
+  state?: string;
+  /** journal session id (default: generated per mount) */
+  session?: string;
+  /** actor label on this mount's journal records */
+  actor?: string;
+  /** false: no journal at all (--no-journal, for benchmarks) */
+  journal?: boolean;
 }
 
 export async function mountCommand(mountpointArg: string, o: MountCliOptions): Promise<number> {
   const log = createLogger(o.logLevel);
   const mountpoint = path.resolve(mountpointArg);
-  if (!o.source) {
+  if (o.source && o.policy) {
+    throw new CliError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
+  }
+  if (!o.source && !o.policy) {
     const { created } = ensureDemoWorkspace(DEFAULTS.demoWorkspaceDir);
     if (created) log.info({ source: DEFAULTS.demoWorkspaceDir }, 'created demo workspace');
   }
-  let ws: Workspace;
+  let ws: OpenedWorkspace;
   try {
-    ws = openLocalWorkspace({ source: o.source });
+    // state too: a journal directory inside the served tree is hidden and refused by the view
+    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log });
   } catch (err) {
     if (err instanceof WorkspaceError) throw new CliError(err.message);
     throw err;
@@ -34,21 +52,40 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   if (ws.sourceDir && (mountpoint === ws.sourceDir || mountpoint.startsWith(ws.sourceDir + path.sep))) {
     throw new CliError(`mount point ${mountpoint} lies inside the source ${ws.sourceDir}; pick a directory outside it`);
   }
-  const vfs = new Vfs(ws.backend);
+  let journal: MountJournal | null = null;
+  if (o.journal !== false) {
+    try {
+      journal = await openJournal(ws, { source: o.source, policy: o.policy, state: o.state, session: o.session, actor: o.actor, mountpoint }, log);
+    } catch (err) {
+      if (err instanceof StateDirError || err instanceof JournalLockedError) throw new CliError(err.message);
+      throw err;
+    }
+  }
+  // Pipeline order: policy first, journal second (nothing refused is journaled).
+  const vfs = new Vfs(ws.backend, { pipeline: new MutationPipeline([...ws.stages, ...(journal ? [journal.stage] : [])]) });
   let running;
   try {
     running = await mountVfs({
       vfs, mountpoint, log,
       options: { allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout },
     });
+    // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
+    const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);
+    await journal?.serve(vfs, settleMs);
   } catch (err) {
+    await running?.unmount().catch(() => undefined);
+    await journal?.close().catch(() => undefined);
     if (err instanceof MountError) throw new CliError(err.message);
     throw err;
   }
   process.stderr.write(
     `ledgerfs: ${source} is mounted at ${mountpoint}${demo ? ' (demo workspace)' : ''}.\n` +
       `  try:   ls -la ${mountpoint}; echo hello > ${mountpoint}/hello.txt; cat ${mountpoint}/hello.txt\n` +
-      `  stop:  Ctrl-C here, or: ledgerfs unmount ${mountpoint}\n`,
+      `  stop:  Ctrl-C here, or: ledgerfs unmount ${mountpoint}\n` +
+      (journal
+        ? `  journal: ${journal.stateDir} (session ${journal.session}); see: ledgerfs log --state ${journal.stateDir}\n` +
+          (journal.startNote ? `  journal: ${journal.startNote}\n` : '')
+        : `  journal: off (--no-journal): changes are not recorded and cannot be rolled back\n`),
   );
 
   let signals = 0;
@@ -66,6 +103,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   process.on('SIGTERM', onSignal);
   process.on('SIGHUP', onSignal);
   await running.closed;
+  await journal?.close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   process.off('SIGHUP', onSignal);

@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -19,7 +20,129 @@ export const DEFAULTS = {
   demoWorkspaceDir: path.join(os.homedir(), '.ledgerfs', 'demo-workspace'),
   /** Seconds to wait for a busy mount to become free during shutdown before lazy-unmounting. */
   unmountGraceSec: 5,
+  /** The journal (src/journal). */
+  journal: {
+    /** base of default state directories: $XDG_STATE_HOME/ledgerfs, else ~/.local/state/ledgerfs */
+    stateHome: path.join(process.env.XDG_STATE_HOME || path.join(os.homedir(), '.local', 'state'), 'ledgerfs'),
+    /** roll to a new segment file at this size */
+    segmentBytes: 64 * 1024 * 1024,
+    /** group commit: the journal is fsynced at most this long after a record (and always before
+     * an fsync of workspace data is acknowledged). Each fsync also forces a commit of the file
+     * system's own journal; every 50 ms that cost small-file creates measurably here, and ext4
+     * commits the workspace's metadata only every 5 s anyway. */
+    syncIntervalMs: 1000,
+    /** outcome records wait at most this long for the next intent to share its write(2) */
+    flushDelayMs: 5,
+    /** actor label of a mount's records, and of a rollback's */
+    mountActor: 'mount',
+    rollbackActor: 'rollback',
+  },
+  /** GCS backend (src/backend/gcs.ts); every value can be overridden in the policy's `backend`. */
+  gcs: {
+    /** directories exist by their common prefix too, not only by a `dir/` placeholder */
+    implicitDirs: true,
+    /** staged files above this size upload resumably, in chunks of uploadChunkBytes */
+    resumableThresholdBytes: 8 * 1024 * 1024,
+    /** resumable chunk size; GCS wants a multiple of 256 KiB */
+    uploadChunkBytes: 8 * 1024 * 1024,
+    /** where writes stage before upload (and where conflicting local versions are kept) */
+    stagingDir: path.join(os.tmpdir(), 'ledgerfs-staging'),
+    /** attempts per request, including the first; backoff doubles from initial to max */
+    retryAttempts: 6,
+    retryInitialDelayMs: 100,
+    retryMaxDelayMs: 10_000,
+    /** give up retrying a request after this long in total */
+    retryTotalTimeoutMs: 120_000,
+    /** a request with no answer for this long is abandoned (and retried) */
+    requestTimeoutMs: 60_000,
+    /** permission bits for objects and prefixes that carry none in their metadata */
+    fileMode: 0o644,
+    dirMode: 0o755,
+    /** objects copied at once by a directory rename */
+    renameConcurrency: 8,
+  },
 } as const;
+
+/** Policy defaults (src/policy, src/config/load.ts). */
+export const POLICY_DEFAULTS = {
+  /** A root without `mode` (and no preset or `defaults.mode` giving one) is read-only: writes
+   * are granted explicitly, never by omission. */
+  rootMode: 'ro' as const,
+  /** Latest refusals kept for /.ledgerfs/denials (older ones are only in the log). */
+  denialRingSize: 100,
+  /** Block size statfs reports for roots with a byte quota (df divides the quota by it). */
+  statfsBlockSize: 4096,
+  /** The read-only virtual directory that explains the policy inside the view. */
+  metaDir: '/.ledgerfs',
+} as const;
+
+/** Names that hold credentials in common tools; hidden by the `sandboxed` and `readonly` presets. */
+export const SECRET_GLOBS: readonly string[] = [
+  '**/.env', '**/.env.*', '**/*.pem', '**/*.key', '**/id_rsa*', '**/id_ecdsa*', '**/id_ed25519*',
+  '**/.ssh', '**/.aws', '**/.gnupg', '**/.netrc', '**/.git-credentials', '**/.npmrc', '**/.pypirc',
+];
+
+export interface PresetRootDefaults {
+  mode?: 'ro' | 'rw';
+  quota?: { bytes?: number; files?: number };
+  maxFileBytes?: number;
+  suffixes?: readonly string[];
+}
+
+export interface PolicyPreset {
+  description: string;
+  /** applied to every root that does not set the field itself */
+  defaults: PresetRootDefaults;
+  hide: readonly string[];
+  readonly: readonly string[];
+}
+
+/**
+ * Presets for common trust levels (`preset: NAME` in a mount file). The file's own fields win,
+ * field by field: `defaults.*` per field (quota per limit), `hide`/`readonly` lists replace the
+ * preset's list when given, and each root's own fields win over all defaults.
+ */
+export const POLICY_PRESETS = {
+  /** A program you trust with the data: like `--source`, every root writable, nothing hidden. */
+  trusted: {
+    description: 'roots read-write unless they say otherwise; nothing hidden; no limits',
+    defaults: { mode: 'rw' },
+    hide: [],
+    readonly: [],
+  },
+  /** An agent or untrusted tool: reads by default, writes only where a root says `mode: rw`,
+   * within limits; credentials are hidden. */
+  sandboxed: {
+    description: 'roots read-only unless they say `mode: rw`; writable roots limited to 1 GiB, 100000 files and 256 MiB per file; common credential files hidden',
+    defaults: { mode: 'ro', quota: { bytes: 1024 ** 3, files: 100_000 }, maxFileBytes: 256 * 1024 ** 2 },
+    hide: SECRET_GLOBS,
+    readonly: [],
+  },
+  /** Look, don't touch. A root may still say `mode: rw` explicitly (field-by-field override). */
+  readonly: {
+    description: 'roots read-only unless they say otherwise; common credential files hidden',
+    defaults: { mode: 'ro' },
+    hide: SECRET_GLOBS,
+    readonly: [],
+  },
+} as const satisfies Record<string, PolicyPreset>;
+
+export type PresetName = keyof typeof POLICY_PRESETS;
+export const PRESET_NAMES = Object.keys(POLICY_PRESETS) as PresetName[];
+
+/**
+ * Where a workspace's journal lives unless --state (or the mount file's `state`) says otherwise:
+ * derived from the workspace's location, so `mount`, `log` and `rollback` agree without flags.
+ * `location` is the source directory's real path (or the bucket URL).
+ */
+export function defaultStateDir(location: string): string {
+  const name = location.replace(/\/+$/, '').split('/').pop()?.replace(/[^A-Za-z0-9._-]/g, '_') || 'root';
+  const hash = crypto.createHash('sha256').update(location).digest('hex').slice(0, 12);
+  return path.join(DEFAULTS.journal.stateHome, `${name}-${hash}`);
+}
+
+/** The pattern of defaultStateDir, for help texts. */
+export const DEFAULT_STATE_DIR_PATTERN = path.join(DEFAULTS.journal.stateHome, '<source name>-<first 12 hex digits of sha256(source real path)>');
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

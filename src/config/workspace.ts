@@ -2,7 +2,16 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { LocalBackend } from '../backend/local.js';
 import type { Backend } from '../backend/types.js';
-import { DEFAULTS } from './defaults.js';
+import type { Logger } from '../log.js';
+import { CompiledPolicy } from '../policy/compile.js';
+import { DenialLog } from '../policy/denials.js';
+import { PolicyStage } from '../policy/stage.js';
+import { UsageTable } from '../policy/usage.js';
+import { PolicyView } from '../policy/view.js';
+import { VfsError } from '../vfs/errors.js';
+import type { MutationStage } from '../vfs/pipeline.js';
+import { DEFAULTS, POLICY_DEFAULTS } from './defaults.js';
+import { ConfigError, loadMountFile, type BackendConfig, type MountConfig } from './load.js';
 
 /**
  * How every command names a workspace: `--source DIR` (local backend, whole tree one rw root) or
@@ -34,4 +43,113 @@ export function openLocalWorkspace(flags: WorkspaceFlags): Workspace {
   } catch (err) {
     throw new WorkspaceError((err as Error).message);
   }
+}
+
+/** The policy's working parts, for the mount (and tests) to look at. */
+export interface PolicyRuntime {
+  compiled: CompiledPolicy;
+  usage: UsageTable;
+  denials: DenialLog;
+  view: PolicyView;
+  stage: PolicyStage;
+}
+
+export interface OpenedWorkspace extends Workspace {
+  /** what the Vfs sits on: the PolicyView over the store with a policy, else the store itself */
+  backend: Backend;
+  /** the real backend */
+  store: Backend;
+  /** mutation stages in pipeline order (policy first); the journal appends its stage after */
+  stages: MutationStage[];
+  /** the loaded mount file (with --policy) */
+  config?: MountConfig;
+  policy?: PolicyRuntime;
+  /** journal directory and session: --state wins over the file's `state` */
+  state?: string;
+  session?: string;
+}
+
+export interface OpenWorkspaceOptions extends WorkspaceFlags {
+  /** denials are logged here (warn) */
+  log?: Logger;
+}
+
+/** The real backend a mount file names. */
+function openStore(b: BackendConfig, label: string): { store: Backend; sourceDir?: string } {
+  if (b.type === 'gcs') {
+    throw new WorkspaceError(`${label}: backend.type: the gcs backend is not available in this build yet`);
+  }
+  if (!fs.existsSync(b.path)) throw new WorkspaceError(`${label}: backend.path: directory ${b.path} does not exist`);
+  const real = fs.realpathSync(b.path);
+  try {
+    return { store: new LocalBackend(real), sourceDir: real };
+  } catch (err) {
+    throw new WorkspaceError(`${label}: backend.path: ${(err as Error).message}`);
+  }
+}
+
+/**
+ * Open a workspace from the flags every command shares. `--source DIR` (or nothing: the demo
+ * workspace) is today's pass-through: no policy, no stages, no cost. `--policy FILE` loads the
+ * mount file, opens its backend, compiles the policy, counts usage and returns the PolicyView
+ * with the policy stage.
+ */
+export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedWorkspace> {
+  if (opts.source !== undefined && opts.policy !== undefined) {
+    throw new WorkspaceError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
+  }
+  if (opts.policy === undefined) {
+    const ws = openLocalWorkspace(opts);
+    return { ...ws, store: ws.backend, stages: [], ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
+  }
+  let config: MountConfig;
+  try {
+    config = loadMountFile(opts.policy);
+  } catch (err) {
+    if (err instanceof ConfigError) throw new WorkspaceError(err.message);
+    throw err;
+  }
+  const label = opts.policy;
+  const { store, sourceDir } = openStore(config.backend, label);
+  const state = opts.state !== undefined ? path.resolve(opts.state) : config.state;
+  // The journal's directory inside the served tree must never be visible nor writable.
+  const reserved: string[] = [];
+  if (state !== undefined && sourceDir !== undefined) {
+    const rel = path.relative(sourceDir, fs.existsSync(state) ? fs.realpathSync(state) : state);
+    if (rel === '') throw new WorkspaceError(`${label}: state ${state} is the backend directory itself; put the journal elsewhere`);
+    if (!rel.startsWith('..') && !path.isAbsolute(rel)) reserved.push('/' + rel.split(path.sep).join('/'));
+  }
+  const compiled = new CompiledPolicy(config, reserved);
+  for (const root of compiled.roots) {
+    let ok = false;
+    try {
+      ok = (await store.stat(root.source)).type === 'dir';
+    } catch (err) {
+      if (!(err instanceof VfsError)) throw err;
+    }
+    if (!ok) {
+      throw new WorkspaceError(
+        `${label}: roots[${root.index}]: ${root.source} is not a directory in ${store.location}; create it or fix ${root.identity ? 'path' : 'source'}`,
+      );
+    }
+  }
+  const usage = await UsageTable.count(compiled, store);
+  const denials = new DenialLog(POLICY_DEFAULTS.denialRingSize, opts.log);
+  const view = new PolicyView(store, compiled, usage, denials);
+  const stage = new PolicyStage(compiled, view, usage, denials);
+  opts.log?.info(
+    {
+      policy: config.file,
+      roots: compiled.roots.map((r) => ({ path: r.path, mode: r.mode, quota: r.quota, used: usage.of(r) ?? undefined })),
+      hide: config.hide,
+    },
+    'policy loaded',
+  );
+  const ws: OpenedWorkspace = {
+    backend: view, store, stages: [stage], config, policy: { compiled, usage, denials, view, stage }, demo: false,
+  };
+  if (sourceDir !== undefined) ws.sourceDir = sourceDir;
+  if (state !== undefined) ws.state = state;
+  if (config.session !== undefined) ws.session = config.session;
+  return ws;
 }

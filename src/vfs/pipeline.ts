@@ -1,10 +1,17 @@
 import type { Backend } from '../backend/types.js';
+import type { OpenFile } from './open-files.js';
 
 /** Who asked, when the binding can tell us (fuse-native cannot; the native binding can). */
 export interface Caller {
   uid?: number;
   gid?: number;
   pid?: number;
+  /**
+   * An operator action (e.g. a rollback run by the CLI), not the sandboxed program: stages
+   * let it through their rules (policy: read-only roots, globs, suffixes, quotas) but still
+   * keep their books (usage stays exact, the journal still records).
+   */
+  operator?: boolean;
 }
 
 export type MutationOp =
@@ -33,6 +40,16 @@ export interface Mutation {
    * opened (the journal captures the before-image once per write session, not per request).
    */
   firstInSession?: boolean;
+  /** create: O_TRUNC was given (an existing file loses its content) */
+  truncate?: boolean;
+  /**
+   * The open-file state of `path` when it is open: write and truncate through it; unlink,
+   * rename (source) and link of an open file. Lets stages know sizes without a stat and
+   * follow a file unlinked while open (its `path` is then null and `path` above is '').
+   */
+  file?: OpenFile;
+  /** rename: the open-file state of `target` when a file open there is replaced */
+  targetFile?: OpenFile;
   caller: Caller;
 }
 
@@ -49,7 +66,23 @@ export interface MutationStage {
    * A write session ended (fsync, or last close of a written file). `path` is where the file is
    * now, or null if it was unlinked while open. The data is already in the backend.
    */
-  endWriteSession?(path: string | null, caller: Caller, reason: 'fsync' | 'close'): Promise<void>;
+  endWriteSession?(path: string | null, caller: Caller, reason: 'fsync' | 'close', file?: OpenFile): Promise<void>;
+  /**
+   * Everything recorded so far must be durable: an fsync of workspace data is about to be
+   * acknowledged (the journal's records reach the disk before the data they describe is
+   * reported durable). endWriteSession(..., 'fsync') implies it.
+   */
+  durable?(): Promise<void>;
+  /**
+   * The last handle of an open-file state is being closed (its backend file still open).
+   * `file.path` is null if the node was unlinked or replaced while open.
+   */
+  released?(file: OpenFile): Promise<void>;
+  /**
+   * An existing file is being opened for writing (no mutation yet): a stage may refuse here,
+   * as a read-only file system refuses the open rather than the first write.
+   */
+  openingForWrite?(path: string, caller: Caller): Promise<void>;
 }
 
 export class MutationPipeline {
@@ -70,8 +103,20 @@ export class MutationPipeline {
     return step(0);
   }
 
-  async endWriteSession(path: string | null, caller: Caller, reason: 'fsync' | 'close'): Promise<void> {
-    for (const s of this.stages) if (s.endWriteSession) await s.endWriteSession(path, caller, reason);
+  async endWriteSession(path: string | null, caller: Caller, reason: 'fsync' | 'close', file?: OpenFile): Promise<void> {
+    for (const s of this.stages) if (s.endWriteSession) await s.endWriteSession(path, caller, reason, file);
+  }
+
+  async durable(): Promise<void> {
+    for (const s of this.stages) if (s.durable) await s.durable();
+  }
+
+  async released(file: OpenFile): Promise<void> {
+    for (const s of this.stages) if (s.released) await s.released(file);
+  }
+
+  async openingForWrite(path: string, caller: Caller): Promise<void> {
+    for (const s of this.stages) if (s.openingForWrite) await s.openingForWrite(path, caller);
   }
 }
 

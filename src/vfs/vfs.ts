@@ -1,7 +1,7 @@
 import { constants as C } from 'node:fs';
 import type { Attr, Backend, FsStats, TimeSpec } from '../backend/types.js';
 import { VfsError } from './errors.js';
-import { OpenFile, OpenFileTable } from './open-files.js';
+import { OpenFile, OpenFileTable, isFuseHiddenName } from './open-files.js';
 import { checkPath, isWithin, parentOf } from './paths.js';
 import { MutationPipeline, type Caller, type Mutation } from './pipeline.js';
 
@@ -77,6 +77,8 @@ export class Vfs {
   // ---- metadata ------------------------------------------------------------------------------
 
   getattr(path: string): Promise<Attr> {
+    const hidden = this.openFiles.hidden(path);
+    if (hidden) return hidden.file.stat();
     return this.backend.stat(checkPath(path));
   }
 
@@ -107,6 +109,9 @@ export class Vfs {
   async open(path: string, flags: number, caller: Caller = NO_CALLER): Promise<number> {
     checkPath(path);
     const f = decodeFlags(flags);
+    const hidden = this.openFiles.hidden(path);
+    if (hidden && (!f.write || hidden.file.writable)) return this.newHandle(hidden, f.write);
+    if (f.write && !this.pipeline.empty) await this.pipeline.openingForWrite(path, caller);
     const of = await this.openState(path, f.write);
     const fh = this.newHandle(of, f.write);
     if (f.truncate && f.write) {
@@ -126,14 +131,16 @@ export class Vfs {
     const existing = this.openFiles.get(path);
     if (existing) {
       if (f.exclusive) throw new VfsError('EEXIST', `${path} exists`);
-      return this.open(path, flags | C.O_RDWR, caller);
+      // replace the access mode (O_WRONLY|O_RDWR would be O_ACCMODE, i.e. not writable)
+      return this.open(path, (flags & ~3) | C.O_RDWR, caller);
     }
-    const file = await this.mutate({ op: 'create', path, mode, caller }, async () => {
+    const file = await this.mutate({ op: 'create', path, mode, truncate: f.truncate, caller }, async () => {
       const file = await this.backend.open(path, { write: true, create: true, exclusive: f.exclusive, truncate: f.truncate }, mode & 0o7777);
       await this.giveToCaller(path, caller);
       return file;
     });
-    const of = new OpenFile(path, file);
+    // new or emptied: size 0; an existing file opened by a racing O_CREAT: unknown
+    const of = new OpenFile(path, file, f.truncate || f.exclusive ? 0 : undefined);
     this.openFiles.add(of);
     return this.newHandle(of, true);
   }
@@ -142,9 +149,14 @@ export class Vfs {
   private async openState(path: string, write: boolean): Promise<OpenFile> {
     const existing = this.openFiles.get(path);
     if (existing && (!write || existing.file.writable)) return existing;
-    const st = await this.backend.stat(path);
-    if (st.type === 'dir') {
-      if (write) throw new VfsError('EISDIR', `${path} is a directory`);
+    // Only a write needs the stat (EISDIR; the size for the mutation path). A read goes
+    // straight to open: one backend call less, and files synthesized per stat (/.ledgerfs)
+    // keep serving what the kernel's last getattr saw.
+    let size: number | undefined;
+    if (write) {
+      const st = await this.backend.stat(path);
+      if (st.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
+      if (st.nlink === 1) size = st.size;
     }
     const file = await this.backend.open(path, { write });
     const again = this.openFiles.get(path);
@@ -156,10 +168,11 @@ export class Vfs {
       // Upgrade: the shared state now writes through a read-write backend file.
       const old = again.file;
       again.file = file;
+      again.size ??= size;
       await old.close();
       return again;
     }
-    const of = new OpenFile(path, file);
+    const of = new OpenFile(path, file, size);
     this.openFiles.add(of);
     return of;
   }
@@ -178,7 +191,7 @@ export class Vfs {
     }
     const m: Mutation = {
       op: 'write', path: of.path ?? '', offset: position, length, size: position + length,
-      firstInSession: !of.dirty, caller,
+      firstInSession: !of.dirty, file: of, caller,
     };
     return this.mutate(m, async () => {
       of.dirty = true;
@@ -195,7 +208,7 @@ export class Vfs {
       if (of.path === null) throw new VfsError('EBADF', 'handle not open for writing');
       return this.truncate(of.path, size, caller);
     }
-    await this.mutate({ op: 'truncate', path: of.path ?? '', size, firstInSession: !of.dirty, caller }, async () => {
+    await this.mutate({ op: 'truncate', path: of.path ?? '', size, firstInSession: !of.dirty, file: of, caller }, async () => {
       of.dirty = true;
       await of.file.truncate(size);
     });
@@ -205,25 +218,35 @@ export class Vfs {
     checkPath(path);
     const of = this.openFiles.get(path);
     if (of && of.file.writable) {
-      await this.mutate({ op: 'truncate', path, size, firstInSession: !of.dirty, caller }, async () => {
+      await this.mutate({ op: 'truncate', path, size, firstInSession: !of.dirty, file: of, caller }, async () => {
         of.dirty = true;
         await of.file.truncate(size);
       });
       return;
     }
-    await this.mutate({ op: 'truncate', path, size, caller }, () => this.backend.truncate(path, size));
+    await this.mutate({ op: 'truncate', path, size, file: of, caller }, () => this.backend.truncate(path, size));
   }
 
-  async flush(fh: number): Promise<void> {
-    this.handle(fh);
+  async flush(fh: number, caller: Caller = NO_CALLER): Promise<void> {
+    const of = this.handle(fh).of;
+    // close(2) waits for this flush; the release comes later, after close has returned. Ending
+    // the write session here makes every close a session boundary, so a program that closes and
+    // reopens a file starts a new session, and the journal can roll back to the point between.
+    if (of.dirty) {
+      of.dirty = false;
+      await this.pipeline.endWriteSession(of.path, caller, 'close', of);
+    }
   }
 
   async fsync(fh: number, dataOnly: boolean, caller: Caller = NO_CALLER): Promise<void> {
     const of = this.handle(fh).of;
     await of.file.sync(dataOnly);
     if (of.dirty) {
-      await this.pipeline.endWriteSession(of.path, caller, 'fsync');
+      await this.pipeline.endWriteSession(of.path, caller, 'fsync', of);
       of.dirty = false;
+    } else if (!this.pipeline.empty) {
+      // the journal records of this file (its create, say) must be durable before we ack
+      await this.pipeline.durable();
     }
   }
 
@@ -237,8 +260,9 @@ export class Vfs {
     try {
       if (of.dirty) {
         of.dirty = false;
-        await this.pipeline.endWriteSession(of.path, caller, 'close');
+        await this.pipeline.endWriteSession(of.path, caller, 'close', of);
       }
+      if (!this.pipeline.empty) await this.pipeline.released(of);
     } finally {
       await of.file.close();
     }
@@ -261,7 +285,9 @@ export class Vfs {
 
   async unlink(path: string, caller: Caller = NO_CALLER): Promise<void> {
     checkPath(path);
-    await this.mutate({ op: 'unlink', path, caller }, async () => {
+    // libfuse drops the hidden name of a file unlinked while open: the backend node is gone already
+    if (this.openFiles.unhide(path)) return;
+    await this.mutate({ op: 'unlink', path, file: this.openFiles.get(path), caller }, async () => {
       await this.backend.unlink(path);
       this.openFiles.detach(path);
     });
@@ -272,7 +298,18 @@ export class Vfs {
     checkPath(to);
     if (from === to) return;
     if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
-    await this.mutate({ op: 'rename', path: from, target: to, caller }, async () => {
+    if (isFuseHiddenName(to) && this.openFiles.get(from)) {
+      // libfuse 2 hides a file unlinked (or renamed over) while open by renaming it; unlink it for
+      // real instead and keep the hidden name as an alias of the open state, so fstat still works
+      // (with hard_remove libfuse has no path for it and answers ENOENT to fstat).
+      await this.mutate({ op: 'unlink', path: from, file: this.openFiles.get(from), caller }, async () => {
+        await this.backend.unlink(from);
+        this.openFiles.hide(from, to);
+      });
+      return;
+    }
+    const moved = { file: this.openFiles.get(from), targetFile: this.openFiles.get(to) };
+    await this.mutate({ op: 'rename', path: from, target: to, ...moved, caller }, async () => {
       await this.backend.rename(from, to);
       this.openFiles.detach(to);
       this.openFiles.move(from, to);
@@ -291,7 +328,7 @@ export class Vfs {
     checkPath(existing);
     checkPath(newPath);
     if (!this.backend.capabilities.hardLinks) throw new VfsError('EPERM', `${this.backend.kind} backend has no hard links`);
-    await this.mutate({ op: 'link', path: existing, target: newPath, caller }, () => this.backend.link(existing, newPath));
+    await this.mutate({ op: 'link', path: existing, target: newPath, file: this.openFiles.get(existing), caller }, () => this.backend.link(existing, newPath));
   }
 
   async chmod(path: string, mode: number, caller: Caller = NO_CALLER): Promise<void> {

@@ -77,7 +77,8 @@ export async function startMount(opts: StartOptions = {}): Promise<TestMount> {
   const source = opts.omitSource ? [] : ['--source', src];
   const daemon = spawn(process.execPath, [CLI, 'mount', ...source, ...(opts.args ?? []), mnt], {
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...opts.env },
+    // the journal's default state dir goes under XDG_STATE_HOME: keep it in this temp dir
+    env: { ...process.env, XDG_STATE_HOME: path.join(dir, 'state-home'), ...opts.env },
   });
   daemon.stdout?.on('data', (d: Buffer) => (log += d.toString()));
   daemon.stderr?.on('data', (d: Buffer) => (log += d.toString()));

@@ -1,0 +1,594 @@
+import fs from 'node:fs';
+import { VfsError } from '../vfs/errors.js';
+import { checkPath, isWithin, parentOf, rebase } from '../vfs/paths.js';
+import { GcsRequests, makeStorage } from './gcs/client.js';
+import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
+import { GcsFile, type GcsFileHost } from './gcs/file.js';
+import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo } from './gcs/metadata.js';
+import { ObjectNames, isPosixName } from './gcs/names.js';
+import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
+import { withRetries } from './gcs/retry.js';
+import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec } from './types.js';
+
+export type { GcsBackendOptions, GcsConflict } from './gcs/options.js';
+
+/** Thrown by createGcsBackend when the bucket cannot be used; the message says why and what to do. */
+export class GcsSetupError extends Error {}
+
+/**
+ * Open a GCS workspace: build the client, check that the bucket answers (a missing bucket or
+ * missing credentials fail here with a sentence that says what to do), prepare the staging dir.
+ */
+export async function createGcsBackend(options: GcsBackendOptions): Promise<GcsBackend> {
+  const o = resolveGcsOptions(options);
+  const req = new GcsRequests(makeStorage(o), o.bucket, retryPolicy(o), o);
+  try {
+    // A short probe: a bucket that is not there should not take the full retry budget to say so.
+    await withRetries({ ...retryPolicy(o), attempts: Math.min(3, o.retryAttempts) }, req.counters, () => req.bucket.getMetadata());
+  } catch (err) {
+    throw new GcsSetupError(setupErrorMessage(err, o.bucket, o.keyFile));
+  }
+  try {
+    fs.mkdirSync(o.stagingDir, { recursive: true, mode: 0o700 });
+  } catch (err) {
+    throw new GcsSetupError(`staging directory ${o.stagingDir} cannot be created: ${(err as Error).message}`);
+  }
+  return new GcsBackend(req, o);
+}
+
+function retryPolicy(o: ResolvedGcsOptions) {
+  return { attempts: o.retryAttempts, initialDelayMs: o.retryInitialDelayMs, maxDelayMs: o.retryMaxDelayMs, totalTimeoutMs: o.retryTotalTimeoutMs };
+}
+
+/** What a path is in the bucket (see "Namespace" in src/backend/gcs/README.md). */
+type Found =
+  | { type: 'none' }
+  | { type: 'dir'; placeholder?: ObjectInfo }
+  | { type: 'file' | 'symlink'; object: ObjectInfo };
+
+const nowNs = () => BigInt(Date.now()) * 1_000_000n;
+/** Attempts for read-modify-write sequences that lose a race (412) before giving up with ESTALE. */
+const RACE_ATTEMPTS = 4;
+
+/**
+ * The GCS backend: a bucket (under an optional prefix) as files, directories and symlinks.
+ * Objects are files; a `dir/` placeholder or a common prefix is a directory; POSIX attributes
+ * live in custom metadata under gcsfuse's and gsutil's keys (gcs/metadata.ts). Every change is
+ * made with generation preconditions, so a concurrent writer elsewhere makes it fail (or
+ * retry), never silently overwrites. Nothing is cached here: caches are layers around backends.
+ */
+export class GcsBackend implements Backend, GcsFileHost {
+  readonly kind = 'gcs';
+  readonly location: string;
+  readonly capabilities: BackendCapabilities = { xattrs: false, hardLinks: false, symlinks: true, owners: true };
+  /** local versions set aside because their upload was refused or failed (newest last) */
+  readonly conflicts: GcsConflict[] = [];
+  readonly names: ObjectNames;
+  readonly attrDefaults: AttrDefaults;
+  readonly stagingDir: string;
+  private readonly openFiles = new Map<string, Set<GcsFile>>();
+
+  constructor(
+    readonly req: GcsRequests,
+    private readonly opts: ResolvedGcsOptions,
+  ) {
+    this.names = new ObjectNames(opts.prefix);
+    this.location = `gs://${opts.bucket}/${opts.prefix}`;
+    this.stagingDir = opts.stagingDir;
+    this.attrDefaults = { fileMode: opts.fileMode, dirMode: opts.dirMode, uid: opts.uid, gid: opts.gid, implicitTimeNs: nowNs() };
+  }
+
+  /** Requests retried so far (for tests and metrics). */
+  get retries(): number {
+    return this.req.counters.retries;
+  }
+
+  // ---- GcsFileHost ---------------------------------------------------------------------------
+
+  forget(f: GcsFile): void {
+    const set = this.openFiles.get(f.path);
+    if (set && set.delete(f) && set.size === 0) this.openFiles.delete(f.path);
+  }
+
+  reportConflict(c: GcsConflict): void {
+    this.conflicts.push(c);
+    this.opts.onConflict?.(c);
+  }
+
+  private track(f: GcsFile): void {
+    let set = this.openFiles.get(f.path);
+    if (!set) this.openFiles.set(f.path, (set = new Set()));
+    set.add(f);
+  }
+
+  private filesAt(path: string): GcsFile[] {
+    return [...(this.openFiles.get(path) ?? [])];
+  }
+
+  private filesUnder(dir: string): GcsFile[] {
+    const out: GcsFile[] = [];
+    for (const [p, set] of this.openFiles) if (isWithin(p, dir)) out.push(...set);
+    return out;
+  }
+
+  // ---- lookups -------------------------------------------------------------------------------
+
+  /** The first object whose name starts with `prefix`, following empty pages GCS may return. */
+  private async firstUnder(prefix: string): Promise<ObjectInfo | undefined | null> {
+    let pageToken: string | undefined;
+    for (let i = 0; i < 5; i++) {
+      const page = await this.req.list({ prefix, maxResults: 1, ...(pageToken ? { pageToken } : {}) });
+      if (page.items[0]) return page.items[0];
+      if (!page.nextPageToken) return undefined;
+      pageToken = page.nextPageToken;
+    }
+    return null; // only empty pages: treat as "something may be there"
+  }
+
+  /** Is `dirKey` a directory: its placeholder, or (implicit dirs) any object under it? */
+  private async probeDir(dirKey: string): Promise<{ placeholder?: ObjectInfo } | undefined> {
+    if (!this.opts.implicitDirs) {
+      const p = await this.req.head(dirKey);
+      return p ? { placeholder: p } : undefined;
+    }
+    const first = await this.firstUnder(dirKey);
+    if (first === undefined) return undefined;
+    return first && first.name === dirKey ? { placeholder: first } : {};
+  }
+
+  /**
+   * What `path` is. The object `a` and the prefix `a/` are asked for together; if both exist
+   * the directory wins and the object `a` is hidden (it stays in the bucket untouched).
+   */
+  private async lookup(path: string): Promise<Found> {
+    try {
+      if (path === '/') {
+        const placeholder = this.names.prefix ? await this.req.head(this.names.prefix) : undefined;
+        return placeholder ? { type: 'dir', placeholder } : { type: 'dir' };
+      }
+      const key = this.names.key(path);
+      const [obj, dir] = await Promise.all([this.req.head(key), this.probeDir(key + '/')]);
+      if (dir) return dir.placeholder ? { type: 'dir', placeholder: dir.placeholder } : { type: 'dir' };
+      if (obj) return { type: typeOfObject(obj), object: obj };
+      return { type: 'none' };
+    } catch (err) {
+      throw toVfsError(err, `look up ${path}`);
+    }
+  }
+
+  private async requireParentDir(path: string): Promise<void> {
+    const parent = parentOf(path);
+    if (parent === '/') return;
+    const f = await this.lookup(parent);
+    if (f.type === 'none') throw new VfsError('ENOENT', `${parent} does not exist`);
+    if (f.type !== 'dir') throw new VfsError('ENOTDIR', `${parent} is not a directory`);
+  }
+
+  /**
+   * After the last entry of a directory left it, keep the directory: a directory that existed
+   * only as a common prefix would otherwise vanish with its last object (gcsfuse's documented
+   * surprise). A placeholder is written when nothing is left under the prefix.
+   */
+  private async keepDir(dir: string): Promise<void> {
+    if (dir === '/') return;
+    const dirKey = this.names.dirKey(dir);
+    try {
+      if ((await this.firstUnder(dirKey)) !== undefined) return;
+      await this.req.uploadBuffer(dirKey, Buffer.alloc(0), { ifGenerationMatch: 0n, metadata: {} });
+    } catch (err) {
+      if (!isPreconditionFailed(err)) throw toVfsError(err, `keep directory ${dir}`);
+    }
+  }
+
+  private newNodeMeta(extra: NodeMeta): Record<string, string> {
+    return nodeMetaEntries({ uid: this.opts.uid, gid: this.opts.gid, mtimeNs: nowNs(), ...extra });
+  }
+
+  /** Create an empty object (new file, placeholder, symlink) only if nothing is there yet. */
+  private async createEmpty(key: string, metadata: Record<string, string>): Promise<ObjectInfo | undefined> {
+    try {
+      return await this.req.uploadBuffer(key, Buffer.alloc(0), { ifGenerationMatch: 0n, metadata });
+    } catch (err) {
+      if (isPreconditionFailed(err)) return undefined;
+      throw toVfsError(err, `create ${key}`);
+    }
+  }
+
+  // ---- Backend: reads ------------------------------------------------------------------------
+
+  async stat(path: string): Promise<Attr> {
+    checkPath(path);
+    const local = this.filesAt(path).find((f) => f.hasLocalState);
+    if (local) return local.stat();
+    const f = await this.lookup(path);
+    if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
+    if (f.type === 'dir') return attrOf('dir', path, f.placeholder, this.attrDefaults);
+    return attrOf(f.type, path, f.object, this.attrDefaults);
+  }
+
+  /**
+   * One delimiter listing, all pages. Objects directly under the directory are files or
+   * symlinks, common prefixes are directories (with implicit dirs off, only those that have a
+   * placeholder, which includeTrailingDelimiter returns among the items); an object and a
+   * prefix with the same name show once, as the directory; names POSIX cannot show (see
+   * isPosixName) are left out.
+   */
+  async readdir(path: string): Promise<DirEntry[]> {
+    checkPath(path);
+    const dirKey = this.names.dirKey(path);
+    const files = new Map<string, NodeType>();
+    const dirs = new Set<string>();
+    const placeholders = new Set<string>();
+    let sawAnything = false;
+    let pageToken: string | undefined;
+    try {
+      do {
+        const page = await this.req.list({ prefix: dirKey, delimiter: '/', includeTrailingDelimiter: true, ...(pageToken ? { pageToken } : {}) });
+        for (const p of page.prefixes) {
+          sawAnything = true;
+          const name = p.slice(dirKey.length, -1);
+          if (isPosixName(name)) dirs.add(name);
+        }
+        for (const o of page.items) {
+          sawAnything = true;
+          const rest = o.name.slice(dirKey.length);
+          if (rest.endsWith('/')) placeholders.add(rest.slice(0, -1));
+          else if (isPosixName(rest)) files.set(rest, typeOfObject(o));
+        }
+        pageToken = page.nextPageToken;
+      } while (pageToken);
+    } catch (err) {
+      throw toVfsError(err, `list ${path}`);
+    }
+    const entries = new Map<string, NodeType>(files);
+    for (const d of dirs) if (this.opts.implicitDirs || placeholders.has(d)) entries.set(d, 'dir');
+    if (!sawAnything && path !== '/') {
+      // Nothing under the prefix: a file, or nothing at all (or a placeholder-less dir with implicit dirs off).
+      const f = await this.lookup(path);
+      if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
+      if (f.type !== 'dir') throw new VfsError('ENOTDIR', `${path} is not a directory`);
+    }
+    return [...entries].map(([name, type]) => ({ name, type }));
+  }
+
+  async readlink(path: string): Promise<string> {
+    checkPath(path);
+    const f = await this.lookup(path);
+    if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
+    if (f.type !== 'symlink') throw new VfsError('EINVAL', `${path} is not a symlink`);
+    return readNodeMeta(f.object.metadata).symlinkTarget ?? '';
+  }
+
+  /**
+   * The content of a file into a local file (the journal's before-images): the staged bytes if
+   * this backend holds local changes for it, otherwise a download of the live generation.
+   */
+  async copyOut(path: string, hostFile: string): Promise<void> {
+    checkPath(path);
+    const local = this.filesAt(path).find((f) => f.stagedFile !== undefined);
+    if (local?.stagedFile) {
+      fs.copyFileSync(local.stagedFile, hostFile);
+      return;
+    }
+    const f = await this.lookup(path);
+    if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
+    if (f.type !== 'file') throw new VfsError(f.type === 'dir' ? 'EISDIR' : 'EINVAL', `${path} is not a file`);
+    try {
+      await this.req.downloadTo(f.object.name, f.object.generation, hostFile);
+    } catch (err) {
+      if (isNotFound(err)) throw new VfsError('ESTALE', `${path} changed in the bucket while being copied out`);
+      throw toVfsError(err, `copy out ${path}`);
+    }
+  }
+
+  async statfs(): Promise<FsStats> {
+    // A bucket has no capacity to report; large round numbers keep df and installers content.
+    // Quotas are the policy layer's business.
+    return { bsize: 4096, blocks: 2 ** 40, bfree: 2 ** 40, bavail: 2 ** 40, files: 2 ** 32, ffree: 2 ** 32, namemax: 255 };
+  }
+
+  // ---- Backend: open files -------------------------------------------------------------------
+
+  async open(path: string, mode: OpenMode, createMode = 0o644): Promise<BackendFile> {
+    checkPath(path);
+    if (path === '/') throw new VfsError('EISDIR', '/ is a directory');
+    const key = this.names.key(path);
+    for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
+      const f = await this.lookup(path);
+      if (f.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
+      if (f.type === 'symlink') throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
+      let obj: ObjectInfo | undefined;
+      if (f.type === 'file') {
+        if (mode.create && mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
+        obj = f.object;
+      } else {
+        if (!mode.create) throw new VfsError('ENOENT', `${path} does not exist`);
+        await this.requireParentDir(path);
+        // Created at once, empty, only if still absent: the file is visible to stat and other
+        // hosts right away, and O_EXCL is decided by GCS (ifGenerationMatch=0).
+        obj = await this.createEmpty(key, this.newNodeMeta({ perm: createMode & 0o7777 }));
+        if (!obj) {
+          if (mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
+          continue; // someone created it meanwhile: open theirs
+        }
+      }
+      const file = new GcsFile(this, path, key, obj, mode.write);
+      this.track(file);
+      if (mode.truncate && mode.write && obj.size > 0) await file.truncate(0);
+      return file;
+    }
+    throw new VfsError('ESTALE', `${path} kept changing in the bucket while being opened`);
+  }
+
+  async truncate(path: string, size: number): Promise<void> {
+    const open = this.filesAt(path).find((f) => f.writable);
+    if (open) {
+      await open.truncate(size);
+      return;
+    }
+    const f = await this.open(path, { write: true });
+    try {
+      await f.truncate(size);
+    } finally {
+      await f.close();
+    }
+  }
+
+  // ---- Backend: namespace --------------------------------------------------------------------
+
+  async mkdir(path: string, mode: number): Promise<void> {
+    checkPath(path);
+    if (path === '/') throw new VfsError('EEXIST', '/ exists');
+    const [f] = await Promise.all([this.lookup(path), this.requireParentDir(path)]);
+    if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
+    const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
+    if (!made) throw new VfsError('EEXIST', `${path} exists`);
+  }
+
+  async rmdir(path: string): Promise<void> {
+    checkPath(path);
+    if (path === '/') throw new VfsError('EBUSY', 'the root directory cannot be removed');
+    const f = await this.lookup(path);
+    if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
+    if (f.type !== 'dir') throw new VfsError('ENOTDIR', `${path} is not a directory`);
+    const dirKey = this.names.dirKey(path);
+    try {
+      const page = await this.req.list({ prefix: dirKey, maxResults: 2 });
+      // Objects with names POSIX cannot show (e.g. "dir//x") count too: removing the
+      // directory must not orphan them.
+      if (page.items.some((o) => o.name !== dirKey) || page.nextPageToken) throw new VfsError('ENOTEMPTY', `${path} is not empty`);
+      if (f.placeholder) await this.req.remove(dirKey, f.placeholder.generation);
+    } catch (err) {
+      if (isNotFound(err)) return; // removed meanwhile: the outcome is the same
+      if (isPreconditionFailed(err)) throw new VfsError('ESTALE', `${path}: its placeholder changed in the bucket meanwhile`);
+      throw toVfsError(err, `rmdir ${path}`);
+    }
+    await this.keepDir(parentOf(path));
+  }
+
+  async unlink(path: string): Promise<void> {
+    checkPath(path);
+    for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
+      const f = await this.lookup(path);
+      if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
+      if (f.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
+      const open = this.filesAt(path);
+      for (const of of open) await of.keepLocalCopy(); // open handles keep reading, as POSIX wants
+      try {
+        await this.req.remove(f.object.name, f.object.generation);
+      } catch (err) {
+        if (isPreconditionFailed(err)) continue; // replaced meanwhile: unlink the new one
+        if (!isNotFound(err)) throw toVfsError(err, `unlink ${path}`);
+      }
+      for (const of of open) {
+        of.unlinked = true;
+        this.forget(of);
+      }
+      await this.keepDir(parentOf(path));
+      return;
+    }
+    throw new VfsError('ESTALE', `${path} kept changing in the bucket while being unlinked`);
+  }
+
+  async symlink(target: string, path: string): Promise<void> {
+    checkPath(path);
+    const [f] = await Promise.all([this.lookup(path), this.requireParentDir(path)]);
+    if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
+    const made = await this.createEmpty(this.names.key(path), this.newNodeMeta({ symlinkTarget: target }));
+    if (!made) throw new VfsError('EEXIST', `${path} exists`);
+  }
+
+  async link(existing: string): Promise<void> {
+    throw new VfsError('EPERM', `${existing}: the GCS backend has no hard links`);
+  }
+
+  /**
+   * rename = copy + delete, so it is not atomic: another client can see both names for a
+   * moment, and a crash mid-way leaves both (nothing is lost; the journal's rename intent will
+   * finish or undo it on restart). A directory is renamed object by object: all copies first,
+   * then all deletes.
+   */
+  async rename(from: string, to: string): Promise<void> {
+    checkPath(from);
+    checkPath(to);
+    if (from === to) return;
+    if (from === '/' || to === '/') throw new VfsError('EBUSY', 'the root directory cannot be renamed');
+    if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
+    // Local changes of open files go first, so the copy carries them.
+    for (const of of this.filesUnder(from)) if (of.isDirty) await of.sync();
+    const [src, dst] = await Promise.all([this.lookup(from), this.lookup(to), this.requireParentDir(to)]);
+    if (src.type === 'none') throw new VfsError('ENOENT', `${from} does not exist`);
+    if (src.type === 'dir') {
+      if (dst.type === 'file' || dst.type === 'symlink') throw new VfsError('ENOTDIR', `${to} is not a directory`);
+      await this.renameDir(from, to, dst.type === 'dir' ? dst : undefined);
+    } else {
+      if (dst.type === 'dir') throw new VfsError('EISDIR', `${to} is a directory`);
+      await this.renameObject(from, to, src.object, dst.type === 'none' ? undefined : dst.object);
+    }
+    await this.keepDir(parentOf(from));
+  }
+
+  private async renameObject(from: string, to: string, src: ObjectInfo, replaced: ObjectInfo | undefined): Promise<void> {
+    const toKey = this.names.key(to);
+    for (const of of this.filesAt(to)) await of.keepLocalCopy();
+    const copied = await this.copyObject(src, toKey, replaced ? replaced.generation : 0n, to);
+    for (const of of this.filesAt(to)) {
+      of.unlinked = true;
+      this.forget(of);
+    }
+    await this.deleteSource(src, from);
+    for (const of of this.filesAt(from)) {
+      this.forget(of);
+      of.retarget(to, toKey, copied);
+      this.track(of);
+    }
+  }
+
+  private async renameDir(from: string, to: string, existing: { placeholder?: ObjectInfo } | undefined): Promise<void> {
+    const fromKey = this.names.dirKey(from);
+    const toKey = this.names.dirKey(to);
+    if (existing) {
+      const first = await this.req.list({ prefix: toKey, maxResults: 2 }).catch((err) => {
+        throw toVfsError(err, `list ${to}`);
+      });
+      if (first.items.some((o) => o.name !== toKey) || first.nextPageToken) throw new VfsError('ENOTEMPTY', `${to} is not empty`);
+    }
+    const objects: ObjectInfo[] = [];
+    let pageToken: string | undefined;
+    try {
+      do {
+        const page = await this.req.list({ prefix: fromKey, ...(pageToken ? { pageToken } : {}) });
+        objects.push(...page.items);
+        pageToken = page.nextPageToken;
+      } while (pageToken);
+    } catch (err) {
+      throw toVfsError(err, `list ${from}`);
+    }
+    const copies = new Map<string, ObjectInfo>();
+    await this.inBatches(objects, async (o) => {
+      const dstKey = toKey + o.name.slice(fromKey.length);
+      const pre = dstKey === toKey && existing?.placeholder ? existing.placeholder.generation : 0n;
+      copies.set(o.name, await this.copyObject(o, dstKey, pre, to));
+    });
+    const stale: string[] = [];
+    await this.inBatches(objects, async (o) => {
+      try {
+        await this.deleteSource(o, this.names.pathOf(o.name));
+      } catch (err) {
+        if (err instanceof VfsError && err.code === 'ESTALE') stale.push(o.name);
+        else throw err;
+      }
+    });
+    for (const of of this.filesUnder(from)) {
+      const newPath = rebase(of.path, from, to);
+      const info = copies.get(of.key);
+      this.forget(of);
+      if (info) of.retarget(newPath, this.names.key(newPath), info);
+      this.track(of);
+    }
+    if (stale.length) {
+      throw new VfsError('ESTALE', `rename ${from} -> ${to}: copied, but ${stale.length} source object(s) changed meanwhile and were left in place: ${stale.slice(0, 5).join(', ')}`);
+    }
+  }
+
+  /** Copy one generation; a 412 that finds our own copy already there (lost response) is success. */
+  private async copyObject(src: ObjectInfo, dstKey: string, ifGenerationMatch: bigint, to: string): Promise<ObjectInfo> {
+    try {
+      return await this.req.copy(src.name, src.generation, dstKey, { ifGenerationMatch });
+    } catch (err) {
+      if (isPreconditionFailed(err)) {
+        const cur = await this.req.head(dstKey).catch(() => undefined);
+        if (cur && cur.crc32c === src.crc32c && cur.size === src.size && sameMetadata(cur.metadata, src.metadata) && cur.generation > src.generation) return cur;
+        throw new VfsError('ESTALE', `rename to ${to}: the destination changed in the bucket meanwhile`);
+      }
+      if (isNotFound(err)) throw new VfsError('ESTALE', `rename to ${to}: the source ${src.name} changed or vanished meanwhile`);
+      throw toVfsError(err, `copy to ${to}`);
+    }
+  }
+
+  /** Delete the source generation of a rename; gone already is fine, changed meanwhile is kept. */
+  private async deleteSource(src: ObjectInfo, from: string): Promise<void> {
+    try {
+      await this.req.remove(src.name, src.generation);
+    } catch (err) {
+      if (isNotFound(err)) return;
+      if (isPreconditionFailed(err)) throw new VfsError('ESTALE', `rename of ${from}: copied, but the source changed meanwhile and was left in place`);
+      throw toVfsError(err, `rename: delete ${from}`);
+    }
+  }
+
+  private async inBatches<T>(items: T[], fn: (item: T) => Promise<void>): Promise<void> {
+    let next = 0;
+    const worker = async () => {
+      while (next < items.length) await fn(items[next++] as T);
+    };
+    await Promise.all(Array.from({ length: Math.min(this.opts.renameConcurrency, items.length) }, worker));
+  }
+
+  // ---- Backend: attributes -------------------------------------------------------------------
+
+  async chmod(path: string, mode: number): Promise<void> {
+    await this.patchNode(path, { perm: mode & 0o7777 }, 'chmod');
+  }
+
+  async chown(path: string, uid: number, gid: number): Promise<void> {
+    await this.patchNode(path, { uid, gid }, 'chown');
+  }
+
+  async utimens(path: string, times: TimeSpec): Promise<void> {
+    if (times.atimeNs === undefined && times.mtimeNs === undefined) return;
+    const now = nowNs();
+    const fields: NodeMeta = {};
+    if (times.mtimeNs !== undefined) fields.mtimeNs = times.mtimeNs === 'now' ? now : times.mtimeNs;
+    if (times.atimeNs !== undefined) fields.atimeNs = times.atimeNs === 'now' ? now : times.atimeNs;
+    await this.patchNode(path, fields, 'utimens');
+    if (fields.mtimeNs !== undefined) for (const of of this.filesAt(path)) of.setMtime(fields.mtimeNs);
+  }
+
+  /**
+   * Change recorded attributes: a metadata patch with ifGenerationMatch and
+   * ifMetagenerationMatch of what was looked up, re-done if another client changed the object
+   * in between. A directory without a placeholder gets one, carrying the attributes. The bucket
+   * root (no prefix) has no object to carry them: changes to it are accepted and not kept.
+   */
+  private async patchNode(path: string, fields: NodeMeta, what: string): Promise<void> {
+    checkPath(path);
+    const entries = nodeMetaEntries(fields);
+    for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
+      const f = await this.lookup(path);
+      if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
+      // Linux cannot chmod a symlink itself (as the local backend).
+      if (f.type === 'symlink' && what === 'chmod') throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
+      const obj = f.type === 'dir' ? f.placeholder : f.object;
+      if (!obj) {
+        if (path === '/' && !this.names.prefix) return;
+        const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ mtimeNs: this.attrDefaults.implicitTimeNs, ...fields }));
+        if (made) return;
+        continue;
+      }
+      let info: ObjectInfo;
+      try {
+        info = await this.req.patchMetadata(obj.name, entries, { ifGenerationMatch: obj.generation, ifMetagenerationMatch: obj.metageneration });
+      } catch (err) {
+        if (isNotFound(err)) continue;
+        if (!isPreconditionFailed(err)) throw toVfsError(err, `${what} ${path}`);
+        const cur = await this.req.head(obj.name).catch(() => undefined);
+        if (!cur || !Object.entries(entries).every(([k, v]) => cur.metadata[k] === v)) continue;
+        info = cur; // an earlier attempt of this patch landed; only its response was lost
+      }
+      for (const of of this.filesAt(path)) of.noteMetadata(info);
+      return;
+    }
+    throw new VfsError('ESTALE', `${what} ${path}: the object kept changing in the bucket`);
+  }
+
+  async close(): Promise<void> {
+    // Open files are closed by their owners (the Vfs); the client holds no other resources.
+  }
+}
+
+function sameMetadata(a: Record<string, string>, b: Record<string, string>): boolean {
+  const ka = Object.keys(a);
+  return ka.length === Object.keys(b).length && ka.every((k) => a[k] === b[k]);
+}
+

@@ -1,0 +1,203 @@
+import fs from 'node:fs';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { Storage, type Bucket, type File } from '@google-cloud/storage';
+import { httpStatus, isNotFound } from './errors.js';
+import { objectInfo, type ObjectInfo, type RawObjectMetadata } from './metadata.js';
+import type { ResolvedGcsOptions } from './options.js';
+import { withRetries, type RetryCounters, type RetryPolicy } from './retry.js';
+
+/**
+ * Build the client. Its own retry machinery is switched off and all retrying happens in
+ * retry.ts, because in @google-cloud/storage v7:
+ *  - file.save() and resumable-upload initiation run async-retry with maxTimeout =
+ *    maxRetryDelay*1000 and a fixed minTimeout of 1000 ms, so a maxRetryDelay below 1 s throws
+ *    "minTimeout is greater than maxTimeout" before any request (we keep it >= 1 s for that);
+ *  - multipart (non-resumable) uploads never retry, and which other calls retry depends on
+ *    whether preconditions were passed (IdempotencyStrategy.RetryConditional);
+ *  - an unconditional save() sets the shared storage.retryOptions.autoRetry to false while it
+ *    runs, which changes the retry behaviour of concurrent calls on the same client.
+ * With apiEndpoint (the emulator) and no keyFile, requests go unauthenticated, as the client
+ * does for custom endpoints; with a keyFile they are signed even there.
+ */
+export function makeStorage(o: ResolvedGcsOptions): Storage {
+  return new Storage({
+    ...(o.apiEndpoint !== undefined ? { apiEndpoint: o.apiEndpoint, useAuthWithCustomEndpoint: o.keyFile !== undefined } : {}),
+    ...(o.keyFile !== undefined ? { keyFilename: o.keyFile } : {}),
+    // Bucket and object calls need no project; the emulator's client still wants one set.
+    ...(o.projectId !== undefined ? { projectId: o.projectId } : o.apiEndpoint !== undefined ? { projectId: 'ledgerfs' } : {}),
+    timeout: o.requestTimeoutMs,
+    retryOptions: { autoRetry: false, maxRetries: 0, maxRetryDelay: 64, totalTimeout: Math.max(1, o.retryTotalTimeoutMs / 1000) },
+  });
+}
+
+export interface ListPage {
+  items: ObjectInfo[];
+  prefixes: string[];
+  nextPageToken?: string;
+}
+
+export interface WritePreconditions {
+  /** 0n: the object must not exist */
+  ifGenerationMatch: bigint;
+  ifMetagenerationMatch?: bigint;
+}
+
+export interface UploadSpec extends WritePreconditions {
+  contentType?: string;
+  metadata: Record<string, string>;
+}
+
+/** 64-bit generations travel as decimal strings: numbers above 2^53 would lose digits. */
+const int64 = (g: bigint) => g.toString() as unknown as number;
+
+/**
+ * The requests the GCS backend makes, each retried by the one policy, with results parsed into
+ * ObjectInfo. Nothing here knows about paths or POSIX; that is gcs.ts's job.
+ */
+export class GcsRequests {
+  readonly bucket: Bucket;
+  readonly counters: RetryCounters = { retries: 0 };
+
+  constructor(
+    readonly storage: Storage,
+    bucketName: string,
+    private readonly policy: RetryPolicy,
+    private readonly opts: { resumableThresholdBytes: number; uploadChunkBytes: number; requestTimeoutMs: number },
+  ) {
+    this.bucket = storage.bucket(bucketName);
+  }
+
+  private retry<T>(fn: (attempt: number) => Promise<T>): Promise<T> {
+    return withRetries(this.policy, this.counters, (a) => fn(a.number));
+  }
+
+  private file(key: string, generation?: bigint): File {
+    return generation !== undefined && generation > 0n ? this.bucket.file(key, { generation: int64(generation) }) : this.bucket.file(key);
+  }
+
+  async bucketMetadata(): Promise<Record<string, unknown>> {
+    const [m] = await this.retry(() => this.bucket.getMetadata());
+    return m as Record<string, unknown>;
+  }
+
+  /** The live object, or undefined if there is none. */
+  async head(key: string): Promise<ObjectInfo | undefined> {
+    try {
+      const [m] = await this.retry(() => this.file(key).getMetadata());
+      return objectInfo(m as RawObjectMetadata);
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  async list(q: { prefix: string; delimiter?: string; includeTrailingDelimiter?: boolean; maxResults?: number; pageToken?: string }): Promise<ListPage> {
+    const query = {
+      prefix: q.prefix,
+      autoPaginate: false,
+      ...(q.delimiter ? { delimiter: q.delimiter } : {}),
+      ...(q.includeTrailingDelimiter ? { includeTrailingDelimiter: true } : {}),
+      ...(q.maxResults ? { maxResults: q.maxResults } : {}),
+      ...(q.pageToken ? { pageToken: q.pageToken } : {}),
+    };
+    const [files, , resp] = await this.retry(() => this.bucket.getFiles(query));
+    const r = (resp ?? {}) as { prefixes?: string[]; nextPageToken?: string };
+    return {
+      items: files.map((f) => objectInfo(f.metadata as RawObjectMetadata)),
+      prefixes: r.prefixes ?? [],
+      ...(r.nextPageToken ? { nextPageToken: r.nextPageToken } : {}),
+    };
+  }
+
+  /** Bytes [start, end] (inclusive) of one generation. 404 if that generation is gone. */
+  async readRange(key: string, generation: bigint, start: number, end: number): Promise<Buffer> {
+    const [buf] = await this.retry(() => this.file(key, generation).download({ start, end, validation: false }));
+    return buf;
+  }
+
+  /** One generation, whole, into a local file (checked against the object's crc32c). */
+  async downloadTo(key: string, generation: bigint, hostFile: string): Promise<void> {
+    await this.retry(() => this.file(key, generation).download({ destination: hostFile, validation: 'crc32c' }));
+  }
+
+  /** Create a new generation from a buffer (a multipart upload). */
+  async uploadBuffer(key: string, data: Buffer, spec: UploadSpec): Promise<ObjectInfo> {
+    return this.retry(() => this.uploadOnce(key, () => Readable.from([data]), { ...spec, resumable: false }));
+  }
+
+  /**
+   * Create a new generation from a local file: multipart below the resumable threshold,
+   * otherwise resumable in chunks. A retried resumable upload continues its session (the
+   * client asks the server how much it has and skips that much of the file); if the session is
+   * gone, it starts a new one.
+   */
+  async uploadFile(key: string, localPath: string, size: number, spec: UploadSpec): Promise<ObjectInfo> {
+    const source = () => fs.createReadStream(localPath);
+    if (size < this.opts.resumableThresholdBytes) {
+      return this.retry(() => this.uploadOnce(key, source, { ...spec, resumable: false }));
+    }
+    let uri: string | undefined;
+    return this.retry(async () => {
+      try {
+        return await this.uploadOnce(key, source, { ...spec, resumable: true, ...(uri ? { uri } : {}) }, (u) => (uri = u));
+      } catch (err) {
+        const s = httpStatus(err);
+        if (uri && (s === 404 || s === 410)) {
+          uri = undefined;
+          return this.uploadOnce(key, source, { ...spec, resumable: true }, (u) => (uri = u));
+        }
+        throw err;
+      }
+    });
+  }
+
+  private async uploadOnce(
+    key: string,
+    source: () => Readable,
+    spec: UploadSpec & { resumable: boolean; uri?: string },
+    onUri?: (uri: string) => void,
+  ): Promise<ObjectInfo> {
+    const f = this.file(key);
+    const pre: Record<string, number> = { ifGenerationMatch: int64(spec.ifGenerationMatch) };
+    if (spec.ifMetagenerationMatch !== undefined) pre.ifMetagenerationMatch = int64(spec.ifMetagenerationMatch);
+    const ws = f.createWriteStream({
+      resumable: spec.resumable,
+      // Applies to multipart uploads (the client's default there is no timeout at all).
+      timeout: this.opts.requestTimeoutMs,
+      ...(spec.resumable ? { chunkSize: this.opts.uploadChunkBytes } : {}),
+      ...(spec.uri ? { uri: spec.uri } : {}),
+      metadata: { ...(spec.contentType ? { contentType: spec.contentType } : {}), metadata: spec.metadata },
+      preconditionOpts: pre,
+      validation: 'crc32c',
+    });
+    if (onUri) ws.on('uri', onUri);
+    await pipeline(source(), ws);
+    return objectInfo(f.metadata as RawObjectMetadata);
+  }
+
+  /** Server-side copy of one generation (rewrite); the destination keeps the source's metadata. */
+  async copy(srcKey: string, srcGeneration: bigint, dstKey: string, dst: WritePreconditions): Promise<ObjectInfo> {
+    const pre: Record<string, number> = { ifGenerationMatch: int64(dst.ifGenerationMatch) };
+    const [, resp] = await this.retry(() => this.file(srcKey, srcGeneration).copy(this.bucket.file(dstKey), { preconditionOpts: pre }));
+    // file.copy() does not fill the new File's metadata; the rewrite response carries it.
+    const resource = (resp as { resource?: RawObjectMetadata } | undefined)?.resource;
+    if (!resource) throw new Error(`copy to ${dstKey}: the rewrite response has no resource`);
+    return objectInfo(resource);
+  }
+
+  async remove(key: string, ifGenerationMatch: bigint): Promise<void> {
+    await this.retry(() => this.file(key).delete({ ifGenerationMatch: int64(ifGenerationMatch) }));
+  }
+
+  /** Merge custom metadata entries (null deletes a key); metageneration + 1. */
+  async patchMetadata(key: string, entries: Record<string, string | null>, pre: { ifGenerationMatch: bigint; ifMetagenerationMatch: bigint }): Promise<ObjectInfo> {
+    const [m] = await this.retry(() =>
+      this.file(key).setMetadata(
+        { metadata: entries },
+        { ifGenerationMatch: int64(pre.ifGenerationMatch), ifMetagenerationMatch: int64(pre.ifMetagenerationMatch) },
+      ),
+    );
+    return objectInfo(m as RawObjectMetadata);
+  }
+}

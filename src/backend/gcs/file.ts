@@ -1,0 +1,308 @@
+import fs from 'node:fs';
+import nodePath from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { CRC32C } from '@google-cloud/storage';
+import { VfsError, fromNodeError } from '../../vfs/errors.js';
+import type { Attr, BackendFile } from '../types.js';
+import type { GcsRequests } from './client.js';
+import { isNotFound, isPreconditionFailed, toVfsError } from './errors.js';
+import { META, attrOf, nodeMetaEntries, type AttrDefaults, type ObjectInfo } from './metadata.js';
+import type { GcsConflict } from './options.js';
+
+/** Bytes fetched per request when a whole object is downloaded into the staging file. */
+const STAGE_FETCH_BYTES = 8 * 1024 * 1024;
+
+/** What a GcsFile needs from the backend that opened it. */
+export interface GcsFileHost {
+  readonly req: GcsRequests;
+  readonly attrDefaults: AttrDefaults;
+  readonly stagingDir: string;
+  forget(f: GcsFile): void;
+  reportConflict(c: GcsConflict): void;
+}
+
+function nowNs(): bigint {
+  return BigInt(Date.now()) * 1_000_000n;
+}
+
+function sys<T>(what: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    throw fromNodeError(err, what);
+  }
+}
+
+/**
+ * An open object. Reads are ranged GETs of the generation that was open()ed, so a reader sees
+ * one consistent version even if another writer replaces the object meanwhile (and gets ESTALE
+ * once that generation is gone). The first write or truncate copies the object into a local
+ * staging file; from then on reads and writes use that file, and sync()/close() upload it as a
+ * new generation with ifGenerationMatch/ifMetagenerationMatch on what was read. If another
+ * writer got there first the upload is refused (412) and the staged file is kept under the
+ * staging dir's conflicts/ area and reported (GcsConflict): the caller gets ESTALE, nothing is
+ * lost.
+ */
+export class GcsFile implements BackendFile {
+  /** the view path; follows renames (the backend retargets it) */
+  path: string;
+  key: string;
+  /** unlinked (or renamed over) while open: keeps working locally, never uploaded */
+  unlinked = false;
+  private base: ObjectInfo;
+  private staged: { fd: number; file: string } | undefined;
+  private staging: Promise<void> | undefined;
+  private dirty = false;
+  /** local mtime, set by writes and utimens, until uploaded */
+  private mtimeNs: bigint | undefined;
+  private conflict: { error: VfsError; info: GcsConflict } | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly host: GcsFileHost,
+    path: string,
+    key: string,
+    base: ObjectInfo,
+    readonly writable: boolean,
+  ) {
+    this.path = path;
+    this.key = key;
+    this.base = base;
+  }
+
+  /** True when this handle holds local changes other handles' stat() must see. */
+  get hasLocalState(): boolean {
+    return this.staged !== undefined || this.dirty;
+  }
+
+  get isDirty(): boolean {
+    return this.dirty;
+  }
+
+  get generation(): bigint {
+    return this.base.generation;
+  }
+
+  async read(buf: Buffer, length: number, position: number): Promise<number> {
+    if (this.staging) await this.staging;
+    if (this.staged) {
+      const fd = this.staged.fd;
+      return sys(`read ${this.path}`, () => fs.readSync(fd, buf, 0, length, position));
+    }
+    const size = this.base.size;
+    if (position >= size || length <= 0) return 0;
+    const data = await this.fetch(position, Math.min(size, position + length) - 1);
+    data.copy(buf, 0);
+    return data.length;
+  }
+
+  async write(buf: Buffer, length: number, position: number): Promise<number> {
+    if (!this.writable) throw new VfsError('EBADF', `${this.path} is open read-only in the backend`);
+    await this.ensureStaged(true);
+    const fd = (this.staged as { fd: number }).fd;
+    const n = sys(`write ${this.path} (staging file)`, () => fs.writeSync(fd, buf, 0, length, position));
+    this.dirty = true;
+    this.mtimeNs = nowNs();
+    return n;
+  }
+
+  async truncate(size: number): Promise<void> {
+    if (!this.writable) throw new VfsError('EBADF', `${this.path} is open read-only in the backend`);
+    await this.ensureStaged(size > 0);
+    const fd = (this.staged as { fd: number }).fd;
+    sys(`truncate ${this.path} (staging file)`, () => fs.ftruncateSync(fd, size));
+    this.dirty = true;
+    this.mtimeNs = nowNs();
+  }
+
+  async stat(): Promise<Attr> {
+    const a = attrOf('file', this.path, this.base, this.host.attrDefaults);
+    if (this.staged) {
+      const fd = this.staged.fd;
+      a.size = sys(`fstat ${this.path}`, () => fs.fstatSync(fd)).size;
+      a.blocks = Math.ceil(a.size / 512);
+    }
+    if (this.mtimeNs !== undefined) {
+      a.mtimeNs = this.mtimeNs;
+      if (a.ctimeNs < this.mtimeNs) a.ctimeNs = this.mtimeNs;
+    }
+    return a;
+  }
+
+  async sync(): Promise<void> {
+    if (this.conflict) throw this.conflict.error;
+    if (this.staging) await this.staging;
+    if (!this.dirty || this.unlinked) return;
+    await this.upload();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.host.forget(this);
+    let keep = false;
+    try {
+      if (this.staging) await this.staging.catch(() => undefined);
+      if (this.conflict) {
+        keep = true;
+        throw this.conflict.error;
+      }
+      if (this.dirty && !this.unlinked) {
+        try {
+          await this.upload();
+        } catch (err) {
+          // Whatever went wrong, the bytes stay: a conflict has already been set aside; any
+          // other failure at last close is set aside the same way, as 'upload-failed'.
+          keep = true;
+          if (!this.conflict) this.setAside('upload-failed', undefined);
+          throw err;
+        }
+      }
+    } finally {
+      if (this.staged) {
+        const { fd, file } = this.staged;
+        this.staged = undefined;
+        fs.closeSync(fd);
+        if (!keep) fs.rmSync(file, { force: true });
+      }
+    }
+  }
+
+  // ---- used by the backend -------------------------------------------------------------------
+
+  /** The object was renamed: same bytes, new name and generation. */
+  retarget(path: string, key: string, info: ObjectInfo): void {
+    this.path = path;
+    this.key = key;
+    if (!this.dirty) this.base = info;
+    else this.base = { ...info, size: this.base.size };
+  }
+
+  /** Our own metadata patch of the object this handle is based on (chmod, utimens...). */
+  noteMetadata(info: ObjectInfo): void {
+    if (info.generation !== this.base.generation) return;
+    this.base = { ...this.base, metageneration: info.metageneration, metadata: info.metadata, updatedNs: info.updatedNs };
+  }
+
+  setMtime(ns: bigint): void {
+    if (this.hasLocalState) this.mtimeNs = ns;
+  }
+
+  /** The staged file, when this handle has local content (what a read through it returns). */
+  get stagedFile(): string | undefined {
+    return this.staged?.file;
+  }
+
+  /** Copy the bytes local before the object is deleted or replaced, so the handle keeps reading them. */
+  async keepLocalCopy(): Promise<void> {
+    await this.ensureStaged(true);
+  }
+
+  // ---- internals -----------------------------------------------------------------------------
+
+  private async fetch(start: number, end: number): Promise<Buffer> {
+    try {
+      return await this.host.req.readRange(this.key, this.base.generation, start, end);
+    } catch (err) {
+      if (isNotFound(err)) {
+        throw new VfsError('ESTALE', `${this.path}: generation ${this.base.generation} was replaced or deleted in the bucket since it was opened`);
+      }
+      throw toVfsError(err, `read ${this.path}`);
+    }
+  }
+
+  private ensureStaged(keepContent: boolean): Promise<void> {
+    if (this.staged) return Promise.resolve();
+    this.staging ??= this.stage(keepContent).finally(() => (this.staging = undefined));
+    return this.staging;
+  }
+
+  /** Create the staging file; with `keepContent`, fill it with the object's bytes first. */
+  private async stage(keepContent: boolean): Promise<void> {
+    const file = nodePath.join(this.host.stagingDir, `${Date.now()}-${randomUUID()}.stage`);
+    const fd = sys(`stage ${this.path}`, () => fs.openSync(file, 'wx+', 0o600));
+    try {
+      const size = keepContent ? this.base.size : 0;
+      for (let off = 0; off < size; off += STAGE_FETCH_BYTES) {
+        const data = await this.fetch(off, Math.min(size, off + STAGE_FETCH_BYTES) - 1);
+        sys(`stage ${this.path}`, () => fs.writeSync(fd, data, 0, data.length, off));
+      }
+    } catch (err) {
+      fs.closeSync(fd);
+      fs.rmSync(file, { force: true });
+      throw err;
+    }
+    this.staged = { fd, file };
+  }
+
+  private async upload(): Promise<void> {
+    const staged = this.staged as { fd: number; file: string };
+    const size = sys(`fstat ${this.path}`, () => fs.fstatSync(staged.fd)).size;
+    const metadata = { ...this.base.metadata, ...nodeMetaEntries({ mtimeNs: this.mtimeNs ?? nowNs() }) };
+    const spec = {
+      ifGenerationMatch: this.base.generation,
+      ...(this.base.generation > 0n ? { ifMetagenerationMatch: this.base.metageneration } : {}),
+      ...(this.base.contentType ? { contentType: this.base.contentType } : {}),
+      metadata,
+    };
+    let info: ObjectInfo;
+    try {
+      info = await this.host.req.uploadFile(this.key, staged.file, size, spec);
+    } catch (err) {
+      if (!isPreconditionFailed(err)) throw toVfsError(err, `upload ${this.path}`);
+      // 412: either another writer changed the object, or an earlier attempt of this very
+      // upload succeeded and only its response was lost. The second case leaves exactly our
+      // bytes and our metadata (mtime to the nanosecond) in the bucket.
+      const cur = await this.host.req.head(this.key);
+      if (cur && (await this.isOurs(cur, size, metadata))) {
+        info = cur;
+      } else {
+        throw this.setAside('changed-remotely', cur);
+      }
+    }
+    this.base = info;
+    this.dirty = false;
+    this.mtimeNs = undefined;
+  }
+
+  private async isOurs(cur: ObjectInfo, size: number, metadata: Record<string, string>): Promise<boolean> {
+    if (cur.size !== size || cur.metadata[META.mtime] !== metadata[META.mtime] || !cur.crc32c) return false;
+    const local = await CRC32C.fromFile((this.staged as { file: string }).file);
+    return local.toString() === cur.crc32c;
+  }
+
+  /** Move the staged file to the conflicts area, report it, and remember the error. */
+  private setAside(reason: GcsConflict['reason'], cur: ObjectInfo | undefined): VfsError {
+    const staged = this.staged as { fd: number; file: string };
+    const dir = nodePath.join(this.host.stagingDir, 'conflicts');
+    const flat = this.path.slice(1).replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
+    const dest = nodePath.join(dir, `${new Date().toISOString().replace(/[:.]/g, '-')}-${flat}-${randomUUID().slice(0, 8)}`);
+    try {
+      fs.mkdirSync(dir, { recursive: true });
+      fs.renameSync(staged.file, dest); // the open fd follows the file
+      staged.file = dest;
+    } catch {
+      // Could not move it: it stays where it is, which is just as safe; report that path.
+    }
+    const info: GcsConflict = {
+      reason,
+      path: this.path,
+      objectName: this.key,
+      expectedGeneration: this.base.generation.toString(),
+      ...(cur ? { currentGeneration: cur.generation.toString() } : {}),
+      localFile: staged.file,
+      size: fs.fstatSync(staged.fd).size,
+      time: new Date(),
+    };
+    const error =
+      reason === 'changed-remotely'
+        ? new VfsError(
+            'ESTALE',
+            `${this.path}: not uploaded: the object changed in the bucket since it was read (generation ${this.base.generation} -> ${cur ? cur.generation : 'deleted'}); the local version is kept at ${staged.file}`,
+          )
+        : new VfsError('EIO', `${this.path}: upload failed at close; the local version is kept at ${staged.file}`);
+    this.conflict = { error, info };
+    this.host.reportConflict(info);
+    return error;
+  }
+}

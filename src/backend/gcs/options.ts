@@ -1,0 +1,107 @@
+import { DEFAULTS } from '../../config/defaults.js';
+
+/**
+ * What `createGcsBackend` takes. The first five fields are the policy file's `backend` block
+ * (src/config/load.ts GcsBackendConfig is assignable to this); the rest are tuning knobs whose
+ * defaults live in DEFAULTS.gcs.
+ */
+export interface GcsBackendOptions {
+  /** accepted so the policy's backend block can be passed as it is */
+  type?: 'gcs';
+  bucket: string;
+  /** object-name prefix the workspace lives under ("" or "team/ws"; slashes trimmed) */
+  prefix?: string;
+  /** e.g. http://127.0.0.1:4443 for the emulator; requests then go unauthenticated unless keyFile is set */
+  apiEndpoint?: string;
+  /** service-account JSON key; without it, Application Default Credentials */
+  keyFile?: string;
+  projectId?: string;
+
+  implicitDirs?: boolean;
+  stagingDir?: string;
+  resumableThresholdBytes?: number;
+  uploadChunkBytes?: number;
+  retryAttempts?: number;
+  retryInitialDelayMs?: number;
+  retryMaxDelayMs?: number;
+  retryTotalTimeoutMs?: number;
+  requestTimeoutMs?: number;
+  fileMode?: number;
+  dirMode?: number;
+  renameConcurrency?: number;
+  /** owner of nodes whose metadata names none (default: the daemon's uid/gid) */
+  uid?: number;
+  gid?: number;
+  /** called when an upload is refused because another writer changed the object (see GcsConflict) */
+  onConflict?: (c: GcsConflict) => void;
+}
+
+/**
+ * A local version that could not be uploaded because the object changed in the bucket since it
+ * was read. The bytes are kept in `localFile` (under the staging dir's conflicts/ area) until
+ * the journal moves them to its conflict area; nothing is dropped.
+ */
+export interface GcsConflict {
+  /**
+   * changed-remotely: another writer replaced or deleted the object (the upload got 412);
+   * upload-failed: the upload failed for another reason at last close (e.g. GCS unreachable
+   * after all retries), so the staged bytes had nowhere else to go.
+   */
+  reason: 'changed-remotely' | 'upload-failed';
+  /** view path the handle was writing */
+  path: string;
+  objectName: string;
+  /** generation the local version was based on (0: the object did not exist) */
+  expectedGeneration: string;
+  /** generation found in the bucket, if any */
+  currentGeneration?: string;
+  localFile: string;
+  size: number;
+  time: Date;
+}
+
+export type ResolvedGcsOptions = Required<Omit<GcsBackendOptions, 'type' | 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict'>> &
+  Pick<GcsBackendOptions, 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict'>;
+
+const CHUNK_GRANULE = 256 * 1024;
+
+export function resolveGcsOptions(o: GcsBackendOptions): ResolvedGcsOptions {
+  const d = DEFAULTS.gcs;
+  const r: ResolvedGcsOptions = {
+    bucket: o.bucket,
+    prefix: normalizePrefix(o.prefix ?? ''),
+    implicitDirs: o.implicitDirs ?? d.implicitDirs,
+    stagingDir: o.stagingDir ?? d.stagingDir,
+    resumableThresholdBytes: o.resumableThresholdBytes ?? d.resumableThresholdBytes,
+    uploadChunkBytes: o.uploadChunkBytes ?? d.uploadChunkBytes,
+    retryAttempts: o.retryAttempts ?? d.retryAttempts,
+    retryInitialDelayMs: o.retryInitialDelayMs ?? d.retryInitialDelayMs,
+    retryMaxDelayMs: o.retryMaxDelayMs ?? d.retryMaxDelayMs,
+    retryTotalTimeoutMs: o.retryTotalTimeoutMs ?? d.retryTotalTimeoutMs,
+    requestTimeoutMs: o.requestTimeoutMs ?? d.requestTimeoutMs,
+    fileMode: o.fileMode ?? d.fileMode,
+    dirMode: o.dirMode ?? d.dirMode,
+    renameConcurrency: o.renameConcurrency ?? d.renameConcurrency,
+    uid: o.uid ?? process.getuid?.() ?? 0,
+    gid: o.gid ?? process.getgid?.() ?? 0,
+    ...(o.apiEndpoint !== undefined ? { apiEndpoint: o.apiEndpoint } : {}),
+    ...(o.keyFile !== undefined ? { keyFile: o.keyFile } : {}),
+    ...(o.projectId !== undefined ? { projectId: o.projectId } : {}),
+    ...(o.onConflict !== undefined ? { onConflict: o.onConflict } : {}),
+  };
+  if (!r.bucket) throw new Error('GCS backend: `bucket` is required');
+  if (r.uploadChunkBytes <= 0 || r.uploadChunkBytes % CHUNK_GRANULE !== 0) {
+    throw new Error(`GCS backend: uploadChunkBytes must be a positive multiple of 256 KiB, got ${r.uploadChunkBytes}`);
+  }
+  if (r.retryAttempts < 1) throw new Error('GCS backend: retryAttempts must be at least 1');
+  return r;
+}
+
+/** "", "/", "ws", "/ws/", "a//b/" -> "" or "ws/" or "a/b/": the prefix objects are named under. */
+export function normalizePrefix(p: string): string {
+  const parts = p.split('/').filter((s) => s !== '');
+  for (const s of parts) {
+    if (s === '.' || s === '..') throw new Error(`GCS backend: prefix ${JSON.stringify(p)} may not contain "." or ".."`);
+  }
+  return parts.length ? parts.join('/') + '/' : '';
+}

@@ -1,0 +1,43 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { isTransient } from './errors.js';
+
+/*
+ * The one retry policy for GCS requests. The client's own retries are switched off (see
+ * client.ts for why): here every request is retried the same way, with exponential backoff and
+ * jitter, on 408/429/5xx and connection failures. Requests that change state carry generation
+ * preconditions, which is what makes retrying them safe; a retry that finds its own earlier
+ * attempt already applied (412 / 404 after a lost response) is recognized by the caller.
+ */
+
+export interface RetryPolicy {
+  /** attempts including the first */
+  attempts: number;
+  initialDelayMs: number;
+  maxDelayMs: number;
+  totalTimeoutMs: number;
+}
+
+export interface RetryCounters {
+  retries: number;
+}
+
+export interface Attempt {
+  /** 1 for the first try */
+  number: number;
+}
+
+export async function withRetries<T>(policy: RetryPolicy, counters: RetryCounters, fn: (a: Attempt) => Promise<T>): Promise<T> {
+  const start = Date.now();
+  for (let n = 1; ; n++) {
+    try {
+      return await fn({ number: n });
+    } catch (err) {
+      if (n >= policy.attempts || !isTransient(err)) throw err;
+      const ceiling = Math.min(policy.maxDelayMs, policy.initialDelayMs * 2 ** (n - 1));
+      const delay = ceiling / 2 + Math.random() * (ceiling / 2);
+      if (Date.now() - start + delay > policy.totalTimeoutMs) throw err;
+      counters.retries++;
+      await sleep(delay);
+    }
+  }
+}

@@ -1,0 +1,92 @@
+import type { Command } from 'commander';
+import { BlobStore } from '../journal/blobs.js';
+import { addTextDiffs, netChanges, type Change } from '../journal/diff.js';
+import { buildHistory, type Operation } from '../journal/history.js';
+import { stateLayout } from '../journal/layout.js';
+import { readJournal } from '../journal/reader.js';
+import { createLogger } from '../log.js';
+import { isWithin } from '../vfs/paths.js';
+import { CliError } from './errors.js';
+import { addStateFlags, openWorkspaceOf, parseWhen, pathArg, printJson, STATE_HELP, stateDirOf, syncLiveDaemon, type StateFlags, type When } from './journal-flags.js';
+
+interface DiffOptions extends StateFlags {
+  session?: string;
+  from?: string;
+  to?: string;
+  path?: string;
+  content: boolean;
+  json: boolean;
+}
+
+const MARK: Record<Change['kind'], string> = { added: 'A', modified: 'M', deleted: 'D', renamed: 'R' };
+
+function after(op: Operation, w: When | undefined): boolean {
+  return w === undefined || ('seq' in w ? op.seq > w.seq : op.time > w.time);
+}
+
+export function registerDiffCommand(program: Command): void {
+  addStateFlags(
+    program
+      .command('diff')
+      .description('What a session or a range of the journal changed: paths added, modified, deleted, renamed; unified diffs of text files.')
+      .option('--session <id>', 'the changes of this session')
+      .option('--from <when>', 'changes after this seq, time or duration ago (exclusive)')
+      .option('--to <when>', 'changes up to this seq, time or duration ago (inclusive)')
+      .option('--path <prefix>', 'only paths at or below this one')
+      .option('--no-content', 'list paths only, no unified diffs')
+      .option('--json', 'print the changes as JSON', false),
+  )
+    .addHelpText(
+      'after',
+      `
+A: added, M: modified, D: deleted, R: renamed (from -> to). Several mutations of one path are
+one net change; something created and removed within the range does not appear. Text files
+(UTF-8, up to 1 MiB) get a unified diff when the journal's before-images (or the workspace,
+for files unchanged since) hold both sides.
+
+Examples:
+  ledgerfs diff --source ./case-files --session 2026-11-22T05-30-12-ab12
+  ledgerfs diff --source ./case-files --from 120 --to 180 --no-content
+  ledgerfs diff --source ./case-files --from 1h --path /projects --json
+${STATE_HELP}`,
+    )
+    .action(async (o: DiffOptions) => {
+      if (o.session === undefined && o.from === undefined && o.to === undefined) {
+        throw new CliError('say which changes: --session ID and/or --from/--to (seq, time or duration ago)');
+      }
+      const stateDir = stateDirOf(o);
+      await syncLiveDaemon(stateDir);
+      const h = buildHistory(readJournal(stateDir).records);
+      const from = o.from !== undefined ? parseWhen(o.from) : undefined;
+      const to = o.to !== undefined ? parseWhen(o.to) : undefined;
+      const prefix = o.path !== undefined ? pathArg(o.path) : undefined;
+      const inRange = (op: Operation) => after(op, from) && (to === undefined || !after(op, to)) && (o.session === undefined || op.session === o.session);
+      const selected = h.ops.filter((op) => op.status !== 'failed' && inRange(op));
+      const lastSelected = selected[selected.length - 1];
+      const later = lastSelected ? h.ops.filter((op) => op.seq > lastSelected.seq && op.status !== 'failed') : [];
+      let { changes, nodes } = netChanges(selected);
+      if (prefix !== undefined) changes = changes.filter((c) => isWithin(c.path, prefix) || (c.from !== undefined && isWithin(c.from, prefix)));
+      if (o.content) {
+        let backend;
+        try {
+          backend = (await openWorkspaceOf(o, createLogger('silent'), stateDir)).backend;
+        } catch {
+          backend = undefined; // the workspace is gone: diffs only from the journal's before-images
+        }
+        try {
+          await addTextDiffs(changes, nodes, { blobs: new BlobStore(stateLayout(stateDir).blobsDir), later, ...(backend ? { backend } : {}) });
+        } finally {
+          await backend?.close();
+        }
+      }
+      if (o.json) {
+        printJson(changes);
+        return;
+      }
+      for (const c of changes) {
+        const where = c.kind === 'renamed' ? `${c.from} -> ${c.path}` : c.path;
+        process.stdout.write(`${MARK[c.kind]} ${where}${c.type === 'dir' ? '/' : ''}${c.details.length ? `  (${c.details.join(', ')})` : ''}\n`);
+      }
+      if (o.content) for (const c of changes) if (c.diff) process.stdout.write(c.diff);
+    });
+}

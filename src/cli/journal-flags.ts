@@ -1,0 +1,121 @@
+import fs from 'node:fs';
+import type { Command } from 'commander';
+import { DEFAULT_STATE_DIR_PATTERN } from '../config/defaults.js';
+import { openWorkspace, WorkspaceError, type OpenedWorkspace } from '../config/workspace.js';
+import { stateLayout } from '../journal/layout.js';
+import { liveDaemon, daemonRequest } from '../journal/control.js';
+import { JournalLockedError } from '../journal/lock.js';
+import { rememberedWorkspace, resolveStateDir, StateDirError } from '../journal/state-dir.js';
+import type { Logger } from '../log.js';
+import { normalizePath } from '../vfs/paths.js';
+import { CliError } from './errors.js';
+
+/** The flags that name a workspace and its journal, as `mount` takes them. */
+export interface StateFlags {
+  source?: string;
+  policy?: string;
+  state?: string;
+}
+
+export const STATE_HELP = `
+The journal is found as 'mount' finds it: from --state, else the mount file's 'state'
+(--policy), else a directory derived from the source:
+  ${DEFAULT_STATE_DIR_PATTERN}
+(XDG_STATE_HOME moves its base). Without any flag: the demo workspace's journal.`;
+
+export function addStateFlags(cmd: Command): Command {
+  return cmd
+    .option('--source <dir>', 'the workspace directory, as given to mount')
+    .option('--policy <file>', 'the mount/policy file, as given to mount')
+    .option('--state <dir>', 'the journal directory, as given to mount (default: derived from the source, see below)');
+}
+
+export function stateDirOf(flags: StateFlags, mustExist = true): string {
+  if (flags.source !== undefined && flags.policy !== undefined) throw new CliError('--source and --policy cannot be used together');
+  let dir: string;
+  try {
+    dir = resolveStateDir(flags);
+  } catch (err) {
+    if (err instanceof StateDirError) throw new CliError(err.message);
+    throw err;
+  }
+  if (mustExist && !fs.existsSync(stateLayout(dir).journalDir)) {
+    throw new CliError(
+      `no journal in ${dir}: this workspace has not been mounted with a journal yet` +
+        (flags.state === undefined ? ' (or name it: --source DIR / --policy FILE as given to mount, or --state DIR)' : ''),
+    );
+  }
+  return dir;
+}
+
+/** Ask a running daemon to write out what it buffers, so the journal on disk is current. */
+export async function syncLiveDaemon(stateDir: string): Promise<void> {
+  const info = liveDaemon(stateDir);
+  if (!info) return;
+  await daemonRequest(info, { cmd: 'sync' }).catch(() => undefined);
+}
+
+/**
+ * Open the workspace a journal belongs to: as named by --source/--policy, or, given only
+ * --state, as the last mount of that journal named it.
+ */
+export async function openWorkspaceOf(flags: StateFlags, log: Logger, stateDir?: string): Promise<OpenedWorkspace> {
+  let named: StateFlags = flags;
+  if (flags.source === undefined && flags.policy === undefined && stateDir !== undefined) {
+    const w = rememberedWorkspace(stateDir);
+    if (!w) throw new CliError(`${stateDir} does not say which workspace it belongs to; name it: --source DIR or --policy FILE`);
+    named = w;
+  }
+  try {
+    return await openWorkspace({ source: named.source, policy: named.policy, log });
+  } catch (err) {
+    if (err instanceof WorkspaceError) throw new CliError(err.message);
+    throw err;
+  }
+}
+
+export function cliLockError(err: unknown): never {
+  if (err instanceof JournalLockedError) throw new CliError(err.message);
+  throw err;
+}
+
+export type When = { seq: number } | { time: number };
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 };
+
+/** "90s", "10m", "24h", "7d", "2w" (also combined: "1h30m") in milliseconds. */
+export function parseDuration(s: string): number {
+  const re = /(\d+(?:\.\d+)?)(ms|s|m|h|d|w)/g;
+  let total = 0;
+  let consumed = 0;
+  for (const m of s.trim().matchAll(re)) {
+    total += Number(m[1]) * (UNITS[m[2] as string] as number);
+    consumed += m[0].length;
+  }
+  if (consumed === 0 || consumed !== s.trim().length) {
+    throw new CliError(`not a duration: ${JSON.stringify(s)} (use e.g. 30s, 10m, 24h, 7d)`);
+  }
+  return total;
+}
+
+/** A point in the journal: a seq ("42" or "#42"), a time (ISO 8601), or a duration ago ("10m"). */
+export function parseWhen(s: string): When {
+  const t = s.trim();
+  if (/^#?\d+$/.test(t)) return { seq: Number(t.replace('#', '')) };
+  if (/^(\d+(\.\d+)?(ms|s|m|h|d|w))+$/.test(t)) return { time: Date.now() - parseDuration(t) };
+  const ms = Date.parse(t);
+  if (Number.isNaN(ms)) throw new CliError(`not a seq, time or duration: ${JSON.stringify(s)} (use 42, 2026-11-22T05:30:00, or 10m)`);
+  return { time: ms };
+}
+
+export function pathArg(p: string): string {
+  try {
+    return normalizePath(p);
+  } catch {
+    throw new CliError(`not a usable path: ${JSON.stringify(p)}`);
+  }
+}
+
+export function printJson(value: unknown): void {
+  process.stdout.write(JSON.stringify(value, null, 2) + '\n');
+}

@@ -1,0 +1,78 @@
+import type { Command } from 'commander';
+import { formatTime, statusNotes, summarize, undoneByMap } from '../journal/describe.js';
+import { buildHistory, type Operation } from '../journal/history.js';
+import { readJournal } from '../journal/reader.js';
+import { isWithin } from '../vfs/paths.js';
+import { CliError } from './errors.js';
+import { addStateFlags, parseWhen, pathArg, printJson, STATE_HELP, stateDirOf, syncLiveDaemon, type StateFlags } from './journal-flags.js';
+
+interface LogOptions extends StateFlags {
+  since?: string;
+  session?: string;
+  path?: string;
+  limit?: string;
+  all: boolean;
+  json: boolean;
+}
+
+/** An operation as scripts see it (`log --json`, `show --json`). */
+export function operationJson(op: Operation, undoneBy?: number): Record<string, unknown> {
+  const { records: _records, ...rest } = op;
+  return { ...rest, time: new Date(op.time).toISOString(), ...(op.endTime ? { endTime: new Date(op.endTime).toISOString() } : {}), summary: summarize(op), ...(undoneBy !== undefined ? { undoneBy } : {}) };
+}
+
+export function registerLogCommand(program: Command): void {
+  addStateFlags(
+    program
+      .command('log')
+      .description('List the journaled mutations of a workspace, newest first.')
+      .option('--since <when>', 'only from this seq (42), time (2026-11-22T05:30) or this long ago (10m, 2h)')
+      .option('--session <id>', 'only this session (a mount, or a rollback)')
+      .option('--path <prefix>', 'only mutations that name this path or something below it')
+      .option('--limit <n>', 'at most this many')
+      .option('--all', 'include mutations the backend refused (nothing changed)', false)
+      .option('--json', 'print a JSON array (newest first) for scripts', false),
+  )
+    .addHelpText(
+      'after',
+      `
+Each line: seq, time, session, actor, what changed, and notes ([undoes #N], [undone by #N],
+[writing], [pending], [recovered after a crash]). A write session (open .. close) is one entry.
+
+Examples:
+  ledgerfs log --source ./case-files
+  ledgerfs log --source ./case-files --since 1h --path /projects
+  ledgerfs log --state /var/lib/ledgerfs/ws --session 2026-11-22T05-30-12-ab12 --json | jq '.[].summary'
+${STATE_HELP}`,
+    )
+    .action(async (o: LogOptions) => {
+      const stateDir = stateDirOf(o);
+      await syncLiveDaemon(stateDir);
+      const h = buildHistory(readJournal(stateDir).records);
+      const since = o.since !== undefined ? parseWhen(o.since) : undefined;
+      const prefix = o.path !== undefined ? pathArg(o.path) : undefined;
+      const limit = o.limit !== undefined ? Number(o.limit) : Infinity;
+      if (Number.isNaN(limit) || limit < 0) throw new CliError(`--limit: expected a number, got ${JSON.stringify(o.limit)}`);
+      const undoneBy = undoneByMap(h.ops);
+      const out: Operation[] = [];
+      for (let i = h.ops.length - 1; i >= 0 && out.length < limit; i--) {
+        const op = h.ops[i] as Operation;
+        if (!o.all && op.status === 'failed') continue;
+        if (since && ('seq' in since ? op.seq < since.seq : op.time < since.time)) continue;
+        if (o.session !== undefined && op.session !== o.session) continue;
+        if (prefix !== undefined && !op.paths.some((p) => isWithin(p, prefix))) continue;
+        out.push(op);
+      }
+      if (o.json) {
+        printJson(out.map((op) => operationJson(op, undoneBy.get(op.seq))));
+        return;
+      }
+      const w = String(h.lastSeq).length;
+      for (const op of out) {
+        const notes = statusNotes(op, undoneBy.get(op.seq));
+        process.stdout.write(
+          `#${String(op.seq).padEnd(w)}  ${formatTime(op.time)}  ${op.session}  ${op.actor}${op.pid !== undefined ? `[${op.pid}]` : ''}  ${summarize(op)}${notes.length ? `  [${notes.join('; ')}]` : ''}\n`,
+        );
+      }
+    });
+}

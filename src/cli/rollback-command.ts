@@ -1,0 +1,152 @@
+import type { Command } from 'commander';
+import { DEFAULTS } from '../config/defaults.js';
+import { daemonRequest, liveDaemon } from '../journal/control.js';
+import { formatTime } from '../journal/describe.js';
+import { buildHistory } from '../journal/history.js';
+import { readJournal } from '../journal/reader.js';
+import { planRollback, RollbackError, type RollbackResult } from '../journal/rollback.js';
+import { JournalService, type RollbackRequest } from '../journal/service.js';
+import { newSessionId } from '../journal/session-id.js';
+import { createLogger } from '../log.js';
+import { CliError } from './errors.js';
+import {
+  addStateFlags, cliLockError, openWorkspaceOf, parseWhen, pathArg, printJson, STATE_HELP, stateDirOf, type StateFlags,
+} from './journal-flags.js';
+import { Progress } from './progress.js';
+
+interface RollbackOptions extends StateFlags {
+  to?: string;
+  session?: string;
+  path?: string;
+  dryRun: boolean;
+  force: boolean;
+  json: boolean;
+  actor: string;
+}
+
+function flagsAgain(o: StateFlags): string {
+  if (o.state !== undefined) return ` --state ${o.state}`;
+  if (o.policy !== undefined) return ` --policy ${o.policy}`;
+  if (o.source !== undefined) return ` --source ${o.source}`;
+  return '';
+}
+
+function report(r: RollbackResult, o: RollbackOptions, where: string): number {
+  if (o.json) {
+    printJson({ ...r, via: where });
+    return r.conflicts.length > 0 || !r.complete ? 1 : 0;
+  }
+  const out = (s: string) => process.stdout.write(s + '\n');
+  if (r.alreadyUndone > 0) out(`${r.alreadyUndone} selected mutation(s) were already undone by an earlier rollback; left alone.`);
+  if (r.planned.length === 0) {
+    out('Nothing to roll back.');
+    return 0;
+  }
+  if (r.dryRun) {
+    out(`Would undo ${r.planned.length} mutation(s), newest first:`);
+    for (const s of r.planned) out(`  #${s.seq}  ${formatTime(s.time)}  ${s.session}  ${s.op.padEnd(8)}  ${s.undo}`);
+  }
+  if (r.conflicts.length > 0) {
+    out(`${r.dryRun ? 'Conflicts (the rollback would stop here; --force overrides)' : `Stopped after ${r.undone} of ${r.planned.length}: conflicts (--force overrides)`}:`);
+    for (const c of r.conflicts) out(`  #${c.seq} ${c.op} ${c.path}: ${c.reason}`);
+  }
+  if (r.forced.length > 0) {
+    out(`Overrode ${r.forced.length} conflict(s) (--force):`);
+    for (const c of r.forced) out(`  #${c.seq} ${c.op} ${c.path}: ${c.reason}`);
+  }
+  if (!r.dryRun && r.undone > 0) {
+    out(`Rolled back ${r.undone} mutation(s)${r.complete ? '' : ` of ${r.planned.length}`} (${where}); journaled as session ${r.session}.`);
+    out(`To undo this rollback: ledgerfs rollback${flagsAgain(o)} --session ${r.session}`);
+  }
+  return r.conflicts.length > 0 || !r.complete ? 1 : 0;
+}
+
+export function registerRollbackCommand(program: Command): void {
+  addStateFlags(
+    program
+      .command('rollback')
+      .description('Undo journaled mutations: everything after a point, one session, or one subtree. Journaled itself, so it can be undone.')
+      .option('--to <when>', 'undo everything after this seq (42), time (2026-11-22T05:30:00) or this long ago (10m)')
+      .option('--session <id>', 'undo this session\'s mutations (a mount\'s, or an earlier rollback\'s)')
+      .option('--path <prefix>', 'only mutations that name this path or something below it')
+      .option('--dry-run', 'print the plan and the conflicts visible now; change nothing', false)
+      .option('--force', 'restore recorded states even where someone changed them since', false)
+      .option('--actor <label>', 'actor label on the rollback\'s own journal records', DEFAULTS.journal.rollbackActor)
+      .option('--json', 'print the result as JSON', false),
+  )
+    .addHelpText(
+      'after',
+      `
+Each touched path is restored to its recorded before-state, newest mutation first. If a path
+no longer is what the journal says a mutation left (changed beside the mount, or by a program
+still writing it), the rollback stops there and names the conflicts; --force overrides.
+On a mounted workspace the request goes to the mount's daemon (open files, quotas and the
+kernel's caches stay right; the command returns once cached attributes have expired); on an
+unmounted one it works on the source directly. Exit status: 0 done, 1 conflicts, 2 usage.
+
+Examples:
+  ledgerfs rollback --source ./case-files --to 120 --dry-run
+  ledgerfs rollback --source ./case-files --session 2026-11-22T05-30-12-ab12
+  ledgerfs rollback --source ./case-files --to 15m --path /projects/Wilson-MVA
+  ledgerfs rollback --source ./case-files --session rollback-2026-11-22T06-01-00-77aa   # undo a rollback
+${STATE_HELP}`,
+    )
+    .action(async (o: RollbackOptions) => {
+      const req: RollbackRequest = { dryRun: o.dryRun, force: o.force, actor: o.actor };
+      if (o.to !== undefined) {
+        const w = parseWhen(o.to);
+        if ('seq' in w) req.toSeq = w.seq;
+        else req.toTime = w.time;
+      }
+      if (o.session !== undefined) req.session = o.session;
+      if (o.path !== undefined) req.path = pathArg(o.path);
+      if (req.toSeq === undefined && req.toTime === undefined && req.session === undefined && req.path === undefined) {
+        throw new CliError('say what to roll back: --to SEQ|TIME, --session ID and/or --path PREFIX (see --help)');
+      }
+      const stateDir = stateDirOf(o);
+      const progress = new Progress(o.dryRun ? 'checking' : 'rolling back');
+      const onProgress = (d: number, t: number) => progress.update(d, t);
+      let result: RollbackResult;
+      let where: string;
+      try {
+        const daemon = liveDaemon(stateDir);
+        if (daemon) {
+          where = `through the daemon of ${daemon.mountpoint}`;
+          result = await daemonRequest<RollbackResult>(daemon, { cmd: 'rollback', request: req }, onProgress);
+        } else {
+          where = 'on the unmounted workspace';
+          result = await rollbackDirect(o, stateDir, req, onProgress);
+        }
+      } catch (err) {
+        if (err instanceof RollbackError) throw new CliError(err.message);
+        throw err;
+      } finally {
+        progress.finish();
+      }
+      process.exitCode = report(result, o, where);
+    });
+}
+
+async function rollbackDirect(o: RollbackOptions, stateDir: string, req: RollbackRequest, onProgress: (d: number, t: number) => void): Promise<RollbackResult> {
+  const log = createLogger('warn');
+  const ws = await openWorkspaceOf(o, log, stateDir);
+  try {
+    if (req.dryRun) {
+      // read-only: no lock, nothing written (operations a crash left unresolved show as conflicts)
+      return (await planRollback(buildHistory(readJournal(stateDir).records), req, { backend: ws.backend })).result;
+    }
+    const session = newSessionId('rollback-');
+    const svc = await JournalService.open({
+      stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session, actor: o.actor,
+      role: 'rollback', log,
+    }).catch(cliLockError);
+    try {
+      svc.attachDirect(ws.stages);
+      return await svc.rollback({ ...req, asSession: session }, onProgress);
+    } finally {
+      await svc.close();
+    }
+  } finally {
+    await ws.backend.close();
+  }
+}

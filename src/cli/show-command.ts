@@ -1,0 +1,52 @@
+import type { Command } from 'commander';
+import { formatTime, statusNotes, summarize, undoneByMap } from '../journal/describe.js';
+import { buildHistory } from '../journal/history.js';
+import { describeState } from '../journal/node-state.js';
+import { readJournal } from '../journal/reader.js';
+import type { State } from '../journal/record.js';
+import { describeUndo } from '../journal/rollback.js';
+import { CliError } from './errors.js';
+import { addStateFlags, printJson, STATE_HELP, stateDirOf, syncLiveDaemon, type StateFlags } from './journal-flags.js';
+import { operationJson } from './log-command.js';
+
+function stateLine(path: string, s: State): string {
+  return `${path}: ${describeState(s)}${s?.blob ? `; before-image ${s.blob.slice(0, 12)}` : ''}`;
+}
+
+export function registerShowCommand(program: Command): void {
+  addStateFlags(
+    program
+      .command('show')
+      .description('Show one journaled mutation in full: before and after states, before-images, its undo.')
+      .argument('<seq>', 'the mutation\'s number, as `ledgerfs log` prints it')
+      .option('--json', 'print it as JSON, with its raw journal records', false),
+  )
+    .addHelpText('after', `\nExamples:\n  ledgerfs show --source ./case-files 42\n  ledgerfs show --state ./state --json 42 | jq .before\n${STATE_HELP}`)
+    .action(async (seqArg: string, o: StateFlags & { json: boolean }) => {
+      const seq = Number(seqArg.replace(/^#/, ''));
+      if (!Number.isInteger(seq) || seq <= 0) throw new CliError(`not a seq: ${JSON.stringify(seqArg)}`);
+      const stateDir = stateDirOf(o);
+      await syncLiveDaemon(stateDir);
+      const h = buildHistory(readJournal(stateDir).records);
+      const op = h.bySeq.get(seq);
+      if (!op) {
+        throw new CliError(seq < h.firstSeq ? `#${seq} is older than the journal's start (#${h.firstSeq}); gc dropped it` : `no #${seq} in the journal (it ends at #${h.lastSeq})`);
+      }
+      const undoneBy = undoneByMap(h.ops).get(seq);
+      if (o.json) {
+        printJson({ ...operationJson(op, undoneBy), records: op.records.map((r) => r.record) });
+        return;
+      }
+      const lines = [
+        `#${op.seq}  ${summarize(op)}`,
+        `  time      ${formatTime(op.time)}${op.endTime ? ` .. ${formatTime(op.endTime)} (${op.endReason})` : ''}`,
+        `  session   ${op.session}   actor ${op.actor}${op.pid !== undefined ? `   pid ${op.pid}` : ''}`,
+        `  status    ${op.status}${statusNotes(op, undoneBy).length ? ` [${statusNotes(op, undoneBy).join('; ')}]` : ''}`,
+        ...op.paths.map((p, i) => `  before    ${stateLine(p, op.before[i] ?? null)}`),
+        ...(op.capture ? [`  kept      before-image ${op.capture.blob.slice(0, 12)} (${op.capture.size} bytes, taken before the first overwrite)`] : []),
+        ...(op.after ? op.paths.map((p, i) => `  after     ${stateLine(p, op.after?.[i] ?? null)}`) : []),
+        ...(op.status !== 'failed' ? [`  undo      ${describeUndo(op)}`] : []),
+      ];
+      process.stdout.write(lines.join('\n') + '\n');
+    });
+}

@@ -1,0 +1,143 @@
+import * as z from 'zod';
+import { compileGlob } from '../policy/glob.js';
+import { PRESET_NAMES } from './defaults.js';
+import { describeValue, parseSize } from './sizes.js';
+
+/**
+ * The mount/policy file as written (YAML or JSON). Every object is strict, so a typo is an
+ * error naming the field and the allowed ones; load.ts turns zod issues into
+ * `case.yaml: roots[0].mode: expected "ro" or "rw", got "rwx"` and applies preset and defaults.
+ * Paths in the view are checked and normalized here; file system paths are resolved by load.ts
+ * against the file's directory.
+ */
+
+/** A strict object whose unknown-key error lists the keys it does allow. */
+function strict<T extends z.ZodRawShape>(shape: T) {
+  const allowed = Object.keys(shape).join(', ');
+  return z.strictObject(shape, {
+    error: (iss) => (iss.code === 'unrecognized_keys' ? `allowed: ${allowed}` : undefined),
+  });
+}
+
+/** Sizes with units; `null` or "unlimited" lifts a limit a preset or `defaults` set. */
+const size = z.unknown().transform((v, ctx): number | 'unlimited' => {
+  if (v === null || v === 'unlimited') return 'unlimited';
+  const r = parseSize(v);
+  if (typeof r === 'number') return r;
+  ctx.addIssue({ code: 'custom', message: r.error });
+  return z.NEVER;
+});
+
+const count = z.unknown().transform((v, ctx): number | 'unlimited' => {
+  if (v === null || v === 'unlimited') return 'unlimited';
+  if (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) return v;
+  ctx.addIssue({ code: 'custom', message: `expected a whole number >= 0 (or "unlimited"), got ${describeValue(v)}` });
+  return z.NEVER;
+});
+
+/** An absolute path in the view or the backend, normalized ("/a//b/" -> "/a/b"); no "..". */
+const absPath = z.unknown().transform((v, ctx): string => {
+  if (typeof v !== 'string' || !v.startsWith('/')) {
+    ctx.addIssue({ code: 'custom', message: `expected an absolute path starting with "/", got ${describeValue(v)}` });
+    return z.NEVER;
+  }
+  const parts = v.split('/').filter((p) => p !== '' && p !== '.');
+  if (parts.includes('..')) {
+    ctx.addIssue({ code: 'custom', message: `".." is not allowed in a path, got ${JSON.stringify(v)}` });
+    return z.NEVER;
+  }
+  if (v.includes('\0')) {
+    ctx.addIssue({ code: 'custom', message: 'a path cannot contain NUL' });
+    return z.NEVER;
+  }
+  return '/' + parts.join('/');
+});
+
+const glob = z.unknown().transform((v, ctx): string => {
+  if (typeof v !== 'string' || v.trim() === '') {
+    ctx.addIssue({ code: 'custom', message: `expected a glob like "**/.env" or "intake/**", got ${describeValue(v)}` });
+    return z.NEVER;
+  }
+  try {
+    compileGlob(v);
+  } catch (err) {
+    ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    return z.NEVER;
+  }
+  return v;
+});
+
+const suffix = z.unknown().transform((v, ctx): string => {
+  if (typeof v !== 'string' || !/^\.[^/\0]+$/.test(v)) {
+    ctx.addIssue({ code: 'custom', message: `expected a file name suffix starting with "." like ".pdf", got ${describeValue(v)}` });
+    return z.NEVER;
+  }
+  return v;
+});
+
+const nonEmpty = (what: string) =>
+  z.unknown().transform((v, ctx): string => {
+    if (typeof v === 'string' && v.trim() !== '') return v;
+    ctx.addIssue({ code: 'custom', message: `expected ${what}, got ${describeValue(v)}` });
+    return z.NEVER;
+  });
+
+const mode = z.enum(['ro', 'rw']);
+
+const quota = strict({ bytes: size.optional(), files: count.optional() });
+
+export const rootSchema = strict({
+  /** where the root appears in the view */
+  path: absPath,
+  /** the backend prefix it shows (default: the same path) */
+  source: absPath.optional(),
+  mode: mode.optional(),
+  quota: quota.optional(),
+  maxFileBytes: size.optional(),
+  /** names of files created or written here must end in one of these (case-insensitive) */
+  suffixes: z.array(suffix).optional(),
+  /** globs relative to the root: matching nodes cannot be changed, created or removed */
+  readonly: z.array(glob).optional(),
+  /** globs relative to the root: matching nodes do not exist in the view */
+  hide: z.array(glob).optional(),
+});
+
+const defaultsSchema = strict({
+  mode: mode.optional(),
+  quota: quota.optional(),
+  maxFileBytes: size.optional(),
+  suffixes: z.array(suffix).optional(),
+});
+
+const localBackend = strict({
+  type: z.literal('local'),
+  /** a directory; relative to the mount file's directory */
+  path: nonEmpty('a directory path'),
+});
+
+/** Accepted now so files can name it; the GCS backend itself is implemented separately. */
+const gcsBackend = strict({
+  type: z.literal('gcs'),
+  bucket: nonEmpty('a bucket name'),
+  prefix: z.string().optional(),
+  apiEndpoint: z.string().optional(),
+  /** service account key file; relative to the mount file's directory */
+  keyFile: z.string().optional(),
+});
+
+export const mountFileSchema = strict({
+  preset: z.enum(PRESET_NAMES as [string, ...string[]]).optional(),
+  backend: z.discriminatedUnion('type', [localBackend, gcsBackend]),
+  roots: z.array(rootSchema).min(1),
+  defaults: defaultsSchema.optional(),
+  /** globs relative to the view root ("/"), applied in every root */
+  hide: z.array(glob).optional(),
+  readonly: z.array(glob).optional(),
+  /** journal directory (consumed by the journal; relative to the mount file's directory) */
+  state: nonEmpty('a directory path').optional(),
+  /** session name for the journal */
+  session: nonEmpty('a session name').optional(),
+});
+
+export type MountFile = z.output<typeof mountFileSchema>;
+export type RootFile = z.output<typeof rootSchema>;

@@ -1,0 +1,187 @@
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { EmulatorError } from './errors.js';
+import { FaultInjector, type FaultSpec } from './faults.js';
+import { errorReply, json, parseJsonBody, readBody, send, type Reply, type RequestContext } from './http.js';
+import { route } from './router.js';
+import { EmulatorStore } from './store.js';
+
+export interface GcsEmulatorOptions {
+  /** 0 or absent: a free port chosen by the OS */
+  port?: number;
+  /** default 127.0.0.1; the emulator has no authentication, keep it on loopback */
+  host?: string;
+  /** reuse a store, e.g. to restart the server on the same data */
+  store?: EmulatorStore;
+  /** one line per request, for debugging */
+  log?: (line: string) => void;
+}
+
+export interface GcsEmulator {
+  /** http://host:port, the value for the client's `apiEndpoint` */
+  url: string;
+  port: number;
+  store: EmulatorStore;
+  faults: FaultInjector;
+  stats(): EmulatorStats;
+  /** Close the listener and every open connection; resolves when closed. */
+  stop(): Promise<void>;
+}
+
+export interface EmulatorStats {
+  requests: number;
+  faultsInjected: number;
+  byMethod: Record<string, number>;
+}
+
+function splitPath(pathname: string): string[] {
+  return pathname
+    .split('/')
+    .slice(1)
+    .map((seg) => {
+      try {
+        return decodeURIComponent(seg);
+      } catch {
+        return seg;
+      }
+    });
+}
+
+/** Admin endpoints under /_emulator/: health, faults, stats, reset (documented in README.md). */
+function admin(ctx: RequestContext, emu: { store: EmulatorStore; faults: FaultInjector; stats: EmulatorStats }): Reply {
+  const what = ctx.segments[1];
+  if (what === 'health' && ctx.method === 'GET') return json({ ok: true });
+  if (what === 'stats' && ctx.method === 'GET') return json({ ...emu.stats, faultsInjected: emu.faults.injected });
+  if (what === 'reset' && ctx.method === 'POST') {
+    emu.store.reset();
+    emu.faults.clear();
+    return json({ ok: true });
+  }
+  if (what === 'faults') {
+    if (ctx.method === 'GET') return json({ rules: emu.faults.list() });
+    if (ctx.method === 'DELETE') {
+      emu.faults.clear();
+      return { status: 204 };
+    }
+    if (ctx.method === 'POST') {
+      const parsed = JSON.parse(ctx.body.toString('utf8') || '{}') as FaultSpec | FaultSpec[];
+      const specs = Array.isArray(parsed) ? parsed : [parseJsonBody(ctx) as FaultSpec];
+      return json({ rules: specs.map((s) => emu.faults.add(s)) });
+    }
+  }
+  return json({ error: { code: 404, message: `unknown admin endpoint ${ctx.method} /${ctx.segments.join('/')}` } }, 404);
+}
+
+/**
+ * Start a GCS JSON API emulator on 127.0.0.1 (see README.md for what it implements). Tests start
+ * one per file on a free port and stop it in afterAll.
+ */
+export async function startGcsEmulator(opts: GcsEmulatorOptions = {}): Promise<GcsEmulator> {
+  const store = opts.store ?? new EmulatorStore();
+  const faults = new FaultInjector();
+  const stats: EmulatorStats = { requests: 0, faultsInjected: 0, byMethod: {} };
+  const host = opts.host ?? '127.0.0.1';
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const url = new URL(req.url ?? '/', 'http://emulator');
+    const body = await readBody(req);
+    const ctx: RequestContext = {
+      method: (req.method ?? 'GET').toUpperCase(),
+      segments: splitPath(url.pathname),
+      query: url.searchParams,
+      headers: req.headers,
+      body,
+      baseUrl: `http://${req.headers.host ?? `${host}`}`,
+    };
+    if (ctx.segments[0] === '_emulator') {
+      let reply: Reply;
+      try {
+        reply = admin(ctx, { store, faults, stats });
+      } catch (err) {
+        reply = errorReply(err);
+      }
+      send(res, reply);
+      return;
+    }
+    stats.requests++;
+    stats.byMethod[ctx.method] = (stats.byMethod[ctx.method] ?? 0) + 1;
+    let decoded = url.pathname;
+    try {
+      decoded = decodeURIComponent(url.pathname);
+    } catch {
+      // keep the raw path
+    }
+    const fault = faults.take(ctx.method, url.pathname, decoded);
+    if (fault && fault.delayMs > 0) await sleep(fault.delayMs);
+    const failNow = fault && fault.when === 'before' && (fault.status !== 0 || fault.reset);
+    let reply: Reply;
+    if (failNow) {
+      if (fault.reset) {
+        req.socket.destroy();
+        return;
+      }
+      reply = errorReply(injected(fault.status));
+    } else {
+      try {
+        reply = route(store, ctx);
+      } catch (err) {
+        reply = errorReply(err);
+      }
+      if (fault && fault.when === 'after' && (fault.status !== 0 || fault.reset)) {
+        if (fault.reset) {
+          req.socket.destroy();
+          return;
+        }
+        reply = errorReply(injected(fault.status));
+      }
+    }
+    opts.log?.(`${ctx.method} ${url.pathname}${url.search} -> ${reply.status}`);
+    send(res, reply);
+  };
+
+  const server = http.createServer((req, res) => {
+    handle(req, res).catch((err) => {
+      if (!res.headersSent) send(res, errorReply(err));
+      else res.destroy();
+    });
+  });
+  // Keep-alive connections from the client would otherwise hold close() open.
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  let stopped: Promise<void> | undefined;
+  return {
+    url: `http://${host}:${port}`,
+    port,
+    store,
+    faults,
+    stats: () => ({ ...stats, byMethod: { ...stats.byMethod }, faultsInjected: faults.injected }),
+    stop() {
+      stopped ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      return stopped;
+    },
+  };
+}
+
+/** The error body of an injected fault, shaped like the real one for that status. */
+function injected(status: number): EmulatorError {
+  const messages: Record<number, string> = {
+    429: 'The rate of change requests to the object is too high. (injected fault)',
+    500: 'Internal error. (injected fault)',
+    502: 'Bad gateway. (injected fault)',
+    503: 'Service Unavailable. Backend Error (injected fault)',
+    504: 'Gateway timeout. (injected fault)',
+  };
+  const reason = status === 429 ? 'rateLimitExceeded' : status >= 500 ? 'backendError' : 'injected';
+  return new EmulatorError(status, reason, messages[status] ?? `Injected fault ${status}`);
+}

@@ -1,0 +1,189 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import type { Logger } from '../log.js';
+import { stateLayout } from './layout.js';
+import { JournalLock } from './lock.js';
+import { RollbackError } from './rollback.js';
+import type { JournalService, RollbackRequest } from './service.js';
+
+/*
+ * The live daemon's control socket: `ledgerfs rollback` and `ledgerfs gc` on a mounted workspace
+ * ask the daemon, so the undo goes through the mount's own Vfs (open files, quota usage and the
+ * one journal writer stay consistent). One JSON request line per connection; the answer is JSON
+ * lines: progress events, then one result or error.
+ */
+
+export interface DaemonInfo {
+  pid: number;
+  socket: string;
+  mountpoint: string;
+  session: string;
+  started: string;
+}
+
+export type ControlRequest =
+  | { cmd: 'rollback'; request: RollbackRequest }
+  | { cmd: 'gc'; keepMs: number }
+  | { cmd: 'sync' }
+  | { cmd: 'status' };
+
+type Reply = { type: 'progress'; done: number; total: number } | { type: 'result'; result: unknown } | { type: 'error'; message: string };
+
+/** Unix socket paths are limited to 107 bytes; a deep state dir gets one in the temp dir instead. */
+function socketPathFor(stateDir: string): string {
+  const p = stateLayout(stateDir).daemonSocket;
+  if (Buffer.byteLength(p) <= 100) return p;
+  return path.join(os.tmpdir(), `ledgerfs-${crypto.createHash('sha256').update(stateDir).digest('hex').slice(0, 16)}.sock`);
+}
+
+export interface ControlServerOptions {
+  mountpoint: string;
+  /** wait this long after a rollback before answering: the kernel's attribute and entry caches
+   * (which the daemon cannot invalidate through fuse-native) have expired by then */
+  settleMs: number;
+  log: Logger;
+}
+
+export class ControlServer {
+  private constructor(
+    private readonly server: net.Server,
+    private readonly socket: string,
+    private readonly infoFile: string,
+  ) {}
+
+  static async start(service: JournalService, o: ControlServerOptions): Promise<ControlServer> {
+    const socket = socketPathFor(service.stateDir);
+    fs.rmSync(socket, { force: true }); // we hold the journal lock: any socket there is stale
+    const server = net.createServer((conn) => handle(conn, service, o));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(socket, () => resolve());
+    });
+    fs.chmodSync(socket, 0o600);
+    const info: DaemonInfo = { pid: process.pid, socket, mountpoint: o.mountpoint, session: service.session, started: new Date().toISOString() };
+    const infoFile = stateLayout(service.stateDir).daemonInfo;
+    fs.writeFileSync(infoFile, JSON.stringify(info, null, 2) + '\n', { mode: 0o600 });
+    return new ControlServer(server, socket, infoFile);
+  }
+
+  async close(): Promise<void> {
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    fs.rmSync(this.socket, { force: true });
+    fs.rmSync(this.infoFile, { force: true });
+  }
+}
+
+function handle(conn: net.Socket, service: JournalService, o: ControlServerOptions): void {
+  let buf = '';
+  let started = false;
+  const send = (r: Reply) => {
+    if (!conn.destroyed) conn.write(JSON.stringify(r) + '\n');
+  };
+  conn.on('error', () => undefined);
+  conn.on('data', (d) => {
+    buf += d.toString('utf8');
+    const nl = buf.indexOf('\n');
+    if (nl < 0 || started) return;
+    started = true;
+    let req: ControlRequest;
+    try {
+      req = JSON.parse(buf.slice(0, nl)) as ControlRequest;
+    } catch {
+      send({ type: 'error', message: 'malformed request' });
+      conn.end();
+      return;
+    }
+    void serve(req, service, o, send).then(
+      () => conn.end(),
+      (err: unknown) => {
+        if (!(err instanceof RollbackError)) o.log.error({ err: (err as Error).stack ?? String(err), cmd: req.cmd }, 'control request failed');
+        send({ type: 'error', message: (err as Error).message });
+        conn.end();
+      },
+    );
+  });
+}
+
+async function serve(req: ControlRequest, service: JournalService, o: ControlServerOptions, send: (r: Reply) => void): Promise<void> {
+  switch (req.cmd) {
+    case 'rollback': {
+      let last = 0;
+      o.log.info({ request: req.request }, 'rollback requested');
+      const result = await service.rollback(req.request, (done, total) => {
+        const now = Date.now();
+        if (now - last >= 100 || done === total) {
+          last = now;
+          send({ type: 'progress', done, total });
+        }
+      });
+      if (result.undone > 0) await new Promise((r) => setTimeout(r, o.settleMs));
+      o.log.info({ undone: result.undone, conflicts: result.conflicts.length, session: result.session }, 'rollback finished');
+      send({ type: 'result', result });
+      return;
+    }
+    case 'gc': {
+      const result = await service.gc(req.keepMs);
+      o.log.info(result, 'journal gc finished');
+      send({ type: 'result', result });
+      return;
+    }
+    case 'sync':
+      await service.writer.sync();
+      send({ type: 'result', result: {} });
+      return;
+    case 'status':
+      send({ type: 'result', result: { session: service.session, lastSeq: service.writer.lastSeq, mountpoint: o.mountpoint, pid: process.pid } });
+      return;
+  }
+}
+
+// ---- client ----------------------------------------------------------------------------------
+
+/** The daemon serving this state directory, if one is running. */
+export function liveDaemon(stateDir: string): DaemonInfo | null {
+  const layout = stateLayout(stateDir);
+  let info: DaemonInfo;
+  try {
+    info = JSON.parse(fs.readFileSync(layout.daemonInfo, 'utf8')) as DaemonInfo;
+  } catch {
+    return null;
+  }
+  const holder = JournalLock.liveHolder(layout.lockFile);
+  return holder && holder.pid === info.pid ? info : null;
+}
+
+export class DaemonUnreachableError extends Error {}
+
+export function daemonRequest<T>(info: DaemonInfo, req: ControlRequest, onProgress?: (done: number, total: number) => void): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const conn = net.createConnection(info.socket);
+    let buf = '';
+    let settled = false;
+    const finish = (fn: () => void) => {
+      if (!settled) {
+        settled = true;
+        fn();
+      }
+    };
+    conn.on('connect', () => conn.write(JSON.stringify(req) + '\n'));
+    conn.on('error', (err) =>
+      finish(() => reject(new DaemonUnreachableError(`cannot reach the daemon (pid ${info.pid}) at ${info.socket}: ${err.message}`))),
+    );
+    conn.on('data', (d) => {
+      buf += d.toString('utf8');
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        const r = JSON.parse(line) as Reply;
+        if (r.type === 'progress') onProgress?.(r.done, r.total);
+        else if (r.type === 'result') finish(() => resolve(r.result as T));
+        else finish(() => reject(new RollbackError(r.message)));
+      }
+    });
+    conn.on('close', () => finish(() => reject(new DaemonUnreachableError(`the daemon (pid ${info.pid}) closed the connection without an answer`))));
+  });
+}

@@ -1,0 +1,127 @@
+import type { LocatedRecord } from './reader.js';
+import type { EndRecord, JournalOp, OpArgs, OpRecord, StartRecord, State } from './record.js';
+
+export type OperationStatus = 'done' | 'failed' | 'pending' | 'open';
+
+/** One mutation: its `op` record with the records that refer to it folded in. */
+export interface Operation {
+  seq: number;
+  time: number;
+  session: string;
+  actor: string;
+  pid?: number;
+  undoes?: number;
+  op: JournalOp;
+  paths: string[];
+  before: State[];
+  /** null while pending or open, or when it failed */
+  after: State[] | null;
+  args?: OpArgs;
+  /**
+   * done; failed (nothing changed); pending (no outcome: in flight, or a crash the next start
+   * resolves); open (a write session not ended yet)
+   */
+  status: OperationStatus;
+  errno?: string;
+  /** write sessions: when and why they ended */
+  endTime?: number;
+  endReason?: EndRecord['reason'];
+  /** resolved by recovery after a crash */
+  recovered?: boolean;
+  /** write sessions: the before-image, when the session overwrote or cut existing bytes */
+  capture?: { blob: string; size: number };
+  records: LocatedRecord[];
+}
+
+export interface History {
+  /** every operation in seq order */
+  ops: Operation[];
+  bySeq: Map<number, Operation>;
+  starts: StartRecord[];
+  firstSeq: number;
+  lastSeq: number;
+  /** records naming an operation the journal does not hold */
+  orphans: LocatedRecord[];
+}
+
+function fromOpRecord(r: OpRecord, loc: LocatedRecord): Operation {
+  const op: Operation = {
+    seq: r.seq, time: r.time, session: r.session, actor: r.actor, op: r.op, paths: r.paths, before: r.before,
+    after: null, status: r.op === 'write' ? 'open' : 'pending', records: [loc],
+  };
+  if (r.pid !== undefined) op.pid = r.pid;
+  if (r.undoes !== undefined) op.undoes = r.undoes;
+  if (r.args) op.args = r.args;
+  return op;
+}
+
+export function buildHistory(records: LocatedRecord[]): History {
+  const ops: Operation[] = [];
+  const bySeq = new Map<number, Operation>();
+  const starts: StartRecord[] = [];
+  const orphans: LocatedRecord[] = [];
+  for (const loc of records) {
+    const r = loc.record;
+    if (r.kind === 'op') {
+      const op = fromOpRecord(r, loc);
+      ops.push(op);
+      bySeq.set(r.seq, op);
+      continue;
+    }
+    if (r.kind === 'start') {
+      starts.push(r);
+      continue;
+    }
+    const op = bySeq.get(r.of);
+    if (!op) {
+      orphans.push(loc);
+      continue;
+    }
+    op.records.push(loc);
+    switch (r.kind) {
+      case 'done':
+        op.status = 'done';
+        op.after = r.after;
+        if (r.recovered) op.recovered = true;
+        break;
+      case 'failed':
+        op.status = 'failed';
+        op.errno = r.errno;
+        if (r.recovered) op.recovered = true;
+        break;
+      case 'capture':
+        op.capture = { blob: r.blob, size: r.size };
+        break;
+      case 'end':
+        op.status = 'done';
+        op.after = r.after;
+        op.endTime = r.time;
+        op.endReason = r.reason;
+        if (r.reason === 'recovered') op.recovered = true;
+        break;
+    }
+  }
+  // Segments are appended in order, so ops are in seq order already; gc keeps that.
+  let lastSeq = ops.length ? (ops[ops.length - 1] as Operation).seq : 0;
+  for (const s of starts) if (s.lastSeq !== undefined && s.lastSeq > lastSeq) lastSeq = s.lastSeq;
+  return { ops, bySeq, starts, orphans, firstSeq: ops.length ? (ops[0] as Operation).seq : lastSeq + 1, lastSeq };
+}
+
+/** Operations that changed something (or may have: pending and open ones). */
+export function effective(op: Operation): boolean {
+  return op.status !== 'failed';
+}
+
+/**
+ * Seqs whose effect a rollback has reversed, and which that rollback still stands for. An undo
+ * that was itself undone no longer counts: newest first, an undo marks its target only if the
+ * undo is not already marked.
+ */
+export function undoneSeqs(h: History): Set<number> {
+  const undone = new Set<number>();
+  for (let i = h.ops.length - 1; i >= 0; i--) {
+    const op = h.ops[i] as Operation;
+    if (op.undoes !== undefined && effective(op) && !undone.has(op.seq)) undone.add(op.undoes);
+  }
+  return undone;
+}

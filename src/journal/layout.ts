@@ -1,0 +1,72 @@
+import fs from 'node:fs';
+import path from 'node:path';
+
+/*
+ * What lives in a state directory:
+ *   journal/000001.log ...   segments, appended in order, rolled at a size limit
+ *   blobs/ab/cdef...         before-images by sha256; blobs/tmp/ holds captures in progress
+ *   lock                     pid of the one process writing the journal (daemon or CLI)
+ *   workspace.json           how the last mount named the workspace (--source/--policy), so
+ *                            commands given only --state can open it too
+ *   daemon.json, daemon.sock the live daemon's control socket (rollback/gc through the mount)
+ */
+
+export const SEGMENT_RE = /^(\d{6,})\.log$/;
+
+export interface StateLayout {
+  root: string;
+  journalDir: string;
+  blobsDir: string;
+  lockFile: string;
+  daemonInfo: string;
+  daemonSocket: string;
+  workspaceInfo: string;
+}
+
+export function stateLayout(root: string): StateLayout {
+  return {
+    root,
+    journalDir: path.join(root, 'journal'),
+    blobsDir: path.join(root, 'blobs'),
+    lockFile: path.join(root, 'lock'),
+    daemonInfo: path.join(root, 'daemon.json'),
+    daemonSocket: path.join(root, 'daemon.sock'),
+    workspaceInfo: path.join(root, 'workspace.json'),
+  };
+}
+
+export function segmentName(index: number): string {
+  return String(index).padStart(6, '0') + '.log';
+}
+
+export interface SegmentFile {
+  index: number;
+  path: string;
+}
+
+/** Segments in write order; an absent journal directory is an empty journal. */
+export function listSegments(journalDir: string): SegmentFile[] {
+  let names: string[];
+  try {
+    names = fs.readdirSync(journalDir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+  const out: SegmentFile[] = [];
+  for (const n of names) {
+    const m = SEGMENT_RE.exec(n);
+    if (m) out.push({ index: Number(m[1]), path: path.join(journalDir, n) });
+  }
+  return out.sort((a, b) => a.index - b.index);
+}
+
+/** fsync a directory so a file created or renamed in it survives a power loss. */
+export function syncDir(dir: string): void {
+  const fd = fs.openSync(dir, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}

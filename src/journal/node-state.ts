@@ -1,0 +1,95 @@
+import type { Attr, Backend } from '../backend/types.js';
+import { VfsError } from '../vfs/errors.js';
+import type { NodeState, State } from './record.js';
+
+/**
+ * Restored times lose precision on the way back (the local backend sets times in whole
+ * microseconds; object stores keep milliseconds), so "the same mtime" means within this.
+ * An edit beside the mount within a millisecond of the journaled one is not told apart.
+ */
+export const MTIME_SLACK_NS = 1_000_000n;
+
+export function stateFromAttr(a: Attr, target?: string): NodeState {
+  const s: NodeState = {
+    type: a.type,
+    mode: a.mode & 0o7777,
+    uid: a.uid,
+    gid: a.gid,
+    size: a.size,
+    mtimeNs: a.mtimeNs.toString(),
+    ino: a.ino,
+    nlink: a.nlink,
+  };
+  if (target !== undefined) s.target = target;
+  return s;
+}
+
+/** What is at `path` now: a state, or null when nothing is (ENOENT, or a parent is not a directory). */
+export async function stateOf(backend: Backend, path: string, opts: { atime?: boolean } = {}): Promise<State> {
+  let a: Attr | null;
+  if (backend.tryStat) {
+    a = await backend.tryStat(path);
+    if (!a) return null;
+  } else {
+    try {
+      a = await backend.stat(path);
+    } catch (err) {
+      if (err instanceof VfsError && (err.code === 'ENOENT' || err.code === 'ENOTDIR')) return null;
+      throw err;
+    }
+  }
+  const s = stateFromAttr(a, a.type === 'symlink' ? await backend.readlink(path) : undefined);
+  if (opts.atime) s.atimeNs = a.atimeNs.toString();
+  return s;
+}
+
+/** Which parts of a node an undo relies on being as the journal left them. */
+export type Aspect = 'kind' | 'content' | 'mode' | 'owner' | 'mtime';
+
+function sameTime(a: string, b: string): boolean {
+  const d = BigInt(a) - BigInt(b);
+  return (d < 0n ? -d : d) <= MTIME_SLACK_NS;
+}
+
+export function describeState(s: State): string {
+  if (!s) return 'nothing';
+  if (s.type === 'dir') return `a directory (mode ${s.mode.toString(8)})`;
+  if (s.type === 'symlink') return `a symlink to ${JSON.stringify(s.target ?? '')}`;
+  return `a file of ${s.size} bytes (mode ${s.mode.toString(8)}, mtime ${new Date(Number(BigInt(s.mtimeNs) / 1_000_000n)).toISOString()})`;
+}
+
+/**
+ * Why `actual` is not what the journal expects (`expected`) in the given aspects, or null if it
+ * is. Existence and type are always compared.
+ */
+export function mismatch(expected: State, actual: State, aspects: readonly Aspect[]): string | null {
+  if (expected === null || actual === null) {
+    return expected === actual ? null : `expected ${describeState(expected)}, found ${describeState(actual)}`;
+  }
+  const found = () => `expected ${describeState(expected)}, found ${describeState(actual)}`;
+  if (expected.type !== actual.type) return found();
+  for (const a of aspects) {
+    switch (a) {
+      case 'kind':
+        break;
+      case 'content':
+        if (expected.type === 'symlink' && expected.target !== actual.target) return found();
+        if (expected.type === 'file' && (expected.size !== actual.size || !sameTime(expected.mtimeNs, actual.mtimeNs))) {
+          return `${found()}: its content changed since`;
+        }
+        break;
+      case 'mtime':
+        if (expected.type !== 'dir' && !sameTime(expected.mtimeNs, actual.mtimeNs)) return `${found()}: its times changed since`;
+        break;
+      case 'mode':
+        if (expected.mode !== actual.mode) return `expected mode ${expected.mode.toString(8)}, found ${actual.mode.toString(8)}`;
+        break;
+      case 'owner':
+        if (expected.uid !== actual.uid || expected.gid !== actual.gid) {
+          return `expected owner ${expected.uid}:${expected.gid}, found ${actual.uid}:${actual.gid}`;
+        }
+        break;
+    }
+  }
+  return null;
+}

@@ -1,0 +1,77 @@
+import type { Backend } from '../backend/types.js';
+import { DEFAULTS } from '../config/defaults.js';
+import type { WorkspaceFlags } from '../config/workspace.js';
+import type { Logger } from '../log.js';
+import type { Vfs } from '../vfs/vfs.js';
+import { ControlServer } from './control.js';
+import { JournalService } from './service.js';
+import { newSessionId } from './session-id.js';
+import type { JournalStage } from './stage.js';
+import { checkStateDir, rememberWorkspace, resolveStateDir } from './state-dir.js';
+
+/** What a mount knows about its workspace (config/workspace.ts OpenedWorkspace fits). */
+export interface JournaledWorkspace {
+  /** what the Vfs sits on */
+  backend: Backend;
+  /** the real store, when the Vfs sits on a policy view */
+  store?: Backend;
+  sourceDir?: string;
+  /** present when a policy is in force (it reserves a state dir inside the source) */
+  policy?: unknown;
+  /** session name from the mount file */
+  session?: string;
+}
+
+export interface MountJournalFlags extends WorkspaceFlags {
+  session?: string;
+  actor?: string;
+  mountpoint: string;
+}
+
+export interface MountJournal {
+  readonly stage: JournalStage;
+  readonly stateDir: string;
+  readonly session: string;
+  readonly service: JournalService;
+  /** what the start found (torn tail cut, crash leftovers resolved), for the mount's banner */
+  readonly startNote: string | undefined;
+  /** Start answering `ledgerfs rollback`/`gc` for this mount through its Vfs. */
+  serve(vfs: Vfs, settleMs: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * Open the journal of a workspace for a mount: resolves the state directory (the same way the
+ * journal commands do), refuses one the view could reach, takes the lock, recovers from a crash,
+ * and returns the mutation stage to put after the policy stage.
+ */
+export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFlags, log: Logger): Promise<MountJournal> {
+  const stateDir = resolveStateDir(flags);
+  checkStateDir(stateDir, { mountpoint: flags.mountpoint, reservedByPolicy: ws.policy !== undefined, ...(ws.sourceDir ? { sourceDir: ws.sourceDir } : {}) });
+  const session = flags.session ?? ws.session ?? newSessionId();
+  const service = await JournalService.open({
+    stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session,
+    actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log,
+  });
+  rememberWorkspace(stateDir, flags);
+  let control: ControlServer | null = null;
+  log.info({ state: stateDir, session }, 'journal open');
+  return {
+    stage: service.stage,
+    stateDir,
+    session,
+    service,
+    startNote: service.startNote,
+    async serve(vfs: Vfs, settleMs: number) {
+      service.attach(vfs);
+      control = await ControlServer.start(service, { mountpoint: flags.mountpoint, settleMs, log });
+    },
+    async close() {
+      try {
+        await control?.close();
+      } finally {
+        await service.close();
+      }
+    },
+  };
+}

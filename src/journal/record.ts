@@ -1,0 +1,150 @@
+import { z } from 'zod';
+
+/**
+ * The journal record types: defined once, used by the writer (stage, recovery, gc), the reader
+ * (log, show, diff, verify) and rollback. A record is one line in a segment file (see codec.ts).
+ *
+ * One mutation is one *operation*, identified by the `seq` of its `op` record. The `op` record is
+ * the intent: written (reaching the journal file) before the change reaches the backend, with
+ * the before-state of every path it touches. Later records refer to it with `of`:
+ *   done     the change was applied; after-states of the same paths
+ *   failed   the backend refused it; nothing changed
+ *   capture  (write sessions) the before-image of the file, taken just before the first request
+ *            that overwrote or cut existing bytes (a session that only appends needs none)
+ *   end      (write sessions) the session ended (last close, fsync, or a mutation that splits
+ *            it); after-state of the file
+ * An `op` without `done`/`failed`/`end` is pending: in flight, or cut short by a crash. The next
+ * start of a writer resolves it against the backend (recovery.ts).
+ *
+ * Paths, per op (`paths[0]` is always the node whose existence or content the op changes):
+ *   rename [from, to]; link [newPath, existing]; every other op [path].
+ */
+
+export const RECORD_VERSION = 1;
+
+export const MUTATION_OPS = [
+  'create', 'write', 'truncate', 'unlink', 'mkdir', 'rmdir', 'rename', 'symlink', 'link',
+  'chmod', 'chown', 'utimens', 'setxattr', 'removexattr',
+] as const;
+export type JournalOp = (typeof MUTATION_OPS)[number];
+
+const decimal = z.string().regex(/^\d+$/);
+export const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+/** A node as the journal remembers it. `null` (see State) means "no node at this path". */
+export const NodeStateSchema = z.object({
+  type: z.enum(['file', 'dir', 'symlink']),
+  /** permission bits only (mode & 0o7777) */
+  mode: z.number().int(),
+  uid: z.number().int(),
+  gid: z.number().int(),
+  size: z.number().int().nonnegative(),
+  /** nanoseconds since the epoch, as a decimal string (JSON has no 64-bit integers) */
+  mtimeNs: decimal,
+  /** recorded only where an undo needs it (utimens) */
+  atimeNs: decimal.optional(),
+  ino: z.number().int(),
+  nlink: z.number().int(),
+  /** symlink text */
+  target: z.string().optional(),
+  /** sha256 of the content, when the content was kept as a before-image */
+  blob: z.string().regex(SHA256_HEX).optional(),
+});
+export type NodeState = z.infer<typeof NodeStateSchema>;
+export const StateSchema = NodeStateSchema.nullable();
+export type State = NodeState | null;
+
+export const OpArgsSchema = z.object({
+  mode: z.number().int().optional(),
+  size: z.number().int().optional(),
+  uid: z.number().int().optional(),
+  gid: z.number().int().optional(),
+  /** symlink text of a symlink op */
+  target: z.string().optional(),
+  xattr: z.string().optional(),
+  /** the xattr value before a setxattr/removexattr, base64; null if it was absent */
+  xattrBefore: z.string().nullable().optional(),
+});
+export type OpArgs = z.infer<typeof OpArgsSchema>;
+
+export const OpRecordSchema = z.object({
+  kind: z.literal('op'),
+  seq: z.number().int().positive(),
+  /** milliseconds since the epoch */
+  time: z.number(),
+  session: z.string(),
+  actor: z.string(),
+  /** the calling process, when the binding tells us */
+  pid: z.number().int().optional(),
+  /** set on the mutations a rollback makes: the seq of the operation being undone */
+  undoes: z.number().int().positive().optional(),
+  op: z.enum(MUTATION_OPS),
+  paths: z.array(z.string()).min(1).max(2),
+  before: z.array(StateSchema),
+  args: OpArgsSchema.optional(),
+});
+export type OpRecord = z.infer<typeof OpRecordSchema>;
+
+export const DoneRecordSchema = z.object({
+  kind: z.literal('done'),
+  of: z.number().int().positive(),
+  time: z.number(),
+  after: z.array(StateSchema),
+  /** resolved by recovery after a crash rather than observed */
+  recovered: z.literal(true).optional(),
+});
+export type DoneRecord = z.infer<typeof DoneRecordSchema>;
+
+export const FailedRecordSchema = z.object({
+  kind: z.literal('failed'),
+  of: z.number().int().positive(),
+  time: z.number(),
+  errno: z.string(),
+  recovered: z.literal(true).optional(),
+});
+export type FailedRecord = z.infer<typeof FailedRecordSchema>;
+
+export const CaptureRecordSchema = z.object({
+  kind: z.literal('capture'),
+  of: z.number().int().positive(),
+  time: z.number(),
+  blob: z.string().regex(SHA256_HEX),
+  /** bytes kept: the file size when the session began */
+  size: z.number().int().nonnegative(),
+});
+export type CaptureRecord = z.infer<typeof CaptureRecordSchema>;
+
+export const END_REASONS = ['close', 'fsync', 'split', 'recovered'] as const;
+export const EndRecordSchema = z.object({
+  kind: z.literal('end'),
+  of: z.number().int().positive(),
+  time: z.number(),
+  after: z.array(StateSchema),
+  reason: z.enum(END_REASONS),
+});
+export type EndRecord = z.infer<typeof EndRecordSchema>;
+
+/**
+ * A writer opened the journal (a mount started, or a rollback/gc ran on an unmounted workspace),
+ * or gc dropped old records. `lastSeq` keeps the numbering going when gc dropped every operation.
+ */
+export const StartRecordSchema = z.object({
+  kind: z.literal('start'),
+  time: z.number(),
+  session: z.string(),
+  actor: z.string(),
+  pid: z.number().int(),
+  source: z.string(),
+  version: z.number().int(),
+  /** the last seq used so far */
+  lastSeq: z.number().int().nonnegative().optional(),
+  /** what recovery (or gc) found and did, if anything */
+  note: z.string().optional(),
+});
+export type StartRecord = z.infer<typeof StartRecordSchema>;
+
+export const RecordSchema = z.discriminatedUnion('kind', [
+  OpRecordSchema, DoneRecordSchema, FailedRecordSchema, CaptureRecordSchema, EndRecordSchema, StartRecordSchema,
+]);
+export type JournalRecord = z.infer<typeof RecordSchema>;
+export type OutcomeRecord = DoneRecord | FailedRecord | EndRecord;

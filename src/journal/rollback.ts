@@ -1,0 +1,521 @@
+import { constants as C } from 'node:fs';
+import type { Backend } from '../backend/types.js';
+import { VfsError } from '../vfs/errors.js';
+import { isWithin, rebase } from '../vfs/paths.js';
+import type { Caller } from '../vfs/pipeline.js';
+import type { Vfs } from '../vfs/vfs.js';
+import type { BlobStore } from './blobs.js';
+import { effective, undoneSeqs, type History, type Operation } from './history.js';
+import { mismatch, stateOf, type Aspect } from './node-state.js';
+import type { JournalOp, NodeState, State } from './record.js';
+import type { JournalStage } from './stage.js';
+
+/** What to roll back. Filters combine (an operation must match all that are given). */
+export interface RollbackSelection {
+  /** undo every operation after this seq (the state right after it is restored) */
+  toSeq?: number;
+  /** undo every operation after this time (ms since the epoch) */
+  toTime?: number;
+  session?: string;
+  /** only operations that name a path at or below this one */
+  path?: string;
+}
+
+export interface Conflict {
+  seq: number;
+  op: JournalOp;
+  path: string;
+  reason: string;
+}
+
+export interface PlannedStep {
+  seq: number;
+  time: number;
+  session: string;
+  op: JournalOp;
+  paths: string[];
+  /** what the undo does, in words */
+  undo: string;
+}
+
+export interface RollbackResult {
+  dryRun: boolean;
+  /** the session the rollback's own mutations are journaled under (undo it with --session) */
+  session: string | null;
+  planned: PlannedStep[];
+  /** operations already undone by an earlier rollback and therefore left alone */
+  alreadyUndone: number;
+  undone: number;
+  conflicts: Conflict[];
+  /** every planned operation was undone */
+  complete: boolean;
+  /** --force went past these conflicts */
+  forced: Conflict[];
+}
+
+export class RollbackError extends Error {}
+
+export function describeSelection(sel: RollbackSelection): string {
+  const parts: string[] = [];
+  if (sel.toSeq !== undefined) parts.push(`after #${sel.toSeq}`);
+  if (sel.toTime !== undefined) parts.push(`after ${new Date(sel.toTime).toISOString()}`);
+  if (sel.session !== undefined) parts.push(`of session ${sel.session}`);
+  if (sel.path !== undefined) parts.push(`touching ${sel.path}`);
+  return parts.join(', ');
+}
+
+/**
+ * The operations to undo, newest first: the selected ones that changed something, minus those
+ * an earlier rollback already undid, minus undo operations whose target is selected too (the
+ * pair cancels out: the state is already as if neither happened).
+ */
+export function selectOperations(h: History, sel: RollbackSelection): { ops: Operation[]; alreadyUndone: number } {
+  if (sel.toSeq === undefined && sel.toTime === undefined && sel.session === undefined && sel.path === undefined) {
+    throw new RollbackError('say what to roll back: --to SEQ|TIME, --session ID and/or --path PREFIX');
+  }
+  if (sel.toSeq !== undefined && sel.toSeq < h.firstSeq - 1) {
+    throw new RollbackError(`the journal starts at #${h.firstSeq} (older records were dropped by gc); cannot roll back to #${sel.toSeq}`);
+  }
+  const match = (op: Operation) =>
+    effective(op) &&
+    (sel.toSeq === undefined || op.seq > sel.toSeq) &&
+    (sel.toTime === undefined || op.time > sel.toTime) &&
+    (sel.session === undefined || op.session === sel.session) &&
+    (sel.path === undefined || op.paths.some((p) => isWithin(p, sel.path as string)));
+  const selected = h.ops.filter(match);
+  const inSelection = new Set(selected.map((o) => o.seq));
+  const undone = undoneSeqs(h);
+  let alreadyUndone = 0;
+  const ops: Operation[] = [];
+  for (let i = selected.length - 1; i >= 0; i--) {
+    const op = selected[i] as Operation;
+    if (undone.has(op.seq)) {
+      alreadyUndone++;
+      continue;
+    }
+    if (op.undoes !== undefined && inSelection.has(op.undoes)) continue;
+    ops.push(op);
+  }
+  return { ops, alreadyUndone };
+}
+
+export function describeUndo(op: Operation): string {
+  const [p0, p1] = op.paths as [string, string | undefined];
+  const b0 = op.before[0] ?? null;
+  switch (op.op) {
+    case 'create':
+      return b0 ? `restore ${p0} as it was (${b0.size} bytes)` : `remove ${p0}`;
+    case 'write':
+    case 'truncate':
+      return `restore the content of ${p0} (${b0?.size ?? 0} bytes)`;
+    case 'unlink':
+      return `recreate ${p0} (${b0?.type === 'symlink' ? `symlink to ${b0.target}` : `${b0?.size ?? 0} bytes`})`;
+    case 'rmdir':
+      return `recreate directory ${p0}`;
+    case 'mkdir':
+      return `remove directory ${p0}`;
+    case 'symlink':
+    case 'link':
+      return `remove ${p0}`;
+    case 'rename':
+      return `move ${p1} back to ${p0}${op.before[1] ? `, recreate the ${op.before[1].type} it replaced at ${p1}` : ''}`;
+    case 'chmod':
+      return `chmod ${b0?.mode.toString(8)} ${p0}`;
+    case 'chown':
+      return `chown ${b0?.uid}:${b0?.gid} ${p0}`;
+    case 'utimens':
+      return `restore the times of ${p0}`;
+    case 'setxattr':
+    case 'removexattr':
+      return `restore attribute ${op.args?.xattr} of ${p0}`;
+  }
+}
+
+export function plannedSteps(ops: Operation[]): PlannedStep[] {
+  return ops.map((op) => ({ seq: op.seq, time: op.time, session: op.session, op: op.op, paths: op.paths, undo: describeUndo(op) }));
+}
+
+/** The aspects of path `i` an undo of `op` relies on, and the state it expects there now. */
+function expectation(op: Operation, i: number): { expected: State; aspects: Aspect[] } | null {
+  const after = op.after;
+  if (!after) return null;
+  const a = after[i] ?? null;
+  switch (op.op) {
+    case 'create':
+    case 'write':
+    case 'truncate':
+    case 'symlink':
+      return i === 0 ? { expected: a, aspects: ['content'] } : null;
+    case 'link':
+      return i === 0 ? { expected: a, aspects: ['content'] } : null;
+    case 'unlink':
+    case 'rmdir':
+    case 'mkdir':
+      return i === 0 ? { expected: a, aspects: ['kind'] } : null;
+    case 'rename':
+      if ((after[0] ?? null) !== null) return null; // a rename that changed nothing (two names of one node)
+      return { expected: a, aspects: i === 0 ? ['kind'] : ['content'] };
+    case 'chmod':
+      return i === 0 ? { expected: a, aspects: ['mode'] } : null;
+    case 'chown':
+      return i === 0 ? { expected: a, aspects: ['owner'] } : null;
+    case 'utimens':
+      return i === 0 ? { expected: a, aspects: ['mtime'] } : null;
+    case 'setxattr':
+    case 'removexattr':
+      return i === 0 ? { expected: a, aspects: ['kind'] } : null;
+  }
+}
+
+export interface ConflictContext {
+  backend: Backend;
+  /** paths with a write session in progress (a live mount) */
+  openWritePaths?: readonly string[];
+}
+
+/** Why `op` cannot be undone as the journal says right now (path i only, or all paths). */
+export async function conflictsOf(op: Operation, ctx: ConflictContext, only?: number): Promise<Conflict[]> {
+  const out: Conflict[] = [];
+  const add = (path: string, reason: string) => out.push({ seq: op.seq, op: op.op, path, reason });
+  if (op.status === 'pending') {
+    add(op.paths[0] as string, 'the operation has no outcome yet (still in progress, or a crash not yet recovered)');
+    return out;
+  }
+  const contentOp = op.op === 'write' || op.op === 'truncate' || op.op === 'create';
+  if (op.status === 'open' || (contentOp && ctx.openWritePaths?.includes(op.paths[0] as string))) {
+    add(op.paths[0] as string, 'the file is open and being written by a running program (a write session is in progress)');
+    return out;
+  }
+  for (let i = 0; i < op.paths.length; i++) {
+    if (only !== undefined && i !== only) continue;
+    const e = expectation(op, i);
+    if (!e) continue;
+    const path = op.paths[i] as string;
+    const now = await stateOf(ctx.backend, path);
+    const why = mismatch(e.expected, now, e.aspects);
+    if (why) add(path, `${why} (someone changed it since #${op.seq})`);
+  }
+  return out;
+}
+
+/**
+ * Conflicts visible before anything is changed: each path is checked against the newest planned
+ * operation that touches it (older ones are checked as the rollback reaches them). Paths below a
+ * name that a newer planned rename moves are left to that moment too.
+ */
+export async function preflight(ops: Operation[], ctx: ConflictContext): Promise<Conflict[]> {
+  const seen = new Set<string>();
+  const moved: string[] = [];
+  // files a newer planned operation changes, under whatever name (hard links share content)
+  const touched = new Set<number>();
+  const out: Conflict[] = [];
+  for (const op of ops) {
+    for (let i = 0; i < op.paths.length; i++) {
+      const p = op.paths[i] as string;
+      const ino = op.after?.[i]?.ino;
+      if (seen.has(p) || moved.some((m) => isWithin(p, m))) continue;
+      seen.add(p);
+      if (ino !== undefined && touched.has(ino)) continue;
+      out.push(...(await conflictsOf(op, ctx, i)));
+    }
+    if (op.op === 'rename') moved.push(...op.paths);
+    for (const s of [...op.before, ...(op.after ?? [])]) if (s?.type === 'file') touched.add(s.ino);
+  }
+  return out;
+}
+
+export interface ApplyEnv {
+  vfs: Vfs;
+  stage: JournalStage;
+  blobs: BlobStore;
+  /** session and actor the undo mutations are journaled under */
+  session: string;
+  actor: string;
+  force: boolean;
+  openWritePaths?: () => readonly string[];
+  onProgress?: (done: number, total: number) => void;
+  /** every operation of the journal: where else a hard-linked file was seen */
+  history?: readonly Operation[];
+}
+
+const WRITE_ONLY = C.O_WRONLY;
+
+/** Undoes operations through a Vfs, so the undo is journaled (and policy keeps usage exact). */
+/** Where the journal saw a file: at `path`, at time `t` (2s-1: before op s; 2s+1: after it). */
+interface Sighting {
+  t: number;
+  path: string;
+}
+
+class Undoer {
+  /**
+   * Identity of files across names, renames and rollbacks, for relinking hard links: inode ->
+   * where the journal saw it; a union-find joining the inode of a file with the inode of the
+   * copy a rollback recreated in its place (the copy stands for the original from then on); and
+   * the renames, to follow a sighting through directory moves to the moment being restored.
+   */
+  private index: { seen: Map<number, Sighting[]>; parent: Map<number, number>; renames: { t: number; from: string; to: string }[] } | null = null;
+
+  constructor(private readonly env: ApplyEnv) {}
+
+  private find(ino: number): number {
+    const parent = this.ids().parent;
+    let r = ino;
+    while (parent.has(r) && parent.get(r) !== r) r = parent.get(r) as number;
+    return r;
+  }
+
+  private join(a: number, b: number): void {
+    const ra = this.find(a);
+    const rb = this.find(b);
+    if (ra !== rb) this.ids().parent.set(ra, rb);
+  }
+
+  private sight(ino: number, t: number, path: string): void {
+    const seen = this.ids().seen;
+    let list = seen.get(ino);
+    if (!list) {
+      list = [];
+      seen.set(ino, list);
+    }
+    list.push({ t, path });
+  }
+
+  private ids(): NonNullable<Undoer['index']> {
+    if (this.index) return this.index;
+    this.index = { seen: new Map(), parent: new Map(), renames: [] };
+    const history = this.env.history ?? [];
+    const bySeq = new Map(history.map((op) => [op.seq, op]));
+    for (const op of history) {
+      op.before.forEach((st, i) => {
+        if (st?.type === 'file') this.sight(st.ino, 2 * op.seq - 1, op.paths[i] as string);
+      });
+      op.after?.forEach((st, i) => {
+        if (st?.type === 'file') this.sight(st.ino, 2 * op.seq + 1, op.paths[i] as string);
+      });
+      if (op.op === 'rename' && op.status === 'done' && op.after && (op.after[0] ?? null) === null) {
+        this.index.renames.push({ t: 2 * op.seq, from: op.paths[0] as string, to: op.paths[1] as string });
+      }
+      // an undo that brought a file back at a path: the new inode stands for the old one
+      const undone = op.undoes !== undefined ? bySeq.get(op.undoes) : undefined;
+      if (!undone || !op.after) continue;
+      op.after.forEach((st, i) => {
+        const j = undone.paths.indexOf(op.paths[i] as string);
+        const old = j >= 0 ? undone.before[j] : null;
+        if (st?.type === 'file' && old?.type === 'file') this.join(old.ino, st.ino);
+      });
+    }
+    return this.index;
+  }
+
+  /** Where something seen at `s.path` at time s.t is at time t, following directory renames. */
+  private at(s: Sighting, t: number): string {
+    let p = s.path;
+    const renames = this.ids().renames;
+    if (s.t < t) {
+      for (const r of renames) if (r.t > s.t && r.t < t && isWithin(p, r.from)) p = rebase(p, r.from, r.to);
+    } else {
+      for (let i = renames.length - 1; i >= 0; i--) {
+        const r = renames[i] as { t: number; from: string; to: string };
+        if (r.t < s.t && r.t > t && isWithin(p, r.to)) p = rebase(p, r.to, r.from);
+      }
+    }
+    return p;
+  }
+
+  /**
+   * A removed name of a file that had other names (undoing `op`): if one of them still holds
+   * that file (the same inode, or the copy a rollback made of it, as it was then), link to it,
+   * so the names share content again as they did.
+   */
+  private async relink(path: string, st: NodeState, op: Operation, caller: Caller): Promise<boolean> {
+    if (st.type !== 'file' || st.nlink < 2 || !this.vfs.backend.capabilities.hardLinks) return false;
+    const root = this.find(st.ino);
+    const when = 2 * op.seq - 1; // undoing op: the tree is as before it, but for this node
+    const candidates = new Set<string>();
+    for (const [ino, list] of this.ids().seen) if (this.find(ino) === root) for (const s of list) candidates.add(this.at(s, when));
+    candidates.delete(path);
+    for (const other of candidates) {
+      const now = await stateOf(this.vfs.backend, other);
+      // inode numbers are reused: the same number must also hold the same content
+      if (now?.type === 'file' && this.find(now.ino) === root && mismatch(st, now, ['content']) === null) {
+        await this.vfs.link(other, path, caller);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private get vfs(): Vfs {
+    return this.env.vfs;
+  }
+
+  async undo(op: Operation, caller: Caller): Promise<void> {
+    const [p0, p1] = op.paths as [string, string | undefined];
+    const b0 = op.before[0] ?? null;
+    switch (op.op) {
+      case 'create':
+        if (b0) return this.restoreContent(p0, b0, b0.blob, caller);
+        return this.vfs.unlink(p0, caller);
+      case 'write':
+      case 'truncate':
+        if (!b0) return; // nothing was there when it began (cannot happen through the Vfs)
+        return this.restoreContent(p0, b0, op.capture?.blob ?? b0.blob, caller);
+      case 'unlink':
+      case 'rmdir':
+        if (b0) await this.recreate(p0, b0, op, caller);
+        return;
+      case 'mkdir':
+        return this.vfs.rmdir(p0, caller);
+      case 'symlink':
+      case 'link':
+        return this.vfs.unlink(p0, caller);
+      case 'rename': {
+        if (op.after && (op.after[0] ?? null) !== null) return;
+        await this.vfs.rename(p1 as string, p0, caller);
+        const b1 = op.before[1] ?? null;
+        if (b1) await this.recreate(p1 as string, b1, op, caller);
+        return;
+      }
+      case 'chmod':
+        if (b0) await this.vfs.chmod(p0, b0.mode, caller);
+        return;
+      case 'chown':
+        if (b0) await this.vfs.chown(p0, b0.uid, b0.gid, caller);
+        return;
+      case 'utimens':
+        if (b0) await this.vfs.utimens(p0, { atimeNs: BigInt(b0.atimeNs ?? b0.mtimeNs), mtimeNs: BigInt(b0.mtimeNs) }, caller);
+        return;
+      case 'setxattr':
+      case 'removexattr': {
+        const name = op.args?.xattr ?? '';
+        const old = op.args?.xattrBefore ?? null;
+        if (old === null) {
+          await this.vfs.removexattr(p0, name, caller).catch((err: unknown) => {
+            if (!(err instanceof VfsError && err.code === 'ENODATA')) throw err;
+          });
+        } else {
+          await this.vfs.setxattr(p0, name, Buffer.from(old, 'base64'), 0, caller);
+        }
+        return;
+      }
+    }
+  }
+
+  /** Write a file's content back in place (hard links keep sharing it), then its mtime. */
+  private async restoreContent(path: string, st: NodeState, blob: string | undefined, caller: Caller): Promise<void> {
+    const fh = await this.vfs.open(path, WRITE_ONLY, caller);
+    try {
+      await this.vfs.ftruncate(fh, st.size, caller);
+      // Without a before-image the session only appended: the first st.size bytes are intact.
+      if (blob) await this.writeBlob(fh, blob, caller);
+      await this.vfs.flush(fh, caller);
+    } finally {
+      await this.vfs.release(fh, caller);
+    }
+    await this.vfs.utimens(path, { mtimeNs: BigInt(st.mtimeNs) }, caller);
+  }
+
+  private async writeBlob(fh: number, blob: string, caller: Caller): Promise<void> {
+    let off = 0;
+    for await (const chunk of this.env.blobs.chunks(blob)) {
+      let done = 0;
+      while (done < chunk.length) {
+        const sub = done === 0 ? chunk : chunk.subarray(done);
+        const n = await this.vfs.write(fh, sub, sub.length, off + done, caller);
+        if (n <= 0) throw new VfsError('EIO', 'short write while restoring content');
+        done += n;
+      }
+      off += chunk.length;
+    }
+  }
+
+  /** Bring back a node that was removed (or replaced): type, content, mode, owner, mtime. */
+  private async recreate(path: string, st: NodeState, op: Operation, caller: Caller): Promise<void> {
+    if (st.type === 'dir') {
+      await this.vfs.mkdir(path, st.mode, caller);
+    } else if (st.type === 'symlink') {
+      await this.vfs.symlink(st.target ?? '', path, caller);
+    } else {
+      if (await this.relink(path, st, op, caller)) return;
+      if (st.size > 0 && !st.blob) throw new VfsError('EIO', `no before-image of ${path} was kept`);
+      const fh = await this.vfs.create(path, st.mode, C.O_WRONLY | C.O_CREAT | C.O_EXCL, caller);
+      try {
+        if (st.blob) await this.writeBlob(fh, st.blob, caller);
+        await this.vfs.flush(fh, caller);
+      } finally {
+        await this.vfs.release(fh, caller);
+      }
+    }
+    await this.fixMeta(path, st, op, caller);
+  }
+
+  /** Mode (creation modes pass through the umask), owner and file mtime as recorded. */
+  private async fixMeta(path: string, st: NodeState, op: Operation, caller: Caller): Promise<void> {
+    const now = await stateOf(this.vfs.backend, path);
+    if (!now) return;
+    if (st.type === 'file') {
+      // this copy now stands for the recorded file: other names of it link here
+      this.join(st.ino, now.ino);
+      this.sight(now.ino, 2 * op.seq - 1, path); // as it was before op
+
+    }
+    if (st.type !== 'symlink' && now.mode !== st.mode) await this.vfs.chmod(path, st.mode, caller);
+    if (this.vfs.backend.capabilities.owners && (now.uid !== st.uid || now.gid !== st.gid)) {
+      await this.vfs.chown(path, st.uid, st.gid, caller);
+    }
+    if (st.type === 'file') await this.vfs.utimens(path, { mtimeNs: BigInt(st.mtimeNs) }, caller);
+  }
+}
+
+/**
+ * Undo `ops` (newest first) through the Vfs. Each undo is checked against the current state
+ * first; on a conflict the rollback stops there (what was undone stays undone, and is itself
+ * journaled) unless `force`, which restores the before-state anyway and reports what it overrode.
+ */
+export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ undone: number; conflicts: Conflict[]; forced: Conflict[] }> {
+  const undoer = new Undoer(env);
+  const ctx = (): ConflictContext => {
+    const c: ConflictContext = { backend: env.vfs.backend };
+    const open = env.openWritePaths?.();
+    if (open) c.openWritePaths = open;
+    return c;
+  };
+  const forced: Conflict[] = [];
+  let undone = 0;
+  for (const op of ops) {
+    const conflicts = await conflictsOf(op, ctx());
+    if (conflicts.length > 0) {
+      if (!env.force) return { undone, conflicts, forced };
+      forced.push(...conflicts);
+      // a program's write session on it ends here, so the undo is not recorded as part of it
+      for (const p of op.paths) await env.stage.endSessionAt(p);
+    }
+    const caller: Caller = { operator: true };
+    env.stage.tag(caller, { session: env.session, actor: env.actor, undoes: op.seq });
+    try {
+      await undoer.undo(op, caller);
+    } catch (err) {
+      const reason = err instanceof VfsError ? err.reason : (err as Error).message;
+      const c: Conflict = { seq: op.seq, op: op.op, path: op.paths[0] as string, reason: `undo failed: ${reason}` };
+      if (!env.force) return { undone, conflicts: [c], forced };
+      forced.push(c);
+    }
+    undone++;
+    env.onProgress?.(undone, ops.length);
+  }
+  return { undone, conflicts: [], forced };
+}
+
+/**
+ * What a rollback would do, and the conflicts visible now, without changing anything (the
+ * result of a dry run). Needs only the journal's history and a backend to look at.
+ */
+export async function planRollback(h: History, sel: RollbackSelection, ctx: ConflictContext): Promise<{ ops: Operation[]; result: RollbackResult }> {
+  const { ops, alreadyUndone } = selectOperations(h, sel);
+  const conflicts = await preflight(ops, ctx);
+  return {
+    ops,
+    result: { dryRun: true, session: null, planned: plannedSteps(ops), alreadyUndone, undone: 0, conflicts, complete: conflicts.length === 0, forced: [] },
+  };
+}

@@ -1,0 +1,203 @@
+import fs from 'node:fs';
+import type { Backend } from '../backend/types.js';
+import { DEFAULTS } from '../config/defaults.js';
+import type { Logger } from '../log.js';
+import { MutationPipeline, type MutationStage } from '../vfs/pipeline.js';
+import { Vfs } from '../vfs/vfs.js';
+import { BlobStore } from './blobs.js';
+import { collectGarbage, type GcResult } from './gc.js';
+import { buildHistory, type History } from './history.js';
+import { stateLayout, type StateLayout } from './layout.js';
+import { JournalLock } from './lock.js';
+import { readJournal } from './reader.js';
+import { RECORD_VERSION } from './record.js';
+import { recoverPending } from './recovery.js';
+import { applyRollback, planRollback, type RollbackResult, type RollbackSelection } from './rollback.js';
+import { newSessionId } from './session-id.js';
+import { JournalStage } from './stage.js';
+import { JournalWriter } from './writer.js';
+
+export interface OpenJournalOptions {
+  stateDir: string;
+  /** what the Vfs sits on (policy view or store): journal paths are view paths */
+  backend: Backend;
+  /** for the start record: where the workspace is */
+  source: string;
+  session: string;
+  actor: string;
+  /** what holds the lock, for messages to whoever else tries: "mount /mnt/ws", "rollback" */
+  role: string;
+  log: Logger;
+}
+
+export interface RollbackRequest extends RollbackSelection {
+  force?: boolean;
+  dryRun?: boolean;
+  actor?: string;
+  /** the session the undo is journaled under (default: a new rollback-... id) */
+  asSession?: string;
+}
+
+/**
+ * A journal opened for writing: lock taken, torn tail cut, crash leftovers resolved, writer,
+ * blob store and mutation stage ready. The mount daemon holds one for its lifetime; CLI commands
+ * on an unmounted workspace hold one while they work.
+ */
+export class JournalService {
+  readonly layout: StateLayout;
+  readonly stage: JournalStage;
+  readonly writer: JournalWriter;
+  readonly blobs: BlobStore;
+  readonly session: string;
+  /** what the start of this writer found (torn tail, recovered operations), or undefined */
+  readonly startNote: string | undefined;
+  private vfs: Vfs | null = null;
+  private queue: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  private constructor(
+    private readonly o: OpenJournalOptions,
+    private readonly lock: JournalLock,
+    parts: { writer: JournalWriter; blobs: BlobStore; note: string | undefined },
+  ) {
+    this.layout = stateLayout(o.stateDir);
+    this.writer = parts.writer;
+    this.blobs = parts.blobs;
+    this.session = o.session;
+    this.startNote = parts.note;
+    this.stage = new JournalStage({ backend: o.backend, writer: this.writer, blobs: this.blobs, session: o.session, actor: o.actor, log: o.log });
+  }
+
+  static async open(o: OpenJournalOptions): Promise<JournalService> {
+    const layout = stateLayout(o.stateDir);
+    fs.mkdirSync(o.stateDir, { recursive: true, mode: 0o700 });
+    const lock = JournalLock.acquire(layout.lockFile, o.role);
+    try {
+      const notes: string[] = [];
+      let contents = readJournal(o.stateDir);
+      if (contents.tornTail) {
+        const t = contents.tornTail;
+        fs.truncateSync(t.path, t.offset);
+        const msg = `cut a torn record at the end of ${t.path} (${t.bytes} bytes at offset ${t.offset}: ${t.reason}); a crash interrupted its write`;
+        o.log.warn({ segment: t.path, offset: t.offset, bytes: t.bytes }, `journal: ${msg}`);
+        notes.push(msg);
+        contents = readJournal(o.stateDir);
+      }
+      if (contents.problems.length > 0) {
+        o.log.error({ problems: contents.problems.slice(0, 10) }, `journal: ${contents.problems.length} damaged record(s); run 'ledgerfs verify'`);
+      }
+      const history = buildHistory(contents.records);
+      const blobs = new BlobStore(layout.blobsDir);
+      blobs.prepare();
+      const writer = JournalWriter.open(
+        {
+          journalDir: layout.journalDir,
+          segmentBytes: DEFAULTS.journal.segmentBytes,
+          syncIntervalMs: DEFAULTS.journal.syncIntervalMs,
+          flushDelayMs: DEFAULTS.journal.flushDelayMs,
+          log: o.log,
+          beforeSync: () => blobs.syncPending(),
+        },
+        history.lastSeq,
+      );
+      const rec = await recoverPending(history, o.backend, writer);
+      if (rec.applied + rec.notApplied + rec.sessionsEnded > 0) {
+        const msg = `recovered after a crash: ${rec.applied} operation(s) had reached the backend, ${rec.notApplied} had not, ${rec.sessionsEnded} write session(s) ended as found`;
+        o.log.warn(rec, `journal: ${msg}`);
+        notes.push(msg);
+      }
+      const note = notes.length ? notes.join('; ') : undefined;
+      writer.appendNow({
+        kind: 'start', time: Date.now(), session: o.session, actor: o.actor, pid: process.pid, source: o.source,
+        version: RECORD_VERSION, lastSeq: writer.lastSeq, ...(note ? { note } : {}),
+      });
+      return new JournalService(o, lock, { writer, blobs, note });
+    } catch (err) {
+      lock.release();
+      throw err;
+    }
+  }
+
+  get stateDir(): string {
+    return this.o.stateDir;
+  }
+
+  /** The Vfs whose mutations this journal records (rollback applies its undo through it). */
+  attach(vfs: Vfs): void {
+    this.vfs = vfs;
+  }
+
+  /** A Vfs over the backend with just this journal's stage (an unmounted workspace). */
+  attachDirect(extraStages: MutationStage[] = []): Vfs {
+    const vfs = new Vfs(this.o.backend, { pipeline: new MutationPipeline([...extraStages, this.stage]) });
+    this.vfs = vfs;
+    return vfs;
+  }
+
+  /** Everything journaled so far, as it is on disk (buffered records written first). */
+  history(): History {
+    this.writer.flush();
+    return buildHistory(readJournal(this.o.stateDir).records);
+  }
+
+  /** Run one maintenance task at a time (two rollbacks at once would fight over the same paths). */
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(fn, fn);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  rollback(req: RollbackRequest, onProgress?: (done: number, total: number) => void): Promise<RollbackResult> {
+    return this.serial(async () => {
+      const vfs = this.vfs;
+      if (!vfs) throw new Error('journal: no Vfs attached for rollback');
+      const openWritePaths = () => this.stage.openWritePaths();
+      const history = this.history();
+      const { ops, result: plan } = await planRollback(history, req, { backend: this.o.backend, openWritePaths: openWritePaths() });
+      const { planned, alreadyUndone, conflicts } = plan;
+      const base = { planned, alreadyUndone, forced: [] };
+      if (req.dryRun) return plan;
+      if (ops.length === 0) return { ...base, dryRun: false, session: null, undone: 0, conflicts: [], complete: true };
+      if (conflicts.length > 0 && !req.force) return { ...base, dryRun: false, session: null, undone: 0, conflicts, complete: false };
+      const session = req.asSession ?? newSessionId('rollback-');
+      const r = await applyRollback(ops, {
+        vfs, stage: this.stage, blobs: this.blobs, session, actor: req.actor ?? DEFAULTS.journal.rollbackActor,
+        force: req.force ?? false, openWritePaths, onProgress, history: history.ops,
+      });
+      await this.writer.sync();
+      return {
+        ...base, dryRun: false, session: r.undone > 0 ? session : null, undone: r.undone, conflicts: r.conflicts,
+        complete: r.undone === ops.length, forced: r.forced,
+      };
+    });
+  }
+
+  gc(keepMs: number): Promise<GcResult> {
+    return this.serial(async () => {
+      const cutoff = Date.now() - keepMs;
+      this.writer.rollNow(); // every record so far into closed segments, which gc may rewrite
+      await this.writer.sync();
+      const result = collectGarbage(this.o.stateDir, cutoff, this.writer.activeSegment);
+      // numbering must go on after the last seq even if gc dropped every operation
+      this.writer.appendNow({
+        kind: 'start', time: Date.now(), session: this.o.session, actor: this.o.actor, pid: process.pid, source: this.o.source,
+        version: RECORD_VERSION, lastSeq: this.writer.lastSeq,
+        note: `gc: dropped ${result.droppedOperations} operation(s) older than ${result.cutoff}, ${result.blobsRemoved} blob(s)`,
+      });
+      await this.writer.sync();
+      return result;
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.queue.catch(() => undefined);
+    try {
+      await this.stage.finishAll();
+      await this.writer.close();
+    } finally {
+      this.lock.release();
+    }
+  }
+}

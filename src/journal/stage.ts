@@ -1,0 +1,332 @@
+import type { Backend, BackendFile } from '../backend/types.js';
+import type { Logger } from '../log.js';
+import { VfsError } from '../vfs/errors.js';
+import { isWithin } from '../vfs/paths.js';
+import type { OpenFile } from '../vfs/open-files.js';
+import type { Caller, Mutation, MutationStage } from '../vfs/pipeline.js';
+import type { BlobStore } from './blobs.js';
+import { stateFromAttr, stateOf } from './node-state.js';
+import type { DoneRecord, JournalOp, OpArgs, OpRecord, State } from './record.js';
+import type { JournalWriter } from './writer.js';
+
+/** Who a mutation is recorded for when a rollback makes it (set per caller object). */
+export interface RecordContext {
+  session: string;
+  actor: string;
+  undoes?: number;
+}
+
+/** A write session in progress: one file, from its first change to close/fsync (or a split). */
+interface WriteSession {
+  seq: number;
+  path: string;
+  /** the file's size when the session began: the bytes a before-image must keep */
+  oldSize: number;
+  /** the before-image is kept (or there was nothing to keep) */
+  captured: boolean;
+  /** the begin record or a capture is being written; later requests wait for it */
+  busy: Promise<void> | null;
+  /** the open file written through (its fstat is cheaper than a stat by path) */
+  file: OpenFile | undefined;
+}
+
+export interface JournalStageOptions {
+  /** what the Vfs sits on (the policy view or the store): paths are view paths */
+  backend: Backend;
+  writer: JournalWriter;
+  blobs: BlobStore;
+  session: string;
+  actor: string;
+  log: Logger;
+}
+
+/** The paths a record names, `paths[0]` being the node created, changed or removed. */
+export function recordPaths(m: Mutation): string[] {
+  if (m.op === 'rename') return [m.path, m.target as string];
+  if (m.op === 'link') return [m.target as string, m.path];
+  return [m.path];
+}
+
+function isSessionOp(m: Mutation): boolean {
+  // writes, and truncates through an open file (the Vfs sets firstInSession for those)
+  return m.op === 'write' || (m.op === 'truncate' && m.firstInSession !== undefined);
+}
+
+function isBackendFile(v: unknown): v is BackendFile {
+  const f = v as Partial<BackendFile> | null;
+  return typeof f === 'object' && f !== null && typeof f.stat === 'function' && typeof f.write === 'function';
+}
+
+function errnoOf(err: unknown): string {
+  return err instanceof VfsError ? err.code : ((err as NodeJS.ErrnoException)?.code ?? 'EIO');
+}
+
+/**
+ * The journal's mutation stage (after policy). For every mutation it writes the intent (before-
+ * states, before-image of content the mutation destroys) to the journal file *before* calling
+ * `apply`, and the outcome (after-states) after. Writes and truncates through an open file form
+ * a write session: one record when it begins, a before-image taken at most once (lazily, by the
+ * first request that overwrites or cuts bytes that existed when it began: appends need none),
+ * and an end record with the after-state. Later requests of a session cost a map lookup.
+ */
+export class JournalStage implements MutationStage {
+  readonly name = 'journal';
+  private readonly sessions = new Map<string, WriteSession>();
+  /**
+   * The file the last create made, with its outcome record while that still waits in the
+   * writer's buffer. If the first write to it comes before anything else reaches the journal
+   * (create, write, close: what most programs do), the session continues the create record:
+   * its outcome is taken back and the session's end record says what the create left, which
+   * saves a record, a write(2) and a stat per small file. A crash mid-session leaves the create
+   * without an outcome, which recovery resolves from the file as found.
+   */
+  private lastCreate: { file: BackendFile; seq: number; path: string; done: DoneRecord } | null = null;
+  private readonly contexts = new WeakMap<Caller, RecordContext>();
+  private readonly backend: Backend;
+  private readonly writer: JournalWriter;
+  private readonly blobs: BlobStore;
+  readonly session: string;
+  readonly actor: string;
+  private readonly log: Logger;
+
+  constructor(o: JournalStageOptions) {
+    this.backend = o.backend;
+    this.writer = o.writer;
+    this.blobs = o.blobs;
+    this.session = o.session;
+    this.actor = o.actor;
+    this.log = o.log;
+  }
+
+  /** Record mutations made with `caller` under another session/actor (rollback). */
+  tag(caller: Caller, ctx: RecordContext): void {
+    this.contexts.set(caller, ctx);
+  }
+
+  /** End the write session at `path`, if any (a forced rollback is about to rewrite the file). */
+  async endSessionAt(path: string): Promise<void> {
+    const s = this.sessions.get(path);
+    if (s) await this.finishSession(s, 'split');
+  }
+
+  /** Paths with a write session in progress (open and written, not yet closed). */
+  openWritePaths(): string[] {
+    return [...this.sessions.keys()];
+  }
+
+  run<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    return isSessionOp(m) ? this.sessionOp(m, apply) : this.namespaceOp(m, apply);
+  }
+
+  private opRecord(seq: number, m: Mutation, op: JournalOp, paths: string[], before: State[]): OpRecord {
+    const ctx = this.contexts.get(m.caller);
+    const rec: OpRecord = {
+      kind: 'op', seq, time: Date.now(), session: ctx?.session ?? this.session, actor: ctx?.actor ?? this.actor, op, paths, before,
+    };
+    if (m.caller.pid !== undefined) rec.pid = m.caller.pid;
+    if (ctx?.undoes !== undefined) rec.undoes = ctx.undoes;
+    return rec;
+  }
+
+  // ---- everything but write sessions -----------------------------------------------------------
+
+  private async namespaceOp<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    const paths = recordPaths(m);
+    if (paths.some((p) => !p)) return apply(); // a node unlinked while open: not in the view
+    this.lastCreate = null;
+    await this.splitSessions(m, paths);
+    const before = await this.beforeStates(m, paths);
+    const args = await this.argsOf(m);
+    const seq = this.writer.nextSeq();
+    const rec = this.opRecord(seq, m, m.op as JournalOp, paths, before);
+    if (args) rec.args = args;
+    this.writer.appendNow(rec);
+    let result: T;
+    try {
+      result = await apply();
+    } catch (err) {
+      this.writer.appendSoon({ kind: 'failed', of: seq, time: Date.now(), errno: errnoOf(err) });
+      throw err;
+    }
+    try {
+      let after: State[];
+      if (m.op === 'create' && isBackendFile(result)) {
+        // create hands back the new file: fstat it rather than stat the path (no path walk)
+        const st = stateFromAttr(await result.stat());
+        after = [st];
+        const done: DoneRecord = { kind: 'done', of: seq, time: Date.now(), after };
+        this.writer.appendSoon(done);
+        // an empty file: its first write session can continue this record (see lastCreate)
+        if (st.size === 0) this.lastCreate = { file: result, seq, path: paths[0] as string, done };
+        return result;
+      }
+      after = paths.length === 1 ? [await stateOf(this.backend, paths[0] as string)] : await Promise.all(paths.map((p) => stateOf(this.backend, p)));
+      this.writer.appendSoon({ kind: 'done', of: seq, time: Date.now(), after });
+    } catch (err) {
+      // The change is made; without an outcome the next start resolves it from the backend.
+      this.log.warn({ seq, op: m.op, path: m.path, err: (err as Error).message }, 'journal: could not record the outcome');
+    }
+    return result;
+  }
+
+  /** Before-states, with a before-image of the content this mutation destroys. */
+  private async beforeStates(m: Mutation, paths: string[]): Promise<State[]> {
+    const before = await Promise.all(paths.map((p) => stateOf(this.backend, p, { atime: m.op === 'utimens' })));
+    const keep = async (i: number, size: number) => {
+      const s = before[i];
+      if (s && s.type === 'file' && size > 0) s.blob = await this.blobs.capture(this.backend, paths[i] as string, size);
+    };
+    const b0 = before[0];
+    switch (m.op) {
+      case 'unlink':
+        if (b0) await keep(0, b0.size);
+        break;
+      case 'create':
+        // O_CREAT on an existing file (a race with the kernel's lookup): O_TRUNC empties it
+        if (b0 && m.truncate) await keep(0, b0.size);
+        break;
+      case 'truncate':
+        if (b0 && (m.size ?? 0) < b0.size) await keep(0, b0.size);
+        break;
+      case 'rename': {
+        const to = before[1];
+        // renamed over: the replaced file's content goes (unless both names are one node)
+        if (to && !(b0 && b0.ino === to.ino)) await keep(1, to.size);
+        break;
+      }
+      default:
+        break;
+    }
+    return before;
+  }
+
+  private async argsOf(m: Mutation): Promise<OpArgs | undefined> {
+    switch (m.op) {
+      case 'create':
+      case 'mkdir':
+      case 'chmod':
+        return m.mode !== undefined ? { mode: m.mode } : undefined;
+      case 'truncate':
+        return { size: m.size ?? 0 };
+      case 'chown':
+        return { uid: m.uid ?? -1, gid: m.gid ?? -1 };
+      case 'symlink':
+        return { target: m.target ?? '' };
+      case 'setxattr':
+      case 'removexattr': {
+        let old: string | null = null;
+        try {
+          old = (await this.backend.getxattr?.(m.path, m.xattr ?? ''))?.toString('base64') ?? null;
+        } catch {
+          old = null;
+        }
+        return { xattr: m.xattr ?? '', xattrBefore: old };
+      }
+      default:
+        return undefined;
+    }
+  }
+
+  /**
+   * End write sessions a mutation touches (the path itself, or below a renamed or removed
+   * directory) before recording it, so a session never interleaves with other records of its
+   * file: `cp -p` sets times while the file is open, and its undo must find the session ended.
+   */
+  private async splitSessions(m: Mutation, paths: string[]): Promise<void> {
+    if (this.sessions.size === 0) return;
+    const hit: WriteSession[] = [];
+    for (const [p, s] of this.sessions) {
+      if (paths.some((q) => p === q || ((m.op === 'rename' || m.op === 'rmdir') && isWithin(p, q)))) hit.push(s);
+    }
+    for (const s of hit) await this.finishSession(s, 'split');
+  }
+
+  // ---- write sessions ----------------------------------------------------------------------------
+
+  private async sessionOp<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    const path = m.file ? m.file.path : m.path;
+    if (!path) return apply(); // unlinked while open: the view no longer has it
+    let s = this.sessions.get(path) ?? this.beginSession(path, m);
+    while (s.busy) await s.busy; // a failed begin throws here, and the request fails unapplied
+    if (this.sessions.get(path) !== s) {
+      // ended meanwhile (a chmod or rename split it): this request begins the next one
+      s = this.sessions.get(path) ?? this.beginSession(path, m);
+      while (s.busy) await s.busy;
+    }
+    const overwrites = m.op === 'write' ? (m.offset ?? 0) < s.oldSize : (m.size ?? 0) < s.oldSize;
+    if (!s.captured && overwrites) {
+      const sess = s;
+      sess.busy = this.capture(sess).finally(() => (sess.busy = null));
+      await sess.busy;
+    }
+    return apply();
+  }
+
+  private beginSession(path: string, m: Mutation): WriteSession {
+    const lc = this.lastCreate;
+    this.lastCreate = null;
+    if (lc && m.file && m.file.file === lc.file && lc.path === path && this.writer.retract(lc.done)) {
+      const s: WriteSession = { seq: lc.seq, path, oldSize: 0, captured: true, busy: null, file: m.file };
+      this.sessions.set(path, s);
+      return s;
+    }
+    const s: WriteSession = { seq: 0, path, oldSize: 0, captured: false, busy: null, file: m.file };
+    this.sessions.set(path, s);
+    s.busy = (async () => {
+      try {
+        const before = await this.stateOfSession(s);
+        s.oldSize = before && before.type === 'file' ? before.size : 0;
+        s.captured = s.oldSize === 0;
+        s.seq = this.writer.nextSeq();
+        this.writer.appendNow(this.opRecord(s.seq, m, 'write', [path], [before]));
+      } catch (err) {
+        this.sessions.delete(path);
+        throw err;
+      } finally {
+        s.busy = null;
+      }
+    })();
+    // Waiters re-check the map; the request that began the session sees the error itself.
+    s.busy.catch(() => undefined);
+    return s;
+  }
+
+  /** Keep bytes [0, oldSize) before the first request that overwrites or cuts them. */
+  private async capture(s: WriteSession): Promise<void> {
+    const blob = await this.blobs.capture(this.backend, s.path, s.oldSize);
+    this.writer.appendNow({ kind: 'capture', of: s.seq, time: Date.now(), blob, size: s.oldSize });
+    s.captured = true;
+  }
+
+  private async finishSession(s: WriteSession, reason: 'close' | 'fsync' | 'split'): Promise<void> {
+    while (s.busy) await s.busy.catch(() => undefined);
+    if (this.sessions.get(s.path) !== s) return;
+    this.sessions.delete(s.path);
+    const after = await this.stateOfSession(s);
+    this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [after], reason });
+  }
+
+  /** The file of a session as it is now: fstat through its open file while that is still at the path. */
+  private async stateOfSession(s: WriteSession): Promise<State> {
+    if (s.file && s.file.path === s.path) return stateFromAttr(await s.file.file.stat());
+    return stateOf(this.backend, s.path);
+  }
+
+  async endWriteSession(path: string | null, _caller: Caller, reason: 'fsync' | 'close', file?: OpenFile): Promise<void> {
+    const s = path === null ? undefined : this.sessions.get(path);
+    if (s) {
+      s.file ??= file;
+      await this.finishSession(s, reason);
+    }
+    if (reason === 'fsync') await this.writer.sync();
+  }
+
+  durable(): Promise<void> {
+    return this.writer.sync();
+  }
+
+  /** End every session (unmount: the Vfs closes its files first, so normally there are none). */
+  async finishAll(): Promise<void> {
+    for (const s of [...this.sessions.values()]) await this.finishSession(s, 'close');
+  }
+}

@@ -1,0 +1,110 @@
+import fs from 'node:fs';
+import { BlobStore, hashFile } from './blobs.js';
+import { buildHistory, type Operation } from './history.js';
+import { stateLayout } from './layout.js';
+import { JournalLock } from './lock.js';
+import { readJournal } from './reader.js';
+
+export interface VerifyReport {
+  /** damage: checksums, broken references, missing or wrong blobs */
+  problems: string[];
+  /** worth knowing, not damage (unresolved operations, a torn tail the next start cuts, stray blobs) */
+  notes: string[];
+  segments: number;
+  records: number;
+  operations: number;
+  blobsChecked: number;
+  blobBytes: number;
+  firstSeq: number;
+  lastSeq: number;
+  /** a daemon (or CLI command) holds the journal: its last line may be being written */
+  live: boolean;
+}
+
+export interface VerifyOptions {
+  /** re-hash every referenced blob (default true) */
+  hashBlobs?: boolean;
+  onProgress?: (done: number, total: number) => void;
+}
+
+/** The size a blob must have: the state it belongs to, or the capture's size. */
+function blobRefs(op: Operation): { hash: string; size: number; what: string }[] {
+  const out: { hash: string; size: number; what: string }[] = [];
+  op.before.forEach((s, i) => {
+    if (s?.blob) out.push({ hash: s.blob, size: s.size, what: `#${op.seq} before-image of ${op.paths[i]}` });
+  });
+  if (op.capture) out.push({ hash: op.capture.blob, size: op.capture.size, what: `#${op.seq} before-image of ${op.paths[0]}` });
+  return out;
+}
+
+/** Check a journal without changing it: record checksums, references between records, blobs. */
+export async function verifyJournal(stateDir: string, o: VerifyOptions = {}): Promise<VerifyReport> {
+  const layout = stateLayout(stateDir);
+  const live = JournalLock.liveHolder(layout.lockFile) !== null;
+  const contents = readJournal(stateDir);
+  const h = buildHistory(contents.records);
+  const problems: string[] = contents.problems.map((p) => `${p.segment} at byte ${p.offset}: ${p.reason}`);
+  const notes: string[] = [];
+  if (contents.tornTail) {
+    const t = contents.tornTail;
+    if (live && t.reason === 'incomplete last line') {
+      // the writer is mid-append; not damage
+    } else if (live) {
+      problems.push(`${t.segment} at byte ${t.offset}: ${t.reason} (${t.bytes} bytes) while a writer holds the journal`);
+    } else {
+      notes.push(`${t.segment} ends in a torn record (${t.bytes} bytes: ${t.reason}); the next start cuts it`);
+    }
+  }
+  let prev = 0;
+  for (const op of h.ops) {
+    if (op.seq <= prev) problems.push(`#${op.seq} follows #${prev}: sequence numbers must increase`);
+    prev = op.seq;
+    if (op.before.length !== op.paths.length) problems.push(`#${op.seq} has ${op.paths.length} paths but ${op.before.length} before-states`);
+    if (op.after && op.after.length !== op.paths.length) problems.push(`#${op.seq} has ${op.paths.length} paths but ${op.after.length} after-states`);
+    if (op.undoes !== undefined && op.undoes >= h.firstSeq && !h.bySeq.has(op.undoes)) {
+      problems.push(`#${op.seq} undoes #${op.undoes}, which the journal does not hold`);
+    }
+  }
+  for (const o2 of h.orphans) {
+    const r = o2.record;
+    problems.push(`a ${r.kind} record at byte ${o2.offset} of segment ${o2.segment} names #${'of' in r ? r.of : '?'}, which the journal does not hold`);
+  }
+  const unresolved = h.ops.filter((op) => op.status === 'pending' || op.status === 'open');
+  if (unresolved.length > 0) {
+    notes.push(
+      live
+        ? `${unresolved.length} operation(s) in progress (${unresolved.map((op) => `#${op.seq}`).slice(0, 10).join(', ')})`
+        : `${unresolved.length} operation(s) without an outcome (a crash); the next start resolves them`,
+    );
+  }
+
+  const refs = new Map<string, { size: number; what: string }>();
+  for (const op of h.ops) for (const r of blobRefs(op)) if (!refs.has(r.hash)) refs.set(r.hash, r);
+  const blobs = new BlobStore(layout.blobsDir);
+  let checked = 0;
+  let bytes = 0;
+  const total = refs.size;
+  for (const [hash, ref] of refs) {
+    const p = blobs.pathOf(hash);
+    let size: number;
+    try {
+      size = fs.statSync(p).size;
+    } catch {
+      problems.push(`${ref.what}: blob ${hash} is missing`);
+      o.onProgress?.(++checked, total);
+      continue;
+    }
+    bytes += size;
+    if (size !== ref.size) problems.push(`${ref.what}: blob ${hash} has ${size} bytes, expected ${ref.size}`);
+    else if (o.hashBlobs !== false && (await hashFile(p)) !== hash) problems.push(`${ref.what}: blob ${hash} does not match its hash (damaged)`);
+    o.onProgress?.(++checked, total);
+  }
+  let stray = 0;
+  for (const b of blobs.list()) if (!refs.has(b.hash)) stray++;
+  if (stray > 0) notes.push(`${stray} blob(s) no record refers to (gc removes them once older than its retention)`);
+
+  return {
+    problems, notes, segments: contents.segments.length, records: contents.records.length, operations: h.ops.length,
+    blobsChecked: checked, blobBytes: bytes, firstSeq: h.firstSeq, lastSeq: h.lastSeq, live,
+  };
+}

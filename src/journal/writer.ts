@@ -1,0 +1,198 @@
+import fs from 'node:fs';
+import { promisify } from 'node:util';
+import type { Logger } from '../log.js';
+import { VfsError } from '../vfs/errors.js';
+import { encodeRecord } from './codec.js';
+import { listSegments, segmentName, syncDir } from './layout.js';
+import type { JournalRecord } from './record.js';
+
+const fsyncAsync = promisify(fs.fsync);
+
+export interface WriterOptions {
+  journalDir: string;
+  /** roll to a new segment once the current one reaches this size */
+  segmentBytes: number;
+  /** group commit: fsync the journal at most this often while it has unsynced records */
+  syncIntervalMs: number;
+  /** records that may wait (outcomes) are written within this delay, or with the next intent */
+  flushDelayMs: number;
+  log: Logger;
+  /** made durable before the journal is (blobs its records refer to) */
+  beforeSync?: () => Promise<void>;
+}
+
+/**
+ * Appends records to the active segment. Two speeds:
+ * - `appendNow` (intents): the record reaches the file (write(2), page cache) before the call
+ *   returns, so a kill -9 right after cannot lose it; this is what lets every change that reached
+ *   the backend be undone.
+ * - `appendSoon` (outcomes): buffered briefly and written with the next intent or after
+ *   `flushDelayMs`. Losing one to a crash is harmless: recovery re-derives it.
+ * fsync is batched (group commit) on a timer off the event loop, and on demand by `sync()`,
+ * which the fsync of workspace data waits for.
+ */
+export class JournalWriter {
+  private fd: number;
+  private segIndex: number;
+  private segBytes: number;
+  /** records waiting for the next write(2); encoded only then (a retracted one never is) */
+  private pending: JournalRecord[] = [];
+  private flushTimer: NodeJS.Timeout | null = null;
+  private syncTimer: NodeJS.Timeout | null = null;
+  /** bytes ever written by this writer, and how many of them are known durable */
+  private written = 0;
+  private durable = 0;
+  private syncing: Promise<void> | null = null;
+  private closed = false;
+  private seq: number;
+
+  private constructor(private readonly o: WriterOptions, lastSeq: number) {
+    fs.mkdirSync(o.journalDir, { recursive: true });
+    const segs = listSegments(o.journalDir);
+    const last = segs[segs.length - 1];
+    this.segIndex = last ? last.index : 1;
+    const p = `${o.journalDir}/${segmentName(this.segIndex)}`;
+    this.fd = fs.openSync(p, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
+    this.segBytes = fs.fstatSync(this.fd).size;
+    if (!last) syncDir(o.journalDir);
+    this.seq = lastSeq;
+  }
+
+  /** Open for appending after `lastSeq`. The caller has cut any torn tail already. */
+  static open(o: WriterOptions, lastSeq: number): JournalWriter {
+    return new JournalWriter(o, lastSeq);
+  }
+
+  nextSeq(): number {
+    return ++this.seq;
+  }
+
+  get lastSeq(): number {
+    return this.seq;
+  }
+
+  appendNow(rec: JournalRecord): void {
+    this.pending.push(rec);
+    this.flush();
+  }
+
+  appendSoon(rec: JournalRecord): void {
+    this.pending.push(rec);
+    if (!this.flushTimer && !this.closed) {
+      this.flushTimer = setTimeout(() => {
+        this.flushTimer = null;
+        try {
+          this.flush();
+        } catch (err) {
+          this.o.log.error({ err: (err as Error).message }, 'journal: writing buffered records failed');
+        }
+      }, this.o.flushDelayMs);
+      this.flushTimer.unref();
+    }
+  }
+
+  /**
+   * Take back a record given to appendSoon that is still waiting (true), e.g. an outcome a later
+   * record makes redundant; false once it reached the file.
+   */
+  retract(rec: JournalRecord): boolean {
+    const i = this.pending.lastIndexOf(rec);
+    if (i < 0) return false;
+    this.pending.splice(i, 1);
+    return true;
+  }
+
+  /** Write buffered records to the file now. Throws VfsError(EIO) if the journal cannot be written. */
+  flush(): void {
+    if (this.pending.length === 0) return;
+    if (this.closed) throw new VfsError('EIO', 'journal: writer is closed');
+    const data = this.pending.length === 1 ? encodeRecord(this.pending[0] as JournalRecord) : Buffer.concat(this.pending.map(encodeRecord));
+    this.pending = [];
+    let off = 0;
+    try {
+      while (off < data.length) off += fs.writeSync(this.fd, data, off, data.length - off);
+    } catch (err) {
+      // Never leave half a line that later records would follow: cut back to the last whole one.
+      try {
+        fs.ftruncateSync(this.fd, this.segBytes);
+      } catch {
+        /* the reader treats it as damage; the next start reports it */
+      }
+      throw new VfsError('EIO', `journal: cannot append to ${this.o.journalDir}: ${(err as Error).message}`);
+    }
+    this.segBytes += data.length;
+    this.written += data.length;
+    if (this.segBytes >= this.o.segmentBytes) this.roll();
+    this.scheduleSync();
+  }
+
+  private scheduleSync(): void {
+    if (this.syncTimer || this.closed) return;
+    this.syncTimer = setTimeout(() => {
+      this.syncTimer = null;
+      this.sync().catch((err: unknown) => this.o.log.error({ err: (err as Error).message }, 'journal: group commit fsync failed'));
+    }, this.o.syncIntervalMs);
+    this.syncTimer.unref();
+  }
+
+  /** Start a new segment; the old one is made durable first so segments only ever end whole. */
+  private roll(): void {
+    const old = this.fd;
+    fs.fsyncSync(old);
+    this.durable = this.written;
+    // An fsync may still be running on the old descriptor in the thread pool: close it after.
+    if (this.syncing) void this.syncing.catch(() => undefined).finally(() => fs.closeSync(old));
+    else fs.closeSync(old);
+    this.segIndex++;
+    const p = `${this.o.journalDir}/${segmentName(this.segIndex)}`;
+    this.fd = fs.openSync(p, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o600);
+    this.segBytes = 0;
+    syncDir(this.o.journalDir);
+  }
+
+  /** Close the active segment and open the next one now (gc compacts closed segments only). */
+  rollNow(): void {
+    this.flush();
+    if (this.segBytes > 0) this.roll();
+  }
+
+  get activeSegment(): number {
+    return this.segIndex;
+  }
+
+  /** Resolve once every record appended so far is durable (batched with concurrent callers). */
+  async sync(): Promise<void> {
+    this.flush();
+    const target = this.written;
+    while (this.durable < target) {
+      if (!this.syncing) {
+        const upTo = this.written;
+        const fd = this.fd;
+        this.syncing = (async () => {
+          try {
+            if (this.o.beforeSync) await this.o.beforeSync();
+            await fsyncAsync(fd);
+            if (upTo > this.durable) this.durable = upTo;
+          } finally {
+            this.syncing = null;
+          }
+        })();
+      }
+      await this.syncing;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    if (this.syncTimer) clearTimeout(this.syncTimer);
+    this.flushTimer = this.syncTimer = null;
+    try {
+      await this.sync();
+    } finally {
+      this.closed = true;
+      if (this.syncing) await this.syncing.catch(() => undefined);
+      fs.closeSync(this.fd);
+    }
+  }
+}

@@ -1,0 +1,48 @@
+import type { Logger } from '../log.js';
+import type { ErrnoCode, VfsError } from '../vfs/errors.js';
+
+export interface Denial {
+  time: Date;
+  /** the calling process, when the binding tells us */
+  pid?: number;
+  op: string;
+  path: string;
+  code: ErrnoCode;
+  reason: string;
+}
+
+/**
+ * The latest refusals, newest last, for /.ledgerfs/denials; every refusal is also logged.
+ * A fixed ring: a program looping on a forbidden write cannot grow the daemon's memory.
+ */
+export class DenialLog {
+  private readonly ring: Denial[] = [];
+  private next = 0;
+  /** bumped on every record, so readers can tell that the text changed */
+  version = 0;
+
+  constructor(
+    private readonly capacity: number,
+    private readonly log?: Logger,
+  ) {}
+
+  record(op: string, path: string, err: VfsError, pid?: number): void {
+    const d: Denial = { time: new Date(), op, path, code: err.code, reason: err.reason };
+    if (pid !== undefined) d.pid = pid;
+    if (this.ring.length < this.capacity) this.ring.push(d);
+    else this.ring[this.next] = d;
+    this.next = (this.next + 1) % this.capacity;
+    this.version++;
+    this.log?.warn({ op, path, errno: err.code, reason: err.reason, ...(pid !== undefined ? { callerPid: pid } : {}) }, 'denied by policy');
+  }
+
+  /** Oldest first. */
+  list(): Denial[] {
+    if (this.ring.length < this.capacity) return [...this.ring];
+    return [...this.ring.slice(this.next), ...this.ring.slice(0, this.next)];
+  }
+
+  get size(): number {
+    return this.ring.length;
+  }
+}

@@ -1,0 +1,332 @@
+import type {
+  Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, OpenMode, TimeSpec,
+} from '../backend/types.js';
+import { POLICY_DEFAULTS } from '../config/defaults.js';
+import { VfsError } from '../vfs/errors.js';
+import { joinPath } from '../vfs/paths.js';
+import { CompiledRoot, META_FILES, type CompiledPolicy, type MetaFileName } from './compile.js';
+import { sameRoot, whereChange, whereCreate } from './decide.js';
+import type { DenialLog } from './denials.js';
+import { describeDenials, describePolicy, describeUsage } from './describe.js';
+import type { UsageTable } from './usage.js';
+
+/** A read-only file whose content was fixed when it was opened (/.ledgerfs/*). */
+class SnapshotFile implements BackendFile {
+  readonly writable = false;
+  constructor(
+    private readonly data: Buffer,
+    private readonly attr: Attr,
+  ) {}
+  async read(buf: Buffer, length: number, position: number): Promise<number> {
+    if (position >= this.data.length) return 0;
+    return this.data.copy(buf, 0, position, Math.min(this.data.length, position + length));
+  }
+  async write(): Promise<number> {
+    throw new VfsError('EROFS', `${POLICY_DEFAULTS.metaDir} is read-only`);
+  }
+  async truncate(): Promise<void> {
+    throw new VfsError('EROFS', `${POLICY_DEFAULTS.metaDir} is read-only`);
+  }
+  async stat(): Promise<Attr> {
+    return this.attr;
+  }
+  async sync(): Promise<void> {}
+  async close(): Promise<void> {}
+}
+
+/**
+ * The backend as the policy shows it: a Backend layer over the real one. It translates view
+ * paths to backend paths (a root's `source` prefix), synthesizes the read-only parents of
+ * roots, hides what the policy hides (ENOENT, left out of listings), serves /.ledgerfs, and
+ * answers statfs from the root's quota. Mutations reaching it were already decided by the
+ * policy stage (which also decides opens for writing); here they are only translated, and
+ * refused if they fall outside the shape of the view (which no caller, operator included, may
+ * cross). Keeps vfs/ free of policy.
+ */
+export class PolicyView implements Backend {
+  readonly kind: string;
+  readonly location: string;
+  readonly capabilities: BackendCapabilities;
+  private readonly uid = process.getuid?.() ?? 0;
+  private readonly gid = process.getgid?.() ?? 0;
+  private readonly bornNs = BigInt(Date.now()) * 1_000_000n;
+  /**
+   * The latest content of each /.ledgerfs file as last reported by stat. An open serves exactly
+   * this text, so the size the kernel got from getattr always matches what read returns (the
+   * kernel caches the size for --attr-timeout and would cut a longer text or pad a shorter one).
+   */
+  private readonly snapshots = new Map<MetaFileName, Buffer>();
+  /**
+   * The last name the backend reported missing. The kernel looks a name up right before it
+   * creates it, so the policy stage can count a create as a new file without a second stat
+   * (which costs more than all the policy checks together). Anything made through this view
+   * clears it; changes made beside the mount are not seen, as for usage in general.
+   */
+  private missing: string | null = null;
+
+  constructor(
+    readonly inner: Backend,
+    readonly policy: CompiledPolicy,
+    readonly usage: UsageTable,
+    readonly denials: DenialLog,
+  ) {
+    this.kind = `policy(${inner.kind})`;
+    this.location = inner.location;
+    this.capabilities = inner.capabilities;
+  }
+
+  // ---- synthesized nodes ---------------------------------------------------------------------
+
+  /** `subdirs`: nlink is 2 + subdirectories, as find's leaf optimization expects */
+  private dirAttr(ino: number, subdirs: number): Attr {
+    return {
+      type: 'dir', mode: 0o040555, size: 0, nlink: 2 + subdirs, uid: this.uid, gid: this.gid, ino, blocks: 0,
+      atimeNs: this.bornNs, mtimeNs: this.bornNs, ctimeNs: this.bornNs,
+    };
+  }
+
+  private fileAttr(size: number, ino: number): Attr {
+    const now = BigInt(Date.now()) * 1_000_000n;
+    return {
+      type: 'file', mode: 0o100444, size, nlink: 1, uid: this.uid, gid: this.gid, ino, blocks: Math.ceil(size / 512),
+      atimeNs: now, mtimeNs: now, ctimeNs: now,
+    };
+  }
+
+  private render(name: MetaFileName): string {
+    switch (name) {
+      case 'policy':
+        return describePolicy(this.policy);
+      case 'usage':
+        return describeUsage(this.policy, this.usage);
+      case 'denials':
+        return describeDenials(this.denials.list());
+    }
+  }
+
+  private snapshot(name: MetaFileName, refresh: boolean): Buffer {
+    const cur = this.snapshots.get(name);
+    if (cur && !refresh) return cur;
+    const next = Buffer.from(this.render(name));
+    if (cur && cur.equals(next)) return cur;
+    this.snapshots.set(name, next);
+    return next;
+  }
+
+  // ---- translation ---------------------------------------------------------------------------
+
+  private change(path: string, verb: string, removes: boolean): string {
+    const r = whereChange(this.policy, path, verb, removes);
+    if (r instanceof VfsError) throw r;
+    return r.toBackend(path);
+  }
+
+  private create(path: string, verb: string, replaces: boolean): string {
+    const r = whereCreate(this.policy, path, verb, replaces);
+    if (r instanceof VfsError) throw r;
+    return r.toBackend(path);
+  }
+
+  /** True (once) if the backend said `path` does not exist and nothing made it since. */
+  takeMissing(path: string): boolean {
+    if (this.missing !== path) return false;
+    this.missing = null;
+    return true;
+  }
+
+  /** A name is being made (or moved) through the view: it is no longer known to be missing. */
+  private made(path: string): void {
+    if (this.missing === path) this.missing = null;
+  }
+
+  // ---- Backend: reads ------------------------------------------------------------------------
+
+  async stat(path: string): Promise<Attr> {
+    const loc = this.policy.locate(path);
+    if (loc === null) throw new VfsError('ENOENT', `${path} does not exist in this view`);
+    if (loc.kind === 'root') {
+      if (loc.isHidden(path)) throw new VfsError('ENOENT', `${path} does not exist in this view`);
+      try {
+        const attr = await this.inner.stat(loc.toBackend(path));
+        if (this.missing === path) this.missing = null; // it appeared beside the mount
+        return attr;
+      } catch (err) {
+        if (err instanceof VfsError && err.code === 'ENOENT') this.missing = path;
+        throw err;
+      }
+    }
+    if (loc.kind === 'synth') return this.dirAttr(loc.ino, loc.children.size + (path === '/' ? 1 : 0));
+    if (loc.name === '') return this.dirAttr(loc.ino, 0);
+    return this.fileAttr(this.snapshot(loc.name, true).length, loc.ino);
+  }
+
+  async readdir(path: string): Promise<DirEntry[]> {
+    const loc = this.policy.locate(path);
+    if (loc === null) throw new VfsError('ENOENT', `${path} does not exist in this view`);
+    const metaEntry: DirEntry = { name: this.policy.metaDir.slice(1), type: 'dir' };
+    if (loc.kind === 'synth') {
+      const out: DirEntry[] = loc.names.map((name) => ({ name, type: 'dir' }));
+      if (path === '/') out.push(metaEntry);
+      return out;
+    }
+    if (loc.kind === 'meta') {
+      if (loc.name !== '') throw new VfsError('ENOTDIR', `${path} is not a directory`);
+      return META_FILES.map((name) => ({ name, type: 'file' }));
+    }
+    if (loc.isHidden(path)) throw new VfsError('ENOENT', `${path} does not exist in this view`);
+    let ents = await this.inner.readdir(loc.toBackend(path));
+    if (loc.hideRe !== null || loc.reserved.length) ents = ents.filter((e) => !loc.isHidden(joinPath(path, e.name)));
+    if (path === '/') {
+      // a root at "/": /.ledgerfs shadows whatever the backend has under that name
+      ents = ents.filter((e) => e.name !== metaEntry.name);
+      ents.push(metaEntry);
+    }
+    return ents;
+  }
+
+  async readlink(path: string): Promise<string> {
+    const loc = this.policy.locate(path);
+    if (loc === null || (loc.kind === 'root' && loc.isHidden(path))) throw new VfsError('ENOENT', `${path} does not exist in this view`);
+    if (loc.kind !== 'root') throw new VfsError('EINVAL', `${path} is not a symlink`);
+    return this.inner.readlink(loc.toBackend(path));
+  }
+
+  async open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
+    const loc = this.policy.locate(path);
+    if (loc?.kind === 'meta') {
+      if (mode.write || mode.create) {
+        const r = whereChange(this.policy, path, 'write to', false);
+        throw r instanceof VfsError ? r : new VfsError('EROFS', `${path} is read-only`);
+      }
+      if (loc.name === '') throw new VfsError('EISDIR', `${path} is a directory`);
+      const data = this.snapshot(loc.name, false);
+      return new SnapshotFile(data, this.fileAttr(data.length, loc.ino));
+    }
+    const verb = mode.create ? 'create' : mode.write ? 'write to' : 'open';
+    const r = mode.create ? whereCreate(this.policy, path, verb, false) : whereChange(this.policy, path, verb, false);
+    if (r instanceof VfsError) throw r.code === 'EEXIST' ? new VfsError('EISDIR', `${path} is a directory`) : r;
+    if (mode.create) this.made(path);
+    return this.inner.open(r.toBackend(path), mode, createMode);
+  }
+
+  async statfs(path: string): Promise<FsStats> {
+    const loc = this.policy.locate(path);
+    if (!(loc instanceof CompiledRoot)) return this.inner.statfs('/');
+    const base = await this.inner.statfs(loc.source);
+    const u = this.usage.of(loc);
+    const q = loc.quota;
+    if (u === null || (q.bytes === undefined && q.files === undefined)) return base;
+    const out: FsStats = { ...base };
+    if (q.bytes !== undefined) {
+      // df shows the root's quota as the size; free is the smaller of quota left and disk left
+      const bs = POLICY_DEFAULTS.statfsBlockSize;
+      const diskFree = Math.floor((base.bavail * base.bsize) / bs);
+      out.bsize = bs;
+      out.blocks = Math.ceil(q.bytes / bs);
+      out.bavail = Math.min(diskFree, Math.max(0, Math.floor((q.bytes - u.bytes) / bs)));
+      out.bfree = out.bavail;
+    }
+    if (q.files !== undefined) {
+      out.files = q.files;
+      out.ffree = Math.min(base.ffree, Math.max(0, q.files - u.files));
+    }
+    return out;
+  }
+
+  // ---- Backend: mutations (decided by the policy stage; translated here) ---------------------
+
+  mkdir(path: string, mode: number): Promise<void> {
+    this.made(path);
+    return this.inner.mkdir(this.create(path, 'make directory', false), mode);
+  }
+
+  rmdir(path: string): Promise<void> {
+    return this.inner.rmdir(this.change(path, 'remove directory', true));
+  }
+
+  unlink(path: string): Promise<void> {
+    return this.inner.unlink(this.change(path, 'delete', true));
+  }
+
+  async rename(from: string, to: string): Promise<void> {
+    const a = whereChange(this.policy, from, 'rename', true);
+    if (a instanceof VfsError) throw a;
+    const b = whereCreate(this.policy, to, `rename ${from} to`, true);
+    if (b instanceof VfsError) throw b;
+    const x = sameRoot('rename', from, a, to, b);
+    if (x) throw x;
+    this.made(to);
+    return this.inner.rename(a.toBackend(from), b.toBackend(to));
+  }
+
+  symlink(target: string, path: string): Promise<void> {
+    this.made(path);
+    return this.inner.symlink(target, this.create(path, 'create symlink', false));
+  }
+
+  async link(existing: string, newPath: string): Promise<void> {
+    const a = whereChange(this.policy, existing, 'link', false);
+    if (a instanceof VfsError) throw a;
+    const b = whereCreate(this.policy, newPath, `link ${existing} as`, false);
+    if (b instanceof VfsError) throw b;
+    const x = sameRoot('link', existing, a, newPath, b);
+    if (x) throw x;
+    this.made(newPath);
+    return this.inner.link(a.toBackend(existing), b.toBackend(newPath));
+  }
+
+  chmod(path: string, mode: number): Promise<void> {
+    return this.inner.chmod(this.change(path, 'change mode of', false), mode);
+  }
+
+  chown(path: string, uid: number, gid: number): Promise<void> {
+    return this.inner.chown(this.change(path, 'change owner of', false), uid, gid);
+  }
+
+  utimens(path: string, times: TimeSpec): Promise<void> {
+    return this.inner.utimens(this.change(path, 'change times of', false), times);
+  }
+
+  truncate(path: string, size: number): Promise<void> {
+    return this.inner.truncate(this.change(path, 'truncate', false), size);
+  }
+
+  // ---- xattrs: present when the inner backend stores them -----------------------------------
+
+  private xattrInner() {
+    const b = this.inner;
+    if (!b.getxattr || !b.setxattr || !b.listxattr || !b.removexattr) {
+      throw new VfsError('ENOTSUP', `the ${b.kind} backend does not store extended attributes`);
+    }
+    return b as Required<Pick<Backend, 'getxattr' | 'setxattr' | 'listxattr' | 'removexattr'>>;
+  }
+
+  private readTarget(path: string): string | null {
+    const loc = this.policy.locate(path);
+    if (loc === null || (loc.kind === 'root' && loc.isHidden(path))) throw new VfsError('ENOENT', `${path} does not exist in this view`);
+    return loc.kind === 'root' ? loc.toBackend(path) : null;
+  }
+
+  async getxattr(path: string, name: string): Promise<Buffer> {
+    const b = this.readTarget(path);
+    if (b === null) throw new VfsError('ENODATA', `${path} has no attribute ${name}`);
+    return this.xattrInner().getxattr(b, name);
+  }
+
+  async listxattr(path: string): Promise<string[]> {
+    const b = this.readTarget(path);
+    return b === null ? [] : this.xattrInner().listxattr(b);
+  }
+
+  setxattr(path: string, name: string, value: Buffer, flags: number): Promise<void> {
+    return this.xattrInner().setxattr(this.change(path, 'set an attribute of', false), name, value, flags);
+  }
+
+  removexattr(path: string, name: string): Promise<void> {
+    return this.xattrInner().removexattr(this.change(path, 'remove an attribute of', false), name);
+  }
+
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}

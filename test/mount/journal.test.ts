@@ -1,0 +1,219 @@
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { CLI, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { makeTemp, rmTemp } from '../helpers/tmp.js';
+import { snapshotTree } from '../helpers/tree.js';
+
+interface CliResult {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function ledgerfs(args: string[], env: NodeJS.ProcessEnv = {}): CliResult {
+  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, ...env }, timeout: 60_000 });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+function ok(args: string[], env: NodeJS.ProcessEnv = {}): string {
+  const r = ledgerfs(args, env);
+  if (r.status !== 0) throw new Error(`ledgerfs ${args.join(' ')} exited ${r.status}\n${r.stderr}\n${r.stdout}`);
+  return r.stdout;
+}
+
+/** The daemon's banner reaches us a little after the mount appears. */
+async function logsMatching(m: TestMount, re: RegExp): Promise<string> {
+  for (let i = 0; i < 100 && !re.test(m.logs()); i++) await new Promise((r) => setTimeout(r, 20));
+  return m.logs();
+}
+
+const populate = (src: string) => {
+  fs.mkdirSync(path.join(src, 'case/notes'), { recursive: true });
+  fs.writeFileSync(path.join(src, 'case/notes/intake.md'), '# Intake\n\n- called client\n');
+  fs.writeFileSync(path.join(src, 'case/report.txt'), 'draft 1\n');
+  fs.writeFileSync(path.join(src, 'case/data.bin'), Buffer.alloc(70_000, 3));
+};
+
+describe('mount: journal, log, diff, rollback', () => {
+  let m: TestMount;
+  let stateRoot: string;
+  let state: string;
+  beforeEach(async () => {
+    stateRoot = makeTemp('state');
+    state = path.join(stateRoot, 'state');
+    // the source outside the mount's temp dir: it must outlive stop() for the unmounted rollback
+    m = await startMount({ src: path.join(stateRoot, 'src'), populate, args: ['--state', state, '--session', 'agent-run-1', '--attr-timeout', '0.2', '--entry-timeout', '0.2'] });
+  });
+  afterEach(async () => {
+    const errors = m.errors();
+    await m.stop();
+    rmTemp(stateRoot);
+    expect(errors, 'the daemon logged errors').toEqual([]);
+  });
+
+  it('records what real tools did; diff shows it; rollback through the daemon undoes it, and can be undone', async () => {
+    const before = snapshotTree(m.mnt);
+    expect(await logsMatching(m, /journal: /)).toContain(`journal: ${state} (session agent-run-1)`);
+    sh(
+      [
+        "printf -- '- police report requested\\n' >> case/notes/intake.md",
+        "sed -i 's/draft 1/final/' case/report.txt",
+        'cp case/data.bin case/data-copy.bin && dd if=/dev/zero of=case/data.bin bs=1k count=1 conv=notrunc status=none',
+        'mkdir -p case/out && tar -cf case/out/notes.tar -C case notes',
+        "python3 -c \"open('case/new.py','w').write('print(42)\\n')\"",
+        'sqlite3 case/db.sqlite "create table t(x); insert into t values (1),(2);"',
+        'ln case/report.txt case/report-link && ln -s notes/intake.md case/intake-link && chmod 600 case/report.txt',
+        'mv case/notes case/notes-old && rm case/data-copy.bin',
+      ].join(' && '),
+      m.mnt,
+    );
+    // a chmod through one name of a hard-linked file leaves the other name's attributes in the
+    // kernel's cache until attr_timeout (0.2 s here): let it expire before looking
+    await new Promise((r) => setTimeout(r, 300));
+    const after = snapshotTree(m.mnt);
+
+    const log = JSON.parse(ok(['log', '--state', state, '--json'])) as { seq: number; op: string; paths: string[]; session: string; status: string }[];
+    expect(log.length).toBeGreaterThan(10);
+    expect(log[0]?.seq).toBeGreaterThan(log[log.length - 1]?.seq ?? 0); // newest first
+    expect(log.every((e) => e.session === 'agent-run-1' && e.status === 'done')).toBe(true);
+    const ops = new Set(log.map((e) => e.op));
+    for (const o of ['create', 'write', 'rename', 'unlink', 'mkdir', 'link', 'symlink', 'chmod']) expect(ops, o).toContain(o);
+    expect(log.some((e) => e.op === 'rename' && e.paths[0] === '/case/notes' && e.paths[1] === '/case/notes-old')).toBe(true);
+    // one directory rename is one record, whatever it holds
+    expect(log.filter((e) => e.op === 'rename' && e.paths[0]?.startsWith('/case/notes/'))).toEqual([]);
+
+    const text = ok(['log', '--state', state, '--path', '/case/report.txt']);
+    expect(text).toMatch(/chmod 644 -> 600 \/case\/report.txt/);
+
+    const diff = ok(['diff', '--state', state, '--session', 'agent-run-1']);
+    expect(diff).toMatch(/^R \/case\/notes -> \/case\/notes-old\/$/m);
+    expect(diff).toMatch(/^A \/case\/new.py/m);
+    expect(diff).toMatch(/^M \/case\/report.txt .*mode 644 -> 600/m);
+    expect(diff).toMatch(/^-draft 1$/m);
+    expect(diff).toMatch(/^\+final$/m);
+    expect(diff).not.toMatch(/data-copy/); // created and removed within the session
+
+    const dry = ok(['rollback', '--state', state, '--session', 'agent-run-1', '--dry-run']);
+    expect(dry).toMatch(/^Would undo \d+ mutation\(s\), newest first:/m);
+    expect(snapshotTree(m.mnt)).toEqual(after);
+
+    const r = ok(['rollback', '--state', state, '--session', 'agent-run-1']);
+    expect(r).toMatch(/through the daemon of/);
+    const rb = /journaled as session (rollback-\S+)\./.exec(r)?.[1] as string;
+    expect(rb).toBeDefined();
+    expect(snapshotTree(m.mnt)).toEqual(before);
+    expect(snapshotTree(m.src)).toEqual(before);
+    expect(sh('cat case/report.txt', m.mnt)).toBe('draft 1\n');
+
+    ok(['rollback', '--state', state, '--session', rb]);
+    expect(snapshotTree(m.mnt)).toEqual(after);
+    expect(sh('sqlite3 case/db.sqlite "select sum(x) from t"', m.mnt)).toBe('3\n');
+    expect(ok(['verify', '--state', state])).toMatch(/^clean$/m);
+  });
+
+  it('stops at a change made beside the mount and names it; --force overrides', () => {
+    const seq = (JSON.parse(ok(['log', '--state', state, '--json', '--all'])) as unknown[]).length;
+    sh('printf changed > case/report.txt && printf new > case/fresh.txt', m.mnt);
+    fs.writeFileSync(path.join(m.src, 'case/report.txt'), 'edited in the source directory, not through the mount\n');
+    const r = ledgerfs(['rollback', '--state', state, '--to', String(seq)]);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toMatch(/conflicts/);
+    expect(r.stdout).toMatch(/\/case\/report.txt: expected a file of 7 bytes.*content changed since/);
+    expect(fs.existsSync(path.join(m.src, 'case/fresh.txt'))).toBe(true); // nothing was undone
+    ok(['rollback', '--state', state, '--to', String(seq), '--force']);
+    expect(fs.readFileSync(path.join(m.src, 'case/report.txt'), 'utf8')).toBe('draft 1\n');
+    expect(fs.existsSync(path.join(m.src, 'case/fresh.txt'))).toBe(false);
+  });
+
+  it('rolls back an unmounted workspace directly; the journal never shows in the view', async () => {
+    const before = snapshotTree(m.src);
+    sh('printf x > a && mkdir b && mv a b/ && rm case/data.bin', m.mnt);
+    expect(fs.readdirSync(m.mnt).sort()).toEqual(['b', 'case']);
+    const after = snapshotTree(m.src);
+    await m.stop();
+    const out = ok(['rollback', '--state', state, '--to', '0']);
+    expect(out).toMatch(/on the unmounted workspace/);
+    expect(snapshotTree(m.src)).toEqual(before);
+    const rb = /journaled as session (rollback-\S+)\./.exec(out)?.[1] as string;
+    ok(['rollback', '--state', state, '--session', rb]);
+    expect(snapshotTree(m.src)).toEqual(after);
+    const v = JSON.parse(ok(['verify', '--state', state, '--json'])) as { clean: boolean; operations: number };
+    expect(v.clean).toBe(true);
+    expect(ok(['show', '--state', state, '1'])).toMatch(/^#1 {2}create \/a$/m);
+    const gc = JSON.parse(ok(['gc', '--state', state, '--keep', '0s', '--json'])) as { droppedOperations: number };
+    expect(gc.droppedOperations).toBe(v.operations);
+    expect(ledgerfs(['rollback', '--state', state, '--to', '1']).stderr).toMatch(/dropped by gc/);
+  });
+});
+
+describe('mount: where the journal lives', () => {
+  let home: string;
+  beforeEach(() => {
+    home = makeTemp('xdg');
+  });
+  afterEach(() => rmTemp(home));
+
+  it('mount, log and rollback find the default state dir from the source alone; log --help says where', async () => {
+    const env = { XDG_STATE_HOME: home };
+    const m = await startMount({ env });
+    try {
+      sh('printf hello > hello.txt', m.mnt);
+      const help = ok(['log', '--help'], env);
+      expect(help).toContain(path.join(home, 'ledgerfs', '<source name>-<first 12 hex digits of sha256(source real path)>'));
+      const log = ok(['log', '--source', m.src], env);
+      expect(log).toMatch(/create \/hello.txt/);
+      const dirs = fs.readdirSync(path.join(home, 'ledgerfs'));
+      expect(dirs).toHaveLength(1);
+      expect(dirs[0]).toMatch(/^src-[0-9a-f]{12}$/);
+      ok(['rollback', '--source', m.src, '--to', '0'], env);
+      expect(fs.readdirSync(m.src)).toEqual([]);
+    } finally {
+      await m.stop();
+    }
+  });
+
+  it('refuses a state dir inside the source, clearly', () => {
+    const src = path.join(home, 'src');
+    const mnt = path.join(home, 'mnt');
+    fs.mkdirSync(src);
+    fs.mkdirSync(mnt);
+    const r = ledgerfs(['mount', '--source', src, '--state', path.join(src, '.journal'), mnt]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/state directory .*\.journal lies inside the source .*visible and writable through the mount/);
+    expect(fs.existsSync(path.join(src, '.journal'))).toBe(false);
+  });
+
+  it('--no-journal records nothing', async () => {
+    const state = path.join(home, 'state');
+    const m = await startMount({ args: ['--no-journal', '--state', state] });
+    try {
+      sh('printf x > f', m.mnt);
+      expect(await logsMatching(m, /journal: off/)).toMatch(/journal: off/);
+      expect(fs.existsSync(state)).toBe(false);
+    } finally {
+      await m.stop();
+    }
+  });
+
+  it('a restart after kill -9 cuts a torn record and says so', async () => {
+    const state = path.join(home, 'state');
+    const src = path.join(home, 'src');
+    fs.mkdirSync(src);
+    const m1 = await startMount({ src, args: ['--state', state] });
+    sh('printf one > one', m1.mnt);
+    m1.daemon.kill('SIGKILL');
+    await m1.stop().catch(() => undefined); // it "died": stop() says so; expected here
+    const seg = path.join(state, 'journal', '000001.log');
+    fs.appendFileSync(seg, '1234abcd {"kind":"op","seq":99,"ti');
+    const m2 = await startMount({ src, args: ['--state', state] });
+    try {
+      expect(await logsMatching(m2, /cut a torn record/)).toMatch(/cut a torn record at the end of .*000001\.log/);
+      expect(run(`node ${CLI} verify --state ${state}`, home).stdout).toMatch(/^clean$/m);
+      expect(sh('cat one', m2.mnt)).toBe('one');
+    } finally {
+      await m2.stop();
+    }
+  });
+});

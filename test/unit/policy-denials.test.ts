@@ -1,0 +1,31 @@
+import { describe, expect, it } from 'vitest';
+import { parseMountFile } from '../../src/config/load.js';
+import { CompiledPolicy } from '../../src/policy/compile.js';
+import { DenialLog } from '../../src/policy/denials.js';
+import { denialLine, describeDenials, describeUsage } from '../../src/policy/describe.js';
+import { UsageTable } from '../../src/policy/usage.js';
+import { VfsError } from '../../src/vfs/errors.js';
+import { CASE_POLICY } from '../helpers/policy.js';
+
+describe('denials', () => {
+  it('keeps the latest N, oldest first, and counts versions', () => {
+    const log = new DenialLog(3);
+    for (let i = 0; i < 5; i++) log.record('write', `/Tools/f${i}`, new VfsError('EROFS', `refused ${i}`), i === 4 ? 1234 : undefined);
+    expect(log.list().map((d) => d.path)).toEqual(['/Tools/f2', '/Tools/f3', '/Tools/f4']);
+    expect(log.version).toBe(5);
+    const last = log.list().at(-1);
+    expect(last && denialLine(last)).toMatch(/^\d{4}-\d\d-\d\dT\S+Z pid=1234 write \/Tools\/f4 EROFS: refused 4$/);
+    expect(denialLine({ ...(last as NonNullable<typeof last>), pid: undefined, path: '/a b' })).toContain('pid=- write "/a b" EROFS');
+    expect(describeDenials([])).toMatch(/no refusals yet/);
+  });
+
+  it('describes usage for people and in exact numbers for programs', () => {
+    const p = new CompiledPolicy(parseMountFile(`backend: {type: local, path: /w}\n${CASE_POLICY}`, 'p.yaml', '/'));
+    const usage = new UsageTable([{ bytes: 500, files: 4 }, null, { bytes: 7, files: 1 }]);
+    const text = describeUsage(p, usage);
+    expect(text).toMatch(/\/projects\/Wilson-MVA\s+rw\s+500 B \/ 1000 B \(50%\)\s+4 \/ 10 \(40%\)/);
+    expect(text).toMatch(/\/Tools\s+ro\s+not counted/);
+    expect(text).toContain('/projects/Wilson-MVA bytes=500 files=4 quota_bytes=1000 quota_files=10\n');
+    expect(text).toContain('/scratch bytes=7 files=1\n');
+  });
+});
