@@ -185,22 +185,26 @@ function effectiveRoot(r: RootFile, file: MountFile, preset: PolicyPreset | unde
   const dFiles = lift(fd?.quota?.files, pd?.quota?.files);
   const dMax = lift(fd?.maxFileBytes, pd?.maxFileBytes);
   const dSuffixes = fd?.suffixes ?? (pd?.suffixes ? [...pd.suffixes] : undefined);
+  const mode = r.mode ?? dMode;
+  // Limits only bind writes: a read-only root takes none from the defaults (it would show a
+  // quota in df and /.ledgerfs/usage that nothing can use), only those it states itself.
+  const inherit = <T>(v: T | undefined): T | undefined => (mode === 'rw' ? v : undefined);
   const quota: Quota = {};
-  const bytes = lift(r.quota?.bytes, dBytes);
-  const files = lift(r.quota?.files, dFiles);
+  const bytes = lift(r.quota?.bytes, inherit(dBytes));
+  const files = lift(r.quota?.files, inherit(dFiles));
   if (bytes !== undefined) quota.bytes = bytes;
   if (files !== undefined) quota.files = files;
   const out: RootConfig = {
     path: r.path,
     source: r.source ?? r.path,
-    mode: r.mode ?? dMode,
+    mode,
     quota,
     readonly: r.readonly ?? [],
     hide: r.hide ?? [],
   };
-  const max = lift(r.maxFileBytes, dMax);
+  const max = lift(r.maxFileBytes, inherit(dMax));
   if (max !== undefined) out.maxFileBytes = max;
-  const suffixes = r.suffixes ?? dSuffixes;
+  const suffixes = r.suffixes ?? inherit(dSuffixes);
   if (suffixes !== undefined) out.suffixes = suffixes;
   return out;
 }

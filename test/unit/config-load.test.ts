@@ -124,6 +124,11 @@ roots:
     expect(b?.quota).toEqual({ bytes: 1024 ** 2, files: 10 });
     expect(b?.maxFileBytes).toBeUndefined();
     expect(cc?.mode).toBe('ro');
+    // limits bind writes: a read-only root inherits none, keeps only what it states itself
+    expect(cc?.quota).toEqual({});
+    expect(cc?.maxFileBytes).toBeUndefined();
+    const ro = parseMountFile('preset: sandboxed\nbackend: {type: local, path: x}\nroots: [{path: /a, quota: {files: 5}}]', 'm.yaml', '/');
+    expect(ro.roots[0]?.quota).toEqual({ files: 5 });
     expect(c.hide).toContain('**/.env');
     const own = parseMountFile('preset: sandboxed\nbackend: {type: local, path: x}\nroots: [{path: /a}]\nhide: ["*.key"]', 'm.yaml', '/');
     expect(own.hide).toEqual(['*.key']);
