@@ -155,3 +155,10 @@ export function sh(cmd: string, cwd: string, input?: string): string {
     throw new Error(`\`${cmd}\` failed (exit ${e.status}): ${e.stderr || e.message}`);
   }
 }
+
+/** The daemon's log once it matches `re` (its banner reaches us a little after the mount appears). */
+export async function logsMatching(m: TestMount, re: RegExp, ms = 10_000): Promise<string> {
+  const end = Date.now() + ms;
+  while (!re.test(m.logs()) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+  return m.logs();
+}

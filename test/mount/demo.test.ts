@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CLI, run, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, logsMatching, run, startMount, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
 /*
@@ -28,7 +28,7 @@ describe('mount: the demo workspace', () => {
 
   const cli = (args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, ...env } });
 
-  it('shows the case, hides the secret and the other case, refuses Tools; the printed hints work', () => {
+  it('shows the case, hides the secret and the other case, refuses Tools; the printed hints work', async () => {
     const mnt = (m as TestMount).mnt;
     const ws = path.join(home, '.ledgerfs/demo-workspace');
     expect(fs.existsSync(path.join(ws, 'projects/Wilson-MVA/.env'))).toBe(true);
@@ -38,7 +38,8 @@ describe('mount: the demo workspace', () => {
     expect(fs.readdirSync(path.join(mnt, 'projects/Wilson-MVA')).sort()).toEqual(['notes.md', 'timeline.txt']);
 
     // the hints printed at mount, run as printed
-    const session = /diff --session (\S+)/.exec((m as TestMount).logs())?.[1];
+    const banner = await logsMatching(m as TestMount, /diff --session \S+/);
+    const session = /diff --session (\S+)/.exec(banner)?.[1];
     expect(session, (m as TestMount).logs()).toBeTruthy();
     expect(run(`echo "- called the insurer" >> ${mnt}/projects/Wilson-MVA/notes.md`, home).status).toBe(0);
     expect(run(`echo x > ${mnt}/Tools/x`, home).stderr).toMatch(/Read-only file system/);

@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CLI, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, logsMatching, run, sh, startMount, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { snapshotTree } from '../helpers/tree.js';
 
@@ -21,12 +21,6 @@ function ok(args: string[], env: NodeJS.ProcessEnv = {}): string {
   const r = ledgerfs(args, env);
   if (r.status !== 0) throw new Error(`ledgerfs ${args.join(' ')} exited ${r.status}\n${r.stderr}\n${r.stdout}`);
   return r.stdout;
-}
-
-/** The daemon's banner reaches us a little after the mount appears. */
-async function logsMatching(m: TestMount, re: RegExp): Promise<string> {
-  for (let i = 0; i < 100 && !re.test(m.logs()); i++) await new Promise((r) => setTimeout(r, 20));
-  return m.logs();
 }
 
 const populate = (src: string) => {
