@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /*
@@ -9,6 +11,12 @@ import { fileURLToPath } from 'node:url';
  * in-process daemon killed that way would leave a dead mount ("transport endpoint is not
  * connected") that only a manual unmount clears.
  */
+
+/** The parent tells the daemon which sandbox runs on the mount (see stopOrphanedSandbox). */
+interface SandboxStarted {
+  type: 'sandbox';
+  pid: number;
+}
 
 /** What the daemon tells its parent once the workspace is mounted. */
 export interface LinkedMount {
@@ -32,9 +40,33 @@ export function serveParent(info: LinkedMount, onParentGone: () => void): boolea
     onParentGone(); // the parent died while we were mounting
     return true;
   }
-  process.once('disconnect', onParentGone);
-  process.send(info);
+  let sandbox: number | null = null;
+  process.on('message', (m: SandboxStarted) => {
+    if (m?.type === 'sandbox') sandbox = m.pid;
+  });
+  process.once('disconnect', () => {
+    if (sandbox !== null) stopOrphanedSandbox(sandbox, info.mountpoint);
+    onParentGone();
+  });
+  // with a callback, a parent that died a moment ago is an error to ignore, not an uncaught one
+  // (the 'disconnect' above follows and unmounts)
+  process.send(info, undefined, {}, () => undefined);
   return true;
+}
+
+/**
+ * bwrap --die-with-parent arms itself a moment after it starts; a parent killed in that moment
+ * would leave the sandbox running on a mount about to go away. If the bwrap our parent started
+ * is still there (the pid still names a bwrap binding our mount point), kill it: its
+ * namespace's processes die with it.
+ */
+function stopOrphanedSandbox(pid: number, mountpoint: string): void {
+  try {
+    const argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    if (path.basename(argv[0] ?? '') === 'bwrap' && argv.includes(mountpoint)) process.kill(pid, 'SIGKILL');
+  } catch {
+    /* gone: the usual case */
+  }
 }
 
 /** Let the daemon exit once its mount is gone (an open channel would keep it alive). */
@@ -52,6 +84,11 @@ export interface LinkedDaemon {
 }
 
 export class LinkedDaemonError extends Error {}
+
+/** Tell the daemon the sandbox's pid, so it can stop it if we die before bwrap watches us. */
+export function tellDaemonSandbox(daemon: LinkedDaemon, pid: number | undefined): void {
+  if (pid !== undefined && daemon.child.connected) daemon.child.send({ type: 'sandbox', pid } satisfies SandboxStarted, () => undefined);
+}
 
 const CLI = fileURLToPath(new URL('../../bin/ledgerfs.js', import.meta.url));
 

@@ -11,7 +11,7 @@ import { newSessionId } from '../journal/session-id.js';
 import { resolveStateDir, StateDirError } from '../journal/state-dir.js';
 import { atProblem, bwrapArgs, checkNamespaces, findBwrap, SandboxError } from '../sandbox/bwrap.js';
 import { CliError } from './errors.js';
-import { exitCodeOf, LinkedDaemonError, startLinkedDaemon, type LinkedDaemon } from './parent-link.js';
+import { exitCodeOf, LinkedDaemonError, startLinkedDaemon, tellDaemonSandbox, type LinkedDaemon } from './parent-link.js';
 
 /** `ledgerfs run`'s own failures (usage, bwrap, mount), told apart from the program's codes as docker does. */
 export const RUN_FAILED = 125;
@@ -228,6 +228,7 @@ export async function runCommand(command: string[], o: RunCliOptions): Promise<n
     }
     const child = spawn(bwrap, args, { stdio: 'inherit' });
     sandbox = child;
+    if (ws.daemon) tellDaemonSandbox(ws.daemon, child.pid);
     const done = new Promise<number>((resolve) => {
       child.once('exit', (code, signal) => resolve(exitCodeOf(code, signal)));
       child.once('error', (err) => {

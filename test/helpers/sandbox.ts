@@ -22,7 +22,10 @@ export interface RunOutcome {
 
 export interface Running {
   child: ChildProcess;
+  /** the run and everything holding its stdout/stderr (its program, its daemon) are gone */
   done: Promise<RunOutcome>;
+  /** the run process itself is gone (its exit code, 128+N for a signal) */
+  exited: Promise<number>;
   /** stderr so far */
   stderr(): string;
 }
@@ -71,13 +74,16 @@ export function sandboxDir(populate?: (src: string) => void): SandboxDir {
     child.stdin?.end(opts.input ?? '');
     // A hung run must fail the test, not the whole suite.
     const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
+    const exited = new Promise<number>((resolve) => {
+      child.once('exit', (code, signal) => resolve(code ?? 128 + (signal ? (SIGNALS[signal] ?? 0) : 0)));
+    });
     const done = new Promise<RunOutcome>((resolve) => {
       child.once('close', (code, signal) => {
         clearTimeout(timer);
         resolve({ code: code ?? 128 + (signal ? (SIGNALS[signal] ?? 0) : 0), stdout: out, stderr: err, session: /session (\S+)/.exec(err)?.[1] });
       });
     });
-    return { child, done, stderr: () => err };
+    return { child, done, exited, stderr: () => err };
   };
 
   return {
@@ -98,13 +104,14 @@ export function sandboxDir(populate?: (src: string) => void): SandboxDir {
   };
 }
 
-/** Processes whose command line contains `token` (e.g. a unique sleep duration). */
-export function processesWith(token: string): number[] {
+/** Processes whose command line starts with `args` (e.g. ['sleep', a unique duration]). */
+export function processesWith(args: string[]): number[] {
   const out: number[] = [];
   for (const name of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
     try {
-      if (fs.readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0').includes(token)) out.push(Number(name));
+      const argv = fs.readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0');
+      if (args.every((a, j) => argv[j] === a)) out.push(Number(name));
     } catch {
       /* gone */
     }
