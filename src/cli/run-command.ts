@@ -21,12 +21,12 @@ export interface RunCliOptions {
   policy?: string;
   state?: string;
   at: string;
-  network: boolean;
+  network?: boolean;
   session?: string;
   ro: string[];
   /** a running ledgerfs mount to use instead of mounting */
   mount?: string;
-  allowOther: boolean;
+  allowOther?: boolean;
   logLevel: LogLevel;
 }
 
@@ -143,6 +143,22 @@ async function release(ws: Workspace): Promise<void> {
   }
 }
 
+/** The only child of `pid`, or null. */
+function onlyChild(pid: number): number | null {
+  try {
+    const kids = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+    return kids.length === 1 ? Number(kids[0]) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The program bwrap runs: bwrap -> bwrap as pid 1 of the new PID namespace -> the program. */
+function programPid(bwrapPid: number): number | null {
+  const init = onlyChild(bwrapPid);
+  return init === null ? null : onlyChild(init);
+}
+
 /** The session line on stderr: the id, and how to look at and undo what the run did. */
 function announce(ws: Workspace, mounted: boolean): void {
   const state = ws.stateDir ? ` --state ${ws.stateDir}` : '';
@@ -181,7 +197,7 @@ export async function runCommand(command: string[], o: RunCliOptions): Promise<n
   let bwrap: string;
   try {
     bwrap = findBwrap();
-    checkNamespaces(bwrap, o.network);
+    checkNamespaces(bwrap, o.network === true);
   } catch (err) {
     if (err instanceof SandboxError) fail(err.message);
     throw err;
@@ -206,9 +222,23 @@ export async function runCommand(command: string[], o: RunCliOptions): Promise<n
   // Signals that arrive while mounting are acted on once the mount is up (or failed).
   let pending: NodeJS.Signals | null = null;
   let sandbox: ReturnType<typeof spawn> | null = null;
+  let forwarded = 0;
   const onSignal = (sig: NodeJS.Signals) => {
-    if (sandbox && sandbox.exitCode === null && sandbox.signalCode === null) sandbox.kill(sig);
-    else pending ??= sig;
+    if (!sandbox || sandbox.exitCode !== null || sandbox.signalCode !== null) {
+      pending ??= sig;
+      return;
+    }
+    // the first signal is the program's to handle (save, clean up); a second one ends the sandbox
+    const program = forwarded++ === 0 && sandbox.pid !== undefined ? programPid(sandbox.pid) : null;
+    if (program !== null) {
+      try {
+        process.kill(program, sig);
+        return;
+      } catch {
+        /* exited meanwhile */
+      }
+    }
+    sandbox.kill(sig);
   };
   const sigs: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
   for (const s of sigs) process.on(s, onSignal);
@@ -221,12 +251,13 @@ export async function runCommand(command: string[], o: RunCliOptions): Promise<n
 
     let args: string[];
     try {
-      args = bwrapArgs({ workspace: ws.mountpoint, at: o.at, network: o.network, readOnly: o.ro, command });
+      args = bwrapArgs({ workspace: ws.mountpoint, at: o.at, network: o.network === true, readOnly: o.ro, command });
     } catch (err) {
       if (err instanceof SandboxError) fail(err.message);
       throw err;
     }
-    const child = spawn(bwrap, args, { stdio: 'inherit' });
+    // its own process group: a Ctrl-C at the terminal reaches us, and we hand it to the program
+    const child = spawn(bwrap, args, { stdio: 'inherit', detached: true });
     sandbox = child;
     if (ws.daemon) tellDaemonSandbox(ws.daemon, child.pid);
     const done = new Promise<number>((resolve) => {
@@ -260,11 +291,15 @@ export function registerRunCommand(program: Command): void {
     .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
     .option('--state <dir>', `journal directory (outside the source); default: ${DEFAULT_STATE_DIR_PATTERN}`)
     .option('--at <path>', 'where the program sees the workspace; also its working directory', DEFAULTS.run.at)
-    .option('--network', 'give the program the host\'s network (default: none, only a loopback)', false)
+    .option('--network', 'give the program the host\'s network (default: none, only a loopback)')
     .option('--session <id>', `journal session of this run (default: generated, e.g. ${DEFAULTS.run.sessionPrefix}2026-11-22T05-30-12-ab12)`)
-    .option('--ro <path>', 'also bind this host path read-only at the same path (a script, a tool); repeatable', (v: string, all: string[]) => [...all, v], [] as string[])
+    .addOption(
+      new Option('--ro <path>', 'also bind this host path read-only at the same path (a script, a tool); repeatable')
+        .argParser((v: string, all: string[]) => [...all, v])
+        .default([], 'none'),
+    )
     .option('--mount <mountpoint>', 'use this running `ledgerfs mount` instead of mounting (left mounted; its session is the mount\'s)')
-    .option('--allow-other', 'mount with allow_other (other users and containers may use the mount too)', false)
+    .option('--allow-other', 'mount with allow_other (other users and containers may use the mount too)')
     .addOption(new Option('--log-level <level>', 'the file system daemon\'s log verbosity on stderr (warn: every refusal)').choices(LOG_LEVELS as string[]).default(DEFAULTS.run.logLevel))
     .addHelpText(
       'after',
@@ -276,8 +311,9 @@ the rest of the sandbox's root is read-only. It runs in new PID/IPC/UTS namespac
 session, with an environment cleared down to ${DEFAULTS.run.passEnv.slice(0, 4).join(', ')}, ... (see the README).
 stdin, stdout and stderr are the program's; the run exits with the program's exit code (128+N
 if a signal N killed it; ${RUN_FAILED} if ledgerfs run itself failed: bwrap missing, no user
-namespaces, the workspace could not be mounted). Ctrl-C or SIGTERM stop the program and unmount;
-a run killed outright (SIGKILL) takes the program with it and its daemon unmounts on its own.
+namespaces, the workspace could not be mounted). Ctrl-C, SIGTERM and SIGHUP are passed to the
+program (it may save and exit); a second one ends the sandbox; then the workspace is unmounted.
+A run killed outright (SIGKILL) takes the program with it, and its daemon unmounts on its own.
 
 Every change the program makes is journaled under the run's session (printed on stderr first),
 actor '${DEFAULTS.run.actor}'; review and undo it with the commands printed there:

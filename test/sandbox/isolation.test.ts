@@ -149,15 +149,30 @@ except OSError as e:
     });
   }
 
-  it('SIGTERM stops the program and unmounts', async () => {
-    const token = `${400 + (process.pid % 1000)}.5`;
-    const run = sb.start(['--source', sb.src, '--state', sb.state, '--', 'sleep', token]);
-    expect(await waitUntil(() => processesWith(['sleep', token]).length > 0, 30_000), run.stderr()).toBe(true);
-    run.child.kill('SIGTERM');
-    const r = await run.done;
-    expect(r.code, report(r)).toBe(128 + 15);
+  it('SIGTERM reaches the program (it may clean up); a second one ends the sandbox; either way everything is unmounted', async () => {
+    const token = `${400 + (process.pid % 100)}.5`;
+    const sleeping = () => processesWith(['sleep', token]);
+    // a program that handles SIGTERM: writes a note into the workspace, exits 5
+    const polite = sb.start(['--source', sb.src, '--state', sb.state, '--', 'sh', '-c', `trap 'echo saved > note.txt; exit 5' TERM; sleep ${token} & wait`]);
+    expect(await waitUntil(() => sleeping().length > 0, 30_000), polite.stderr()).toBe(true);
+    polite.child.kill('SIGTERM');
+    const r = await polite.done;
+    expect(r.code, report(r)).toBe(5);
+    expect(fs.readFileSync(path.join(sb.src, 'note.txt'), 'utf8')).toBe('saved\n');
     expect(sb.mounts()).toEqual([]);
-    expect(processesWith(['sleep', token])).toEqual([]);
+    expect(sleeping()).toEqual([]);
+
+    // one that ignores it: the second signal tears the sandbox down
+    const stubborn = sb.start(['--source', sb.src, '--state', sb.state, '--', 'sh', '-c', `trap '' TERM; sleep ${token}; sleep ${token}`]);
+    expect(await waitUntil(() => sleeping().length > 0, 30_000), stubborn.stderr()).toBe(true);
+    stubborn.child.kill('SIGTERM');
+    await new Promise((res) => setTimeout(res, 300));
+    expect(stubborn.child.exitCode).toBeNull();
+    stubborn.child.kill('SIGTERM');
+    const r2 = await stubborn.done;
+    expect(r2.code, report(r2)).toBe(128 + 15);
+    expect(sb.mounts()).toEqual([]);
+    expect(sleeping()).toEqual([]);
     expect(fs.readdirSync(sb.tmp)).toEqual([]);
   });
 
