@@ -113,7 +113,10 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   process.on('SIGTERM', onSignal);
   process.on('SIGHUP', onSignal);
   if (o.parentLink) {
-    const linked = serveParent({ type: 'mounted', mountpoint, session: journal?.session ?? null, stateDir: journal?.stateDir ?? null }, () => onSignal('parent gone'));
+    const linked = serveParent(
+      { type: 'mounted', mountpoint, session: journal?.session ?? null, stateDir: journal?.stateDir ?? null, ...(journal?.startNote ? { note: journal.startNote } : {}) },
+      () => onSignal('parent gone'),
+    );
     if (!linked) log.warn('--parent-link without a parent process: serving as a plain mount');
   }
   await running.closed;

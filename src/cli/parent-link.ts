@@ -25,6 +25,8 @@ export interface LinkedMount {
   /** null with --no-journal */
   session: string | null;
   stateDir: string | null;
+  /** what the journal's start found (a torn tail cut, crash leftovers resolved) */
+  note?: string;
 }
 
 // ---- daemon side ---------------------------------------------------------------------------

@@ -70,6 +70,8 @@ interface Workspace {
   stateDir: string | null;
   /** null when the mount is someone else's (--mount) */
   daemon: LinkedDaemon | null;
+  /** what the journal's start found, if anything */
+  note?: string;
 }
 
 /** The live daemon serving `mountpoint`, looked up from the flags' state dir or every default one. */
@@ -114,7 +116,8 @@ async function mountOwn(o: RunCliOptions, session: string): Promise<Workspace> {
   ];
   try {
     const daemon = await startLinkedDaemon(args, 60_000);
-    return { mountpoint: dir, session: daemon.mount.session, stateDir: daemon.mount.stateDir, daemon };
+    const m = daemon.mount;
+    return { mountpoint: dir, session: m.session, stateDir: m.stateDir, daemon, ...(m.note ? { note: m.note } : {}) };
   } catch (err) {
     try {
       fs.rmdirSync(dir);
@@ -178,6 +181,7 @@ function announce(ws: Workspace, mounted: boolean): void {
       `  undo:   ledgerfs rollback${state} --session ${ws.session}`,
     );
   }
+  if (ws.note) lines.push(`  journal: ${ws.note}`);
   process.stderr.write(lines.join('\n') + '\n');
 }
 
