@@ -33,7 +33,7 @@ export function buildProgram(): Command {
     .command('mount')
     .description('Mount a workspace at MOUNTPOINT and serve it in the foreground until unmounted or signalled.')
     .argument('<mountpoint>', 'an existing, empty directory')
-    .option('--source <dir>', `workspace directory to serve (local backend); default: a demo workspace in ${DEFAULTS.demoWorkspaceDir}`)
+    .option('--source <dir>', `workspace directory to serve (local backend); default (with no --policy either): the demo workspace ${DEFAULTS.demoWorkspaceDir}, served through its demo policy`)
     .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
     .option('--allow-other', 'let other users and containers use the mount (needs root or user_allow_other)', false)
     .addOption(new Option('--log-level <level>', 'log verbosity on stderr').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))

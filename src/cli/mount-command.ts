@@ -9,7 +9,7 @@ import { JournalLockedError } from '../journal/lock.js';
 import { createLogger } from '../log.js';
 import { MutationPipeline } from '../vfs/pipeline.js';
 import { Vfs } from '../vfs/vfs.js';
-import { ensureDemoWorkspace } from './demo.js';
+import { cliCommand, demoHints, ensureDemoPolicy, ensureDemoWorkspace } from './demo.js';
 import { CliError } from './errors.js';
 import { releaseParent, serveParent } from './parent-link.js';
 
@@ -42,9 +42,13 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   if (o.source && o.policy) {
     throw new CliError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
   }
-  if (!o.source && !o.policy) {
+  // No workspace named: the demo, a small workspace served through a policy that shows off
+  // hiding, read-only roots and limits (both kept in ~/.ledgerfs; edits are kept).
+  const demo = !o.source && !o.policy;
+  if (demo) {
     const { created } = ensureDemoWorkspace(DEFAULTS.demoWorkspaceDir);
     if (created) log.info({ source: DEFAULTS.demoWorkspaceDir }, 'created demo workspace');
+    o = { ...o, policy: ensureDemoPolicy(DEFAULTS.demoWorkspaceDir) };
   }
   let ws: OpenedWorkspace;
   try {
@@ -55,7 +59,6 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
     throw err;
   }
   const source = ws.backend.location;
-  const demo = ws.demo;
   if (ws.sourceDir && (mountpoint === ws.sourceDir || mountpoint.startsWith(ws.sourceDir + path.sep))) {
     throw new CliError(`mount point ${mountpoint} lies inside the source ${ws.sourceDir}; pick a directory outside it`);
   }
@@ -85,12 +88,15 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
     if (err instanceof MountError) throw new CliError(err.message);
     throw err;
   }
+  // a run's daemon (--parent-link) prints no banner: `ledgerfs run` says what matters
   if (!o.parentLink) printBanner();
   function printBanner() {
     process.stderr.write(
-      `ledgerfs: ${source} is mounted at ${mountpoint}${demo ? ' (demo workspace)' : ''}.\n` +
-        `  try:   ls -la ${mountpoint}; echo hello > ${mountpoint}/hello.txt; cat ${mountpoint}/hello.txt\n` +
-        `  stop:  Ctrl-C here, or: ledgerfs unmount ${mountpoint}\n` +
+      `ledgerfs: ${source} is mounted at ${mountpoint}${demo ? ` (demo workspace, policy ${o.policy})` : ''}.\n` +
+        (demo
+          ? demoHints(mountpoint, journal?.session ?? null)
+          : `  try:   ls -la ${mountpoint}; echo hello > ${mountpoint}/hello.txt; cat ${mountpoint}/hello.txt\n`) +
+        `  stop:  Ctrl-C here, or: ${cliCommand()} unmount ${mountpoint}\n` +
         (journal
           ? `  journal: ${journal.stateDir} (session ${journal.session}); see: ledgerfs log --state ${journal.stateDir}\n` +
             (journal.startNote ? `  journal: ${journal.startNote}\n` : '')

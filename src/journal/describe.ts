@@ -1,5 +1,8 @@
 import type { Operation } from './history.js';
 
+/** "1 byte", "7 bytes": the summaries are read by people. */
+const bytes = (n: number | string): string => `${n} ${n === 1 ? 'byte' : 'bytes'}`;
+
 /** One-line summary of an operation for `ledgerfs log`. */
 export function summarize(op: Operation): string {
   const [p0, p1] = op.paths as [string, string | undefined];
@@ -8,13 +11,13 @@ export function summarize(op: Operation): string {
   switch (op.op) {
     case 'write': {
       const from = b0?.size ?? 0;
-      return a0 ? `write ${p0} (${from} -> ${a0.size} bytes)` : `write ${p0} (from ${from} bytes)`;
+      return a0 ? `write ${p0} (${from} -> ${bytes(a0.size)})` : `write ${p0} (from ${bytes(from)})`;
     }
     case 'truncate':
-      return `truncate ${p0} (${b0?.size ?? 0} -> ${op.args?.size ?? a0?.size ?? '?'} bytes)`;
+      return `truncate ${p0} (${b0?.size ?? 0} -> ${bytes(op.args?.size ?? a0?.size ?? '?')})`;
     case 'create': {
       // a create whose first write session continued its record ends with the content's size
-      const written = op.endTime !== undefined && a0 ? `, ${a0.size} bytes written` : '';
+      const written = op.endTime !== undefined && a0 ? `, ${bytes(a0.size)} written` : '';
       return b0 ? `create ${p0} (existing file, ${b0.size} bytes${b0.blob ? ', emptied' : ''}${written})` : `create ${p0}${written ? ` (${written.slice(2)})` : ''}`;
     }
     case 'rename': {
@@ -32,7 +35,7 @@ export function summarize(op: Operation): string {
     case 'utimens':
       return `set times of ${p0}`;
     case 'unlink':
-      return `unlink ${p0}${b0 ? ` (${b0.type === 'symlink' ? `symlink to ${b0.target}` : `${b0.size} bytes`})` : ''}`;
+      return `unlink ${p0}${b0 ? ` (${b0.type === 'symlink' ? `symlink to ${b0.target}` : `${bytes(b0.size)}`})` : ''}`;
     case 'setxattr':
     case 'removexattr':
       return `${op.op} ${op.args?.xattr ?? ''} ${p0}`;

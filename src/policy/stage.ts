@@ -377,16 +377,25 @@ export class PolicyStage implements MutationStage {
     return r;
   }
 
+  /**
+   * The two ends of a rename or link: `from` must be changeable, `to` creatable (replacing what
+   * is there for a rename), and both in one root, else EXDEV so that `mv` copies and deletes.
+   */
+  private bothEnds(m: Mutation, op: 'rename' | 'link', from: string, to: string, verb: string, replaces: boolean): [CompiledRoot, CompiledRoot] {
+    const a = whereChange(this.policy, from, op, replaces);
+    if (a instanceof VfsError) throw this.deny(m, from, a);
+    const b = whereCreate(this.policy, to, verb, replaces);
+    if (b instanceof VfsError) throw this.deny(m, to, b);
+    const x = sameRoot(op, from, a, to, b);
+    if (x) throw this.deny(m, from, x);
+    return [a, b];
+  }
+
   private async link<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
     const existing = m.path;
     const target = m.target as string;
     const verb = `link ${existing} as`;
-    const a = whereChange(this.policy, existing, 'link', false);
-    if (a instanceof VfsError) throw this.deny(m, existing, a);
-    const b = whereCreate(this.policy, target, verb, false);
-    if (b instanceof VfsError) throw this.deny(m, target, b);
-    const x = sameRoot('link', existing, a, target, b);
-    if (x) throw this.deny(m, existing, x);
+    const [a, b] = this.bothEnds(m, 'link', existing, target, verb, false);
     if (m.caller.operator !== true) {
       const e = rules(this.policy, b, target, verb, true);
       if (e) throw this.deny(m, target, e);
@@ -410,12 +419,7 @@ export class PolicyStage implements MutationStage {
     const from = m.path;
     const to = m.target as string;
     const verb = `rename ${from} to`;
-    const a = whereChange(this.policy, from, 'rename', true);
-    if (a instanceof VfsError) throw this.deny(m, from, a);
-    const b = whereCreate(this.policy, to, verb, true);
-    if (b instanceof VfsError) throw this.deny(m, to, b);
-    const x = sameRoot('rename', from, a, to, b);
-    if (x) throw this.deny(m, from, x);
+    const [a, b] = this.bothEnds(m, 'rename', from, to, verb, true);
     const src = await this.view.stat(from);
     if (m.caller.operator !== true) {
       const e = rules(this.policy, a, from, 'rename', false);
