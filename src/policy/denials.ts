@@ -1,6 +1,6 @@
 import type { Logger } from '../log.js';
 import type { ErrnoCode, VfsError } from '../vfs/errors.js';
-import { commandOf } from '../vfs/process-names.js';
+import { callerProcess } from '../vfs/process-names.js';
 
 export interface Denial {
   time: Date;
@@ -31,14 +31,15 @@ export class DenialLog {
 
   record(op: string, path: string, err: VfsError, pid?: number): void {
     const d: Denial = { time: new Date(), op, path, code: err.code, reason: err.reason };
-    const cmd = commandOf(pid);
-    if (pid !== undefined) d.pid = pid;
+    const who = callerProcess(pid);
+    const cmd = who?.cmd;
+    if (who !== undefined) d.pid = who.pid;
     if (cmd !== undefined) d.cmd = cmd;
     if (this.ring.length < this.capacity) this.ring.push(d);
     else this.ring[this.next] = d;
     this.next = (this.next + 1) % this.capacity;
     this.version++;
-    this.log?.warn({ op, path, errno: err.code, reason: err.reason, ...(pid !== undefined ? { callerPid: pid } : {}), ...(cmd !== undefined ? { callerCmd: cmd } : {}) }, 'denied by policy');
+    this.log?.warn({ op, path, errno: err.code, reason: err.reason, ...(who !== undefined ? { callerPid: who.pid } : {}), ...(cmd !== undefined ? { callerCmd: cmd } : {}) }, 'denied by policy');
   }
 
   /** Oldest first. */

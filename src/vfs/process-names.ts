@@ -2,15 +2,26 @@ import fs from 'node:fs';
 import { DEFAULTS } from '../config/defaults.js';
 
 /*
- * Who a pid is, for the journal and /.ledgerfs/denials: its command line as /proc has it at the
- * time of the call. Read lazily, only where a record or a refusal is written, and only when the
- * binding told us the pid (fuse-native does not: then this costs nothing). A short-lived cache
- * keeps a program that creates a thousand files from reading /proc a thousand times; the TTL is
- * short because pids are reused.
+ * Who called, for the journal and /.ledgerfs/denials: the process and its command line as /proc
+ * has them at the time of the call. Read lazily, only where a record or a refusal is written,
+ * and only when the binding told us the caller (fuse-native does not: then this costs nothing).
+ * A short-lived cache keeps a program that creates a thousand files from reading /proc a
+ * thousand times; the TTL is short because ids are reused.
+ *
+ * FUSE names the calling *thread* (fuse_context.pid is a thread id); a multi-threaded program
+ * would show up under many ids, none of which `ps` lists. The thread's process (its Tgid) is
+ * what people look for, so that is what is reported.
  */
 
+export interface CallerProcess {
+  /** the process id (the thread group of the calling thread) */
+  pid: number;
+  /** its command line, shell-quoted and cut to DEFAULTS.callers.commandMaxChars */
+  cmd?: string;
+}
+
 interface Entry {
-  cmd: string | undefined;
+  who: CallerProcess;
   at: number;
 }
 
@@ -26,32 +37,33 @@ function cut(s: string): string {
   return s.length > max ? `${s.slice(0, max - 1)}…` : s;
 }
 
-function readCommand(pid: number): string | undefined {
+function readProcess(tid: number): CallerProcess {
   try {
-    const raw = fs.readFileSync(`/proc/${pid}/cmdline`);
-    const args = raw.toString('utf8').split('\0');
+    const status = fs.readFileSync(`/proc/${tid}/status`, 'utf8');
+    const tgid = Number(/^Tgid:\s*(\d+)/m.exec(status)?.[1] ?? tid);
+    const args = fs.readFileSync(`/proc/${tid}/cmdline`).toString('utf8').split('\0');
     if (args.at(-1) === '') args.pop();
-    if (args.length > 0) return cut(args.map(quote).join(' '));
     // kernel threads and zombies have no command line; their name is still there
-    return `[${fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim()}]`;
+    const cmd = args.length > 0 ? cut(args.map(quote).join(' ')) : `[${/^Name:\s*(.*)$/m.exec(status)?.[1] ?? '?'}]`;
+    return { pid: tgid, cmd };
   } catch {
-    return undefined; // gone already, or another pid namespace's
+    return { pid: tid }; // gone already, or another pid namespace's
   }
 }
 
-/** The command line of `pid` (cached for a moment), or undefined if unknown. */
-export function commandOf(pid: number | undefined): string | undefined {
+/** The process behind a caller's pid (cached for a moment); undefined if no pid is known. */
+export function callerProcess(pid: number | undefined): CallerProcess | undefined {
   if (pid === undefined || pid <= 0) return undefined;
   const now = Date.now();
   const hit = cache.get(pid);
-  if (hit !== undefined && now - hit.at < DEFAULTS.callers.commandTtlMs) return hit.cmd;
-  const cmd = readCommand(pid);
+  if (hit !== undefined && now - hit.at < DEFAULTS.callers.commandTtlMs) return hit.who;
+  const who = readProcess(pid);
   if (cache.size >= DEFAULTS.callers.cacheSize) cache.clear();
-  cache.set(pid, { cmd, at: now });
-  return cmd;
+  cache.set(pid, { who, at: now });
+  return who;
 }
 
 /** Forget everything (tests). */
-export function clearCommandCache(): void {
+export function clearCallerCache(): void {
   cache.clear();
 }

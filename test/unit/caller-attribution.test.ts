@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { JournalService } from '../../src/journal/service.js';
 import { silentLogger } from '../../src/log.js';
 import type { Caller } from '../../src/vfs/pipeline.js';
-import { clearCommandCache, commandOf } from '../../src/vfs/process-names.js';
+import { callerProcess, clearCallerCache } from '../../src/vfs/process-names.js';
 import type { Vfs } from '../../src/vfs/vfs.js';
 import { policyFixture, type PolicyFixture } from '../helpers/policy.js';
 
@@ -44,7 +44,7 @@ describe('per-process attribution (a binding that names the caller)', () => {
   afterEach(async () => {
     await svc?.close();
     await fx?.close();
-    clearCommandCache();
+    clearCallerCache();
   });
 
   it('journal records and /.ledgerfs/denials name the pid and its command line', async () => {
@@ -57,6 +57,10 @@ describe('per-process attribution (a binding that names the caller)', () => {
     });
     const vfs = svc.attachDirect(fx.ws.stages);
     const me: Caller = { uid: 0, gid: 0, pid: process.pid };
+    // FUSE names the calling thread: another thread of this process is recorded as the process
+    const tid = Number(fs.readdirSync('/proc/self/task').find((t) => Number(t) !== process.pid));
+    expect(tid).toBeGreaterThan(0);
+    const myThread: Caller = { pid: tid };
     const gone: Caller = { pid: 4_194_305 }; // above the kernel's pid_max: no such process
     const full = ownCommand();
     expect(full.length).toBeGreaterThan(0);
@@ -64,7 +68,7 @@ describe('per-process attribution (a binding that names the caller)', () => {
     const own = full.length > 200 ? `${full.slice(0, 199)}…` : full;
 
     await writeAs(vfs, '/work/a.txt', 'hello', me);
-    await vfs.mkdir('/work/d', 0o755, me);
+    await vfs.mkdir('/work/d', 0o755, myThread);
     await vfs.rename('/work/a.txt', '/work/d/a.txt', gone);
     await vfs.unlink('/work/d/a.txt'); // no caller: nothing to attribute
     await expect(writeAs(vfs, '/ref/x.txt', 'no', me)).rejects.toMatchObject({ code: 'EROFS' });
@@ -73,7 +77,7 @@ describe('per-process attribution (a binding that names the caller)', () => {
     const ops = svc.history().ops.map((o) => ({ op: o.op, pid: o.pid, cmd: o.cmd }));
     expect(ops).toEqual([
       { op: 'create', pid: process.pid, cmd: own },
-      { op: 'mkdir', pid: process.pid, cmd: own },
+      { op: 'mkdir', pid: process.pid, cmd: own }, // made by another thread: named as the process
       { op: 'rename', pid: 4_194_305, cmd: undefined },
       { op: 'unlink', pid: undefined, cmd: undefined },
     ]);
@@ -89,19 +93,20 @@ describe('per-process attribution (a binding that names the caller)', () => {
       await new Promise((r) => child.once('spawn', r));
       // the exec may not have replaced the forked image's command line yet
       const want = `${process.execPath} -e 'setTimeout(() => {}, 30000)' 'it'\\''s a b'`;
-      for (let i = 0; i < 100 && commandOf(child.pid) !== want; i++) {
-        clearCommandCache();
+      const cmdOf = (pid: number | undefined) => callerProcess(pid)?.cmd;
+      for (let i = 0; i < 100 && cmdOf(child.pid) !== want; i++) {
+        clearCallerCache();
         await new Promise((r) => setTimeout(r, 20));
       }
-      expect(commandOf(child.pid)).toBe(want);
+      expect(callerProcess(child.pid)).toEqual({ pid: child.pid, cmd: want });
       child.kill('SIGKILL');
       await new Promise((r) => child.once('exit', r));
-      expect(commandOf(child.pid)).toBe(want); // cached for a moment: the record names who it was
-      clearCommandCache();
-      expect(commandOf(child.pid)).toBeUndefined();
+      expect(cmdOf(child.pid)).toBe(want); // cached for a moment: the record names who it was
+      clearCallerCache();
+      expect(callerProcess(child.pid)).toEqual({ pid: child.pid }); // gone: the id alone
     } finally {
       child.kill('SIGKILL');
     }
-    expect(commandOf(undefined)).toBeUndefined();
+    expect(callerProcess(undefined)).toBeUndefined();
   });
 });
