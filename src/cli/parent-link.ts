@@ -12,12 +12,6 @@ import { fileURLToPath } from 'node:url';
  * connected") that only a manual unmount clears.
  */
 
-/** The parent tells the daemon which sandbox runs on the mount (see stopOrphanedSandbox). */
-interface SandboxStarted {
-  type: 'sandbox';
-  pid: number;
-}
-
 /** What the daemon tells its parent once the workspace is mounted. */
 export interface LinkedMount {
   type: 'mounted';
@@ -42,12 +36,13 @@ export function serveParent(info: LinkedMount, onParentGone: () => void): boolea
     onParentGone(); // the parent died while we were mounting
     return true;
   }
-  let sandbox: number | null = null;
-  process.on('message', (m: SandboxStarted) => {
-    if (m?.type === 'sandbox') sandbox = m.pid;
+  // `ledgerfs run` says goodbye when its program has ended; without it, the parent died
+  let finished = false;
+  process.on('message', (m: { type?: string }) => {
+    if (m?.type === 'done') finished = true;
   });
   process.once('disconnect', () => {
-    if (sandbox !== null) stopOrphanedSandbox(sandbox, info.mountpoint);
+    if (!finished) stopOrphanedSandboxes(info.mountpoint);
     onParentGone();
   });
   // with a callback, a parent that died a moment ago is an error to ignore, not an uncaught one
@@ -56,19 +51,40 @@ export function serveParent(info: LinkedMount, onParentGone: () => void): boolea
   return true;
 }
 
+/** bwrap processes that bind `mountpoint` (a fresh temp dir: no one else's sandbox names it). */
+function sandboxesOn(mountpoint: string): number[] {
+  const out: number[] = [];
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const argv = fs.readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0');
+      if (path.basename(argv[0] ?? '') === 'bwrap' && argv.some((a, i) => a === mountpoint && argv[i - 1] === '--bind')) out.push(Number(name));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
 /**
  * bwrap --die-with-parent arms itself a moment after it starts; a parent killed in that moment
- * would leave the sandbox running on a mount about to go away. If the bwrap our parent started
- * is still there (the pid still names a bwrap binding our mount point), kill it: its
- * namespace's processes die with it.
+ * (or between its fork and bwrap's exec) leaves the sandbox running, and its copy of the mount
+ * keeps ours busy. Kill such sandboxes (their namespaces' processes die with them); look again
+ * for a few seconds, for one that was still being exec'ed at the first look.
  */
-function stopOrphanedSandbox(pid: number, mountpoint: string): void {
-  try {
-    const argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-    if (path.basename(argv[0] ?? '') === 'bwrap' && argv.includes(mountpoint)) process.kill(pid, 'SIGKILL');
-  } catch {
-    /* gone: the usual case */
-  }
+function stopOrphanedSandboxes(mountpoint: string): void {
+  const sweep = () => {
+    for (const pid of sandboxesOn(mountpoint)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone meanwhile */
+      }
+    }
+  };
+  sweep();
+  // these keep the daemon alive until the last look
+  for (const ms of [100, 300, 1000, 3000]) setTimeout(sweep, ms);
 }
 
 /** Let the daemon exit once its mount is gone (an open channel would keep it alive). */
@@ -87,10 +103,14 @@ export interface LinkedDaemon {
 
 export class LinkedDaemonError extends Error {}
 
-/** Tell the daemon the sandbox's pid, so it can stop it if we die before bwrap watches us. */
-export function tellDaemonSandbox(daemon: LinkedDaemon, pid: number | undefined): void {
-  if (pid !== undefined && daemon.child.connected) daemon.child.send({ type: 'sandbox', pid } satisfies SandboxStarted, () => undefined);
+/** Let the daemon go: the program has ended, unmount. */
+export function releaseDaemon(daemon: LinkedDaemon): void {
+  if (!daemon.child.connected) return;
+  daemon.child.send({ type: 'done' }, () => {
+    if (daemon.child.connected) daemon.child.disconnect();
+  });
 }
+
 
 const CLI = fileURLToPath(new URL('../../bin/ledgerfs.js', import.meta.url));
 

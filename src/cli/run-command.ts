@@ -11,7 +11,7 @@ import { newSessionId } from '../journal/session-id.js';
 import { resolveStateDir, StateDirError } from '../journal/state-dir.js';
 import { atProblem, bwrapArgs, checkNamespaces, findBwrap, SandboxError } from '../sandbox/bwrap.js';
 import { CliError } from './errors.js';
-import { exitCodeOf, LinkedDaemonError, startLinkedDaemon, tellDaemonSandbox, type LinkedDaemon } from './parent-link.js';
+import { exitCodeOf, LinkedDaemonError, releaseDaemon, startLinkedDaemon, type LinkedDaemon } from './parent-link.js';
 
 /** `ledgerfs run`'s own failures (usage, bwrap, mount), told apart from the program's codes as docker does. */
 export const RUN_FAILED = 125;
@@ -133,7 +133,7 @@ async function mountOwn(o: RunCliOptions, session: string): Promise<Workspace> {
 async function release(ws: Workspace): Promise<void> {
   const d = ws.daemon;
   if (!d) return;
-  if (d.child.connected) d.child.disconnect();
+  releaseDaemon(d);
   const grace = (DEFAULTS.unmountGraceSec + 10) * 1000;
   const timer = setTimeout(() => d.child.kill('SIGTERM'), grace);
   await d.exited;
@@ -263,7 +263,6 @@ export async function runCommand(command: string[], o: RunCliOptions): Promise<n
     // its own process group: a Ctrl-C at the terminal reaches us, and we hand it to the program
     const child = spawn(bwrap, args, { stdio: 'inherit', detached: true });
     sandbox = child;
-    if (ws.daemon) tellDaemonSandbox(ws.daemon, child.pid);
     const done = new Promise<number>((resolve) => {
       child.once('exit', (code, signal) => resolve(exitCodeOf(code, signal)));
       child.once('error', (err) => {
