@@ -21,6 +21,13 @@ export function operationJson(op: Operation, undoneBy?: number): Record<string, 
   return { ...rest, time: new Date(op.time).toISOString(), ...(op.endTime ? { endTime: new Date(op.endTime).toISOString() } : {}), summary: summarize(op), ...(undoneBy !== undefined ? { undoneBy } : {}) };
 }
 
+/** `[pid command]` when the binding told us the caller; the command cut to keep lines short. */
+function caller(op: Operation): string {
+  if (op.pid === undefined) return '';
+  const cmd = op.cmd === undefined ? '' : ` ${op.cmd.length > 40 ? `${op.cmd.slice(0, 39)}…` : op.cmd}`;
+  return `[${op.pid}${cmd}]`;
+}
+
 export function registerLogCommand(program: Command): void {
   addStateFlags(
     program
@@ -36,7 +43,8 @@ export function registerLogCommand(program: Command): void {
     .addHelpText(
       'after',
       `
-Each line: seq, time, session, actor, what changed, and notes ([undoes #N], [undone by #N],
+Each line: seq, time, session, actor (with [pid command] when the FUSE binding names the
+calling process), what changed, and notes ([undoes #N], [undone by #N],
 [writing], [pending], [recovered after a crash]). A write session (open .. close) is one entry.
 
 Examples:
@@ -71,7 +79,7 @@ ${STATE_HELP}`,
       for (const op of out) {
         const notes = statusNotes(op, undoneBy.get(op.seq));
         process.stdout.write(
-          `#${String(op.seq).padEnd(w)}  ${formatTime(op.time)}  ${op.session}  ${op.actor}${op.pid !== undefined ? `[${op.pid}]` : ''}  ${summarize(op)}${notes.length ? `  [${notes.join('; ')}]` : ''}\n`,
+          `#${String(op.seq).padEnd(w)}  ${formatTime(op.time)}  ${op.session}  ${op.actor}${caller(op)}  ${summarize(op)}${notes.length ? `  [${notes.join('; ')}]` : ''}\n`,
         );
       }
     });

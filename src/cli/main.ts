@@ -4,6 +4,7 @@ import { mountAt, unmountPath } from '../fuse/mounts.js';
 import { CliError } from './errors.js';
 import { mountCommand } from './mount-command.js';
 import { registerPolicyCommand } from './policy-command.js';
+import { registerRunCommand } from './run-command.js';
 import { registerLogCommand } from './log-command.js';
 import { registerShowCommand } from './show-command.js';
 import { registerDiffCommand } from './diff-command.js';
@@ -24,7 +25,9 @@ export function buildProgram(): Command {
     .name('ledgerfs')
     .description('Mount a workspace as a policy-filtered, journaled file system for sandboxed programs.')
     .showHelpAfterError('(run with --help for usage)')
-    .configureOutput({ outputError: (str, write) => write(str) });
+    .configureOutput({ outputError: (str, write) => write(str) })
+    // `ledgerfs run ... python3 -c CODE`: options after the program's name are the program's
+    .enablePositionalOptions();
 
   program
     .command('mount')
@@ -40,6 +43,7 @@ export function buildProgram(): Command {
     .option('--session <id>', 'journal session id for this mount (default: generated, e.g. 2026-11-22T05-30-12-ab12)')
     .option('--actor <label>', 'actor label on this mount\'s journal records', DEFAULTS.journal.mountActor)
     .option('--no-journal', 'record nothing (no log, no rollback); for measuring the journal\'s cost')
+    .addOption(new Option('--parent-link', 'serve for `ledgerfs run` over its IPC channel').hideHelp())
     .addHelpText(
       'after',
       `
@@ -59,7 +63,7 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
     )
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number;
-      state?: string; session?: string; actor?: string; journal: boolean;
+      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean;
     }) => {
       process.exitCode = await mountCommand(mountpoint, o);
     });
@@ -79,6 +83,7 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
         throw new CliError(`${(err as Error).message}${/busy/i.test((err as Error).message) ? '\n(files are open on it; close them, or use --lazy)' : ''}`);
       }
     });
+  registerRunCommand(program);
   registerPolicyCommand(program);
   registerLogCommand(program);
   registerShowCommand(program);

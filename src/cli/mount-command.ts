@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import path from 'node:path';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from '../config/workspace.js';
 import { DEFAULTS, type LogLevel } from '../config/defaults.js';
@@ -10,6 +11,7 @@ import { MutationPipeline } from '../vfs/pipeline.js';
 import { Vfs } from '../vfs/vfs.js';
 import { cliCommand, demoHints, ensureDemoPolicy, ensureDemoWorkspace } from './demo.js';
 import { CliError } from './errors.js';
+import { releaseParent, serveParent } from './parent-link.js';
 
 export interface MountCliOptions {
   source?: string;
@@ -27,6 +29,11 @@ export interface MountCliOptions {
   actor?: string;
   /** false: no journal at all (--no-journal, for benchmarks) */
   journal?: boolean;
+  /**
+   * Serve for a parent (`ledgerfs run`) over an IPC channel: report the mount to it, unmount
+   * when it goes away (done or killed), remove the mount point it made, print no banner.
+   */
+  parentLink?: boolean;
 }
 
 export async function mountCommand(mountpointArg: string, o: MountCliOptions): Promise<number> {
@@ -81,20 +88,24 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
     if (err instanceof MountError) throw new CliError(err.message);
     throw err;
   }
-  process.stderr.write(
-    `ledgerfs: ${source} is mounted at ${mountpoint}${demo ? ` (demo workspace, policy ${o.policy})` : ''}.\n` +
-      (demo
-        ? demoHints(mountpoint, journal?.session ?? null)
-        : `  try:   ls -la ${mountpoint}; echo hello > ${mountpoint}/hello.txt; cat ${mountpoint}/hello.txt\n`) +
-      `  stop:  Ctrl-C here, or: ${cliCommand()} unmount ${mountpoint}\n` +
-      (journal
-        ? `  journal: ${journal.stateDir} (session ${journal.session}); see: ledgerfs log --state ${journal.stateDir}\n` +
-          (journal.startNote ? `  journal: ${journal.startNote}\n` : '')
-        : `  journal: off (--no-journal): changes are not recorded and cannot be rolled back\n`),
-  );
+  // a run's daemon (--parent-link) prints no banner: `ledgerfs run` says what matters
+  if (!o.parentLink) printBanner();
+  function printBanner() {
+    process.stderr.write(
+      `ledgerfs: ${source} is mounted at ${mountpoint}${demo ? ` (demo workspace, policy ${o.policy})` : ''}.\n` +
+        (demo
+          ? demoHints(mountpoint, journal?.session ?? null)
+          : `  try:   ls -la ${mountpoint}; echo hello > ${mountpoint}/hello.txt; cat ${mountpoint}/hello.txt\n`) +
+        `  stop:  Ctrl-C here, or: ${cliCommand()} unmount ${mountpoint}\n` +
+        (journal
+          ? `  journal: ${journal.stateDir} (session ${journal.session}); see: ledgerfs log --state ${journal.stateDir}\n` +
+            (journal.startNote ? `  journal: ${journal.startNote}\n` : '')
+          : `  journal: off (--no-journal): changes are not recorded and cannot be rolled back\n`),
+    );
+  }
 
   let signals = 0;
-  const onSignal = (sig: NodeJS.Signals) => {
+  const onSignal = (sig: NodeJS.Signals | 'parent gone') => {
     signals++;
     if (signals > 1) {
       log.warn({ sig }, 'second signal: detaching the mount lazily and exiting');
@@ -107,10 +118,26 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   process.on('SIGHUP', onSignal);
+  if (o.parentLink) {
+    const linked = serveParent(
+      { type: 'mounted', mountpoint, session: journal?.session ?? null, stateDir: journal?.stateDir ?? null, ...(journal?.startNote ? { note: journal.startNote } : {}) },
+      () => onSignal('parent gone'),
+    );
+    if (!linked) log.warn('--parent-link without a parent process: serving as a plain mount');
+  }
   await running.closed;
   await journal?.close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   process.off('SIGHUP', onSignal);
+  if (o.parentLink) {
+    releaseParent();
+    // the parent made this (empty) directory for the mount; a killed parent cannot remove it
+    try {
+      fs.rmdirSync(mountpoint);
+    } catch {
+      /* not empty, or already gone: leave it */
+    }
+  }
   return 0;
 }

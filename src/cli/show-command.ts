@@ -40,7 +40,7 @@ export function registerShowCommand(program: Command): void {
       const lines = [
         `#${op.seq}  ${summarize(op)}`,
         `  time      ${formatTime(op.time)}${op.endTime ? ` .. ${formatTime(op.endTime)} (${op.endReason})` : ''}`,
-        `  session   ${op.session}   actor ${op.actor}${op.pid !== undefined ? `   pid ${op.pid}` : ''}`,
+        `  session   ${op.session}   actor ${op.actor}${op.pid !== undefined ? `   pid ${op.pid}${op.cmd !== undefined ? ` (${op.cmd})` : ''}` : ''}`,
         `  status    ${op.status}${statusNotes(op, undoneBy).length ? ` [${statusNotes(op, undoneBy).join('; ')}]` : ''}`,
         ...op.paths.map((p, i) => `  before    ${stateLine(p, op.before[i] ?? null)}`),
         ...(op.capture ? [`  kept      before-image ${op.capture.blob.slice(0, 12)} (${op.capture.size} bytes, taken before the first overwrite)`] : []),

@@ -20,6 +20,28 @@ export const DEFAULTS = {
   demoWorkspaceDir: path.join(os.homedir(), '.ledgerfs', 'demo-workspace'),
   /** Seconds to wait for a busy mount to become free during shutdown before lazy-unmounting. */
   unmountGraceSec: 5,
+  /** Per-process attribution (src/vfs/process-names.ts), when the binding tells us the caller's pid. */
+  callers: {
+    /** a pid's command line is read from /proc once and reused this long (pids get reused) */
+    commandTtlMs: 2000,
+    /** pids remembered at once; the map starts over when full */
+    cacheSize: 512,
+    /** a longer command line is cut here, with an ellipsis */
+    commandMaxChars: 200,
+  },
+  /** `ledgerfs run` (src/cli/run-command.ts, src/sandbox/bwrap.ts). */
+  run: {
+    /** where the program sees the workspace, and its working directory */
+    at: '/workspace',
+    /** the daemon's log level: the program's own stderr stays readable; `warn` shows each refusal */
+    logLevel: 'error' as const,
+    /** prefix of generated session ids */
+    sessionPrefix: 'run-',
+    /** actor label on the run's journal records */
+    actor: 'run',
+    /** variables passed from the caller's environment into the sandbox (everything else is cleared) */
+    passEnv: ['PATH', 'TERM', 'LANG', 'LANGUAGE', 'LC_ALL', 'LC_CTYPE', 'LC_MESSAGES', 'TZ', 'USER', 'LOGNAME'],
+  },
   /** The journal (src/journal). */
   journal: {
     /** base of default state directories: $XDG_STATE_HOME/ledgerfs, else ~/.local/state/ledgerfs */

@@ -10,6 +10,8 @@ export interface Operation {
   session: string;
   actor: string;
   pid?: number;
+  /** the command line of `pid` when it made the change */
+  cmd?: string;
   undoes?: number;
   op: JournalOp;
   paths: string[];
@@ -50,6 +52,7 @@ function fromOpRecord(r: OpRecord, loc: LocatedRecord): Operation {
     after: null, status: r.op === 'write' ? 'open' : 'pending', records: [loc],
   };
   if (r.pid !== undefined) op.pid = r.pid;
+  if (r.cmd !== undefined) op.cmd = r.cmd;
   if (r.undoes !== undefined) op.undoes = r.undoes;
   if (r.args) op.args = r.args;
   return op;

@@ -76,6 +76,8 @@ export const OpRecordSchema = z.object({
   actor: z.string(),
   /** the calling process, when the binding tells us */
   pid: z.number().int().optional(),
+  /** that process's command line at the time of the call (from /proc) */
+  cmd: z.string().optional(),
   /** set on the mutations a rollback makes: the seq of the operation being undone */
   undoes: z.number().int().positive().optional(),
   op: z.enum(MUTATION_OPS),

@@ -3,6 +3,7 @@ import type { Logger } from '../log.js';
 import { VfsError } from '../vfs/errors.js';
 import { isWithin } from '../vfs/paths.js';
 import type { OpenFile } from '../vfs/open-files.js';
+import { callerProcess } from '../vfs/process-names.js';
 import type { Caller, Mutation, MutationStage } from '../vfs/pipeline.js';
 import type { BlobStore } from './blobs.js';
 import { stateFromAttr, stateOf } from './node-state.js';
@@ -123,7 +124,11 @@ export class JournalStage implements MutationStage {
     const rec: OpRecord = {
       kind: 'op', seq, time: Date.now(), session: ctx?.session ?? this.session, actor: ctx?.actor ?? this.actor, op, paths, before,
     };
-    if (m.caller.pid !== undefined) rec.pid = m.caller.pid;
+    const who = callerProcess(m.caller.pid);
+    if (who !== undefined) {
+      rec.pid = who.pid;
+      if (who.cmd !== undefined) rec.cmd = who.cmd;
+    }
     if (ctx?.undoes !== undefined) rec.undoes = ctx.undoes;
     return rec;
   }

@@ -1,10 +1,13 @@
 import type { Logger } from '../log.js';
 import type { ErrnoCode, VfsError } from '../vfs/errors.js';
+import { callerProcess } from '../vfs/process-names.js';
 
 export interface Denial {
   time: Date;
   /** the calling process, when the binding tells us */
   pid?: number;
+  /** its command line at the time of the call */
+  cmd?: string;
   op: string;
   path: string;
   code: ErrnoCode;
@@ -28,12 +31,15 @@ export class DenialLog {
 
   record(op: string, path: string, err: VfsError, pid?: number): void {
     const d: Denial = { time: new Date(), op, path, code: err.code, reason: err.reason };
-    if (pid !== undefined) d.pid = pid;
+    const who = callerProcess(pid);
+    const cmd = who?.cmd;
+    if (who !== undefined) d.pid = who.pid;
+    if (cmd !== undefined) d.cmd = cmd;
     if (this.ring.length < this.capacity) this.ring.push(d);
     else this.ring[this.next] = d;
     this.next = (this.next + 1) % this.capacity;
     this.version++;
-    this.log?.warn({ op, path, errno: err.code, reason: err.reason, ...(pid !== undefined ? { callerPid: pid } : {}) }, 'denied by policy');
+    this.log?.warn({ op, path, errno: err.code, reason: err.reason, ...(who !== undefined ? { callerPid: who.pid } : {}), ...(cmd !== undefined ? { callerCmd: cmd } : {}) }, 'denied by policy');
   }
 
   /** Oldest first. */

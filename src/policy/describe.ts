@@ -81,11 +81,12 @@ function quotePath(path: string): string {
 }
 
 export function denialLine(d: Denial): string {
-  return `${d.time.toISOString()} pid=${d.pid ?? '-'} ${d.op} ${quotePath(d.path)} ${d.code}: ${d.reason}`;
+  // the command goes last: the fields before it keep their places for programs that split them
+  return `${d.time.toISOString()} pid=${d.pid ?? '-'} ${d.op} ${quotePath(d.path)} ${d.code}: ${d.reason}${d.cmd !== undefined ? ` [by ${d.cmd}]` : ''}`;
 }
 
 export function describeDenials(denials: readonly Denial[]): string {
-  if (denials.length === 0) return '# no refusals yet (time pid op path errno: reason; newest last)\n';
+  if (denials.length === 0) return '# no refusals yet (time pid op path errno: reason [by command line, when the pid is known]; newest last)\n';
   return denials.map(denialLine).join('\n') + '\n';
 }
 

@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { DEFAULTS } from '../config/defaults.js';
 
 export interface SandboxSpec {
   /** host path of the mounted workspace */
@@ -11,17 +12,25 @@ export interface SandboxSpec {
   /** host paths bound read-only at the same path */
   readOnly: string[];
   command: string[];
-  env?: Record<string, string>;
+  /** the caller's environment: only DEFAULTS.run.passEnv names are taken from it */
+  env?: NodeJS.ProcessEnv;
 }
 
 /** Host system directories the program may read (never write); missing ones are skipped. */
 const SYSTEM_DIRS = ['/usr', '/etc', '/opt', '/var/lib/dpkg'];
 
+/** Where the program cannot be given the workspace: the sandbox's own mounts live there. */
+const RESERVED = ['/usr', '/etc', '/opt', '/var/lib/dpkg', '/proc', '/dev', '/bin', '/lib', '/lib32', '/lib64', '/libx32', '/sbin'];
+
+/** The program's home: private, like /tmp (a home in the workspace would fill it with caches). */
+const HOME = '/tmp/home';
+
 export class SandboxError extends Error {}
 
 /** Where bwrap is, or a clear error saying how to get it. */
-export function findBwrap(): string {
-  for (const dir of (process.env.PATH ?? '/usr/bin:/bin').split(':')) {
+export function findBwrap(env: NodeJS.ProcessEnv = process.env): string {
+  for (const dir of (env.PATH ?? '/usr/bin:/bin').split(':')) {
+    if (!dir) continue;
     const p = path.join(dir, 'bwrap');
     try {
       fs.accessSync(p, fs.constants.X_OK);
@@ -30,51 +39,97 @@ export function findBwrap(): string {
       /* keep looking */
     }
   }
-  throw new SandboxError('bubblewrap (bwrap) is not installed: apt-get install -y bubblewrap');
+  throw new SandboxError('bubblewrap (bwrap) is not installed or not on PATH: apt-get install -y bubblewrap');
+}
+
+/** The namespaces a sandbox gets; the probe asks for exactly these. */
+function namespaceArgs(network: boolean): string[] {
+  return ['--unshare-pid', '--unshare-ipc', '--unshare-uts', ...(network ? [] : ['--unshare-net'])];
 }
 
 /** bwrap needs new namespaces; as non-root it needs unprivileged user namespaces. */
-export function checkNamespaces(bwrap: string): void {
+export function checkNamespaces(bwrap: string, network = false): void {
   try {
-    execFileSync(bwrap, ['--unshare-pid', '--ro-bind', '/', '/', '--', 'true'], { stdio: 'pipe' });
+    execFileSync(bwrap, [...namespaceArgs(network), '--ro-bind', '/', '/', '--', 'true'], { stdio: 'pipe' });
   } catch (err) {
     const msg = ((err as { stderr?: Buffer }).stderr?.toString() ?? String(err)).trim();
     throw new SandboxError(
       `bubblewrap cannot create namespaces here (${msg}). As non-root this needs unprivileged user namespaces ` +
-        '(sysctl kernel.unprivileged_userns_clone=1); in a container, run it with --privileged or use `ledgerfs mount` and a bind mount instead.',
+        '(sysctl kernel.unprivileged_userns_clone=1, and on Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap); ' +
+        'in a container, run it with --privileged (or seccomp/AppArmor unconfined), or use `ledgerfs mount --allow-other` and bind the mount into the container instead.',
     );
   }
 }
 
+/** A clear reason why `at` cannot be where the workspace appears, or null. */
+export function atProblem(at: string): string | null {
+  if (!path.isAbsolute(at)) return `--at ${at}: expected an absolute path such as ${DEFAULTS.run.at}`;
+  const p = path.resolve(at);
+  if (p === '/' || p === '/tmp' || p === HOME) return `--at ${at}: the workspace needs a directory of its own, not ${p}`;
+  const clash = RESERVED.find((r) => p === r || p.startsWith(`${r}/`));
+  return clash ? `--at ${at}: ${clash} holds the sandbox's system files; pick another place such as ${DEFAULTS.run.at}` : null;
+}
+
+/** A system path that is a symlink on the host (merged /usr: /bin -> usr/bin) is recreated. */
+function systemLink(host: string, args: string[]): void {
+  let st: fs.Stats;
+  try {
+    st = fs.lstatSync(host);
+  } catch {
+    return;
+  }
+  if (st.isSymbolicLink()) args.push('--symlink', fs.readlinkSync(host), host);
+  else args.push('--ro-bind', host, host);
+}
+
 /**
- * The bwrap argument list: system directories read-only, a private /tmp, /proc and /dev, new
- * PID/IPC/UTS (and network unless asked) namespaces, the workspace read-write at `at`, nothing
- * else of the host. Debian's merged /usr makes /bin, /lib, /sbin symlinks; they are recreated.
+ * With a network, name resolution needs /etc/resolv.conf; on systemd hosts that is a symlink
+ * into /run, which the sandbox does not otherwise see.
+ */
+function resolverArgs(): string[] {
+  try {
+    const target = fs.realpathSync('/etc/resolv.conf');
+    if (SYSTEM_DIRS.some((d) => target.startsWith(`${d}/`))) return [];
+    const dir = path.dirname(target);
+    return ['--ro-bind', dir, dir];
+  } catch {
+    return [];
+  }
+}
+
+function sandboxEnv(spec: SandboxSpec): string[] {
+  const out: string[] = [];
+  const from = spec.env ?? process.env;
+  for (const k of DEFAULTS.run.passEnv) {
+    const v = from[k];
+    if (v !== undefined) out.push('--setenv', k, v);
+  }
+  out.push('--setenv', 'HOME', HOME, '--setenv', 'TMPDIR', '/tmp', '--setenv', 'LEDGERFS_WORKSPACE', spec.at);
+  return out;
+}
+
+/**
+ * The bwrap argument list: system directories read-only, a private /tmp (and home in it),
+ * /proc and /dev, new PID/IPC/UTS (and network unless asked) namespaces, a new session (no
+ * controlling terminal to push input into), a cleared environment, the workspace read-write at
+ * `at` and the working directory there; the sandbox's root is read-only, so nothing else of the
+ * host exists, and nothing can be created beside the workspace.
  */
 export function bwrapArgs(spec: SandboxSpec): string[] {
-  const args = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--hostname', 'ledgerfs-sandbox'];
-  if (!spec.network) args.push('--unshare-net');
+  const problem = atProblem(spec.at);
+  if (problem) throw new SandboxError(problem);
+  const at = path.resolve(spec.at);
+  const args = ['--die-with-parent', '--new-session', ...namespaceArgs(spec.network), '--hostname', 'ledgerfs-sandbox', '--clearenv'];
   for (const d of SYSTEM_DIRS) if (fs.existsSync(d)) args.push('--ro-bind', d, d);
-  for (const l of ['bin', 'lib', 'lib32', 'lib64', 'libx32', 'sbin']) {
-    const host = `/${l}`;
-    let st: fs.Stats | undefined;
-    try {
-      st = fs.lstatSync(host);
-    } catch {
-      continue;
-    }
-    if (st.isSymbolicLink()) args.push('--symlink', fs.readlinkSync(host), host);
-    else args.push('--ro-bind', host, host);
-  }
-  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp');
+  for (const l of ['bin', 'lib', 'lib32', 'lib64', 'libx32', 'sbin']) systemLink(`/${l}`, args);
+  if (spec.network) args.push(...resolverArgs());
+  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--dir', HOME);
   for (const p of spec.readOnly) {
     const abs = path.resolve(p);
     if (!fs.existsSync(abs)) throw new SandboxError(`--ro ${p}: no such file or directory on the host`);
     args.push('--ro-bind', abs, abs);
   }
-  args.push('--bind', spec.workspace, spec.at, '--chdir', spec.at);
-  const env = { HOME: spec.at, TMPDIR: '/tmp', ...spec.env };
-  for (const [k, v] of Object.entries(env)) args.push('--setenv', k, v);
+  args.push('--bind', spec.workspace, at, '--remount-ro', '/', '--chdir', at, ...sandboxEnv(spec));
   args.push('--', ...spec.command);
   return args;
 }

@@ -10,11 +10,13 @@ import { CASE_POLICY } from '../helpers/policy.js';
 describe('denials', () => {
   it('keeps the latest N, oldest first, and counts versions', () => {
     const log = new DenialLog(3);
-    for (let i = 0; i < 5; i++) log.record('write', `/Tools/f${i}`, new VfsError('EROFS', `refused ${i}`), i === 4 ? 1234 : undefined);
+    // a pid above the kernel's largest (2^22): no process has it, so no command line is added
+    const pid = 4_194_305;
+    for (let i = 0; i < 5; i++) log.record('write', `/Tools/f${i}`, new VfsError('EROFS', `refused ${i}`), i === 4 ? pid : undefined);
     expect(log.list().map((d) => d.path)).toEqual(['/Tools/f2', '/Tools/f3', '/Tools/f4']);
     expect(log.version).toBe(5);
     const last = log.list().at(-1);
-    expect(last && denialLine(last)).toMatch(/^\d{4}-\d\d-\d\dT\S+Z pid=1234 write \/Tools\/f4 EROFS: refused 4$/);
+    expect(last && denialLine(last)).toMatch(/^\d{4}-\d\d-\d\dT\S+Z pid=4194305 write \/Tools\/f4 EROFS: refused 4$/);
     expect(denialLine({ ...(last as NonNullable<typeof last>), pid: undefined, path: '/a b' })).toContain('pid=- write "/a b" EROFS');
     expect(describeDenials([])).toMatch(/no refusals yet/);
   });

@@ -1,0 +1,342 @@
+import { spawn } from 'node:child_process';
+import { Option, type Command } from 'commander';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type LogLevel } from '../config/defaults.js';
+import { ConfigError, loadMountFile } from '../config/load.js';
+import { mountAt, unmountPath } from '../fuse/mounts.js';
+import { liveDaemon } from '../journal/control.js';
+import { newSessionId } from '../journal/session-id.js';
+import { resolveStateDir, StateDirError } from '../journal/state-dir.js';
+import { atProblem, bwrapArgs, checkNamespaces, findBwrap, SandboxError } from '../sandbox/bwrap.js';
+import { CliError } from './errors.js';
+import { exitCodeOf, LinkedDaemonError, releaseDaemon, startLinkedDaemon, type LinkedDaemon } from './parent-link.js';
+
+/** `ledgerfs run`'s own failures (usage, bwrap, mount), told apart from the program's codes as docker does. */
+export const RUN_FAILED = 125;
+
+export interface RunCliOptions {
+  source?: string;
+  policy?: string;
+  state?: string;
+  at: string;
+  network?: boolean;
+  session?: string;
+  ro: string[];
+  /** a running ledgerfs mount to use instead of mounting */
+  mount?: string;
+  allowOther?: boolean;
+  logLevel: LogLevel;
+}
+
+function fail(message: string): never {
+  throw new CliError(message, RUN_FAILED);
+}
+
+/** `a` is `b`, or one holds the other. */
+function overlaps(a: string, b: string): boolean {
+  const within = (x: string, y: string) => x === y || x.startsWith(y.endsWith('/') ? y : `${y}/`);
+  return within(a, b) || within(b, a);
+}
+
+function realish(p: string): string {
+  try {
+    return fs.realpathSync(p);
+  } catch {
+    return path.resolve(p);
+  }
+}
+
+/**
+ * A read-only bind of the backend directory or the journal would let the program read past the
+ * policy (hidden files, other roots, before-images): refuse `--ro` paths that reach them.
+ */
+function checkReadOnlyPaths(ro: string[], guarded: { what: string; dir: string }[]): void {
+  for (const p of ro) {
+    const real = realish(p);
+    for (const g of guarded) {
+      if (overlaps(real, realish(g.dir))) {
+        fail(`--ro ${p} would show the program ${g.what} (${g.dir}) directly, past the policy; bind something that does not contain it`);
+      }
+    }
+  }
+}
+
+interface Workspace {
+  /** host path of the mounted view */
+  mountpoint: string;
+  session: string | null;
+  stateDir: string | null;
+  /** null when the mount is someone else's (--mount) */
+  daemon: LinkedDaemon | null;
+  /** what the journal's start found, if anything */
+  note?: string;
+}
+
+/** The live daemon serving `mountpoint`, looked up from the flags' state dir or every default one. */
+function daemonServing(mountpoint: string, o: RunCliOptions): { session: string; stateDir: string } | null {
+  let dirs: string[];
+  if (o.state !== undefined || o.source !== undefined || o.policy !== undefined) {
+    dirs = [resolveStateDir(o)];
+  } else {
+    try {
+      dirs = fs.readdirSync(DEFAULTS.journal.stateHome).map((d) => path.join(DEFAULTS.journal.stateHome, d));
+    } catch {
+      dirs = [];
+    }
+  }
+  for (const d of dirs) {
+    const info = liveDaemon(d);
+    if (info && path.resolve(info.mountpoint) === mountpoint) return { session: info.session, stateDir: d };
+  }
+  return null;
+}
+
+function useRunningMount(o: RunCliOptions): Workspace {
+  const mountpoint = path.resolve(o.mount as string);
+  if (o.session !== undefined) {
+    fail(`--session cannot be chosen with --mount: the mount's changes carry the session its daemon was started with (ledgerfs mount --session ID)`);
+  }
+  if (o.allowOther) fail('--allow-other applies only when run mounts the workspace itself; give it to `ledgerfs mount`');
+  const m = mountAt(mountpoint);
+  if (!m || !m.fstype.startsWith('fuse')) fail(`--mount ${o.mount}: no FUSE mount there; start one first: ledgerfs mount --source DIR ${mountpoint}`);
+  const found = daemonServing(mountpoint, o);
+  return { mountpoint, session: found?.session ?? null, stateDir: found?.stateDir ?? null, daemon: null };
+}
+
+async function mountOwn(o: RunCliOptions, session: string): Promise<Workspace> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ledgerfs-run-'));
+  const args = [
+    ...(o.source !== undefined ? ['--source', o.source] : []),
+    ...(o.policy !== undefined ? ['--policy', o.policy] : []),
+    ...(o.state !== undefined ? ['--state', o.state] : []),
+    ...(o.allowOther ? ['--allow-other'] : []),
+    '--session', session, '--actor', DEFAULTS.run.actor, '--log-level', o.logLevel, dir,
+  ];
+  try {
+    const daemon = await startLinkedDaemon(args, 60_000);
+    const m = daemon.mount;
+    return { mountpoint: dir, session: m.session, stateDir: m.stateDir, daemon, ...(m.note ? { note: m.note } : {}) };
+  } catch (err) {
+    try {
+      fs.rmdirSync(dir);
+    } catch {
+      /* the daemon removed it */
+    }
+    if (err instanceof LinkedDaemonError) fail(err.message);
+    throw err;
+  }
+}
+
+/** Unmount what we mounted: the daemon does it when we let go; make sure, then tidy up. */
+async function release(ws: Workspace): Promise<void> {
+  const d = ws.daemon;
+  if (!d) return;
+  releaseDaemon(d);
+  const grace = (DEFAULTS.unmountGraceSec + 10) * 1000;
+  const timer = setTimeout(() => d.child.kill('SIGTERM'), grace);
+  await d.exited;
+  clearTimeout(timer);
+  if (mountAt(ws.mountpoint)) await unmountPath(ws.mountpoint, true).catch(() => undefined);
+  try {
+    fs.rmdirSync(ws.mountpoint);
+  } catch {
+    /* the daemon removed it */
+  }
+}
+
+/** The only child of `pid`, or null. */
+function onlyChild(pid: number): number | null {
+  try {
+    const kids = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+    return kids.length === 1 ? Number(kids[0]) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The program bwrap runs: bwrap -> bwrap as pid 1 of the new PID namespace -> the program. */
+function programPid(bwrapPid: number): number | null {
+  const init = onlyChild(bwrapPid);
+  return init === null ? null : onlyChild(init);
+}
+
+/** The session line on stderr: the id, and how to look at and undo what the run did. */
+function announce(ws: Workspace, mounted: boolean): void {
+  const state = ws.stateDir ? ` --state ${ws.stateDir}` : '';
+  const lines: string[] = [];
+  if (ws.session === null) {
+    lines.push(
+      mounted
+        ? 'ledgerfs run: journal off: this run is not recorded'
+        : `ledgerfs run: using the mount at ${ws.mountpoint}; its changes carry that mount's session (not found here: name the mount's journal with --state DIR to see it)`,
+    );
+  } else {
+    lines.push(
+      mounted
+        ? `ledgerfs run: session ${ws.session}`
+        : `ledgerfs run: using the mount at ${ws.mountpoint}, session ${ws.session} (the mount's own: it holds more than this run)`,
+      `  review: ledgerfs diff${state} --session ${ws.session}`,
+      `  undo:   ledgerfs rollback${state} --session ${ws.session}`,
+    );
+  }
+  if (ws.note) lines.push(`  journal: ${ws.note}`);
+  process.stderr.write(lines.join('\n') + '\n');
+}
+
+export async function runCommand(command: string[], o: RunCliOptions): Promise<number> {
+  if (command.length === 0 || command[0] === '') {
+    fail('name the program to run after --, e.g.: ledgerfs run --source ./case -- python3 /tools/agent.py');
+  }
+  if (o.source !== undefined && o.policy !== undefined) {
+    fail('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
+  }
+  if (o.mount === undefined && o.source === undefined && o.policy === undefined) {
+    fail('name the workspace: --source DIR, --policy FILE, or --mount MOUNTPOINT (a running ledgerfs mount)');
+  }
+  const problem = atProblem(o.at);
+  if (problem) fail(problem);
+
+  let bwrap: string;
+  try {
+    bwrap = findBwrap();
+    checkNamespaces(bwrap, o.network === true);
+  } catch (err) {
+    if (err instanceof SandboxError) fail(err.message);
+    throw err;
+  }
+
+  let session = o.session;
+  const guarded: { what: string; dir: string }[] = [];
+  try {
+    if (o.source !== undefined) guarded.push({ what: 'the workspace source', dir: o.source });
+    if (o.policy !== undefined) {
+      const config = loadMountFile(o.policy);
+      if (config.backend.type === 'local') guarded.push({ what: 'the workspace backend', dir: config.backend.path });
+      session ??= config.session;
+    }
+    if (o.mount === undefined || o.state !== undefined) guarded.push({ what: 'the journal', dir: resolveStateDir(o) });
+  } catch (err) {
+    if (err instanceof ConfigError || err instanceof StateDirError) fail(err.message);
+    throw err;
+  }
+  checkReadOnlyPaths(o.ro, guarded);
+
+  // Signals that arrive while mounting are acted on once the mount is up (or failed).
+  let pending: NodeJS.Signals | null = null;
+  let sandbox: ReturnType<typeof spawn> | null = null;
+  let forwarded = 0;
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (!sandbox || sandbox.exitCode !== null || sandbox.signalCode !== null) {
+      pending ??= sig;
+      return;
+    }
+    // the first signal is the program's to handle (save, clean up); a second one ends the sandbox
+    const program = forwarded++ === 0 && sandbox.pid !== undefined ? programPid(sandbox.pid) : null;
+    if (program !== null) {
+      try {
+        process.kill(program, sig);
+        return;
+      } catch {
+        /* exited meanwhile */
+      }
+    }
+    sandbox.kill(sig);
+  };
+  const sigs: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
+  for (const s of sigs) process.on(s, onSignal);
+
+  let ws: Workspace | null = null;
+  try {
+    ws = o.mount !== undefined ? useRunningMount(o) : await mountOwn(o, session ?? newSessionId(DEFAULTS.run.sessionPrefix));
+    if (pending) return exitCodeOf(null, pending);
+    announce(ws, ws.daemon !== null);
+
+    let args: string[];
+    try {
+      args = bwrapArgs({ workspace: ws.mountpoint, at: o.at, network: o.network === true, readOnly: o.ro, command });
+    } catch (err) {
+      if (err instanceof SandboxError) fail(err.message);
+      throw err;
+    }
+    // its own process group: a Ctrl-C at the terminal reaches us, and we hand it to the program
+    const child = spawn(bwrap, args, { stdio: 'inherit', detached: true });
+    sandbox = child;
+    const done = new Promise<number>((resolve) => {
+      child.once('exit', (code, signal) => resolve(exitCodeOf(code, signal)));
+      child.once('error', (err) => {
+        process.stderr.write(`ledgerfs run: cannot start bwrap: ${err.message}\n`);
+        resolve(RUN_FAILED);
+      });
+    });
+    // a daemon that dies under the program leaves it a dead mount: stop the program, say why
+    const daemonDied = ws.daemon?.exited.then((code) => ({ code })) ?? new Promise<never>(() => undefined);
+    const first = await Promise.race([done.then((code) => ({ program: code })), daemonDied]);
+    if ('program' in first) return first.program;
+    process.stderr.write(`ledgerfs run: the file system daemon exited (code ${first.code}) while the program ran; stopping the program\n`);
+    child.kill('SIGKILL');
+    await done;
+    return RUN_FAILED;
+  } finally {
+    if (ws) await release(ws);
+    for (const s of sigs) process.off(s, onSignal);
+  }
+}
+
+export function registerRunCommand(program: Command): void {
+  program
+    .command('run')
+    .description('Run a program in a bubblewrap sandbox with the workspace mounted where it expects it; the run is one journal session.')
+    .argument('[command...]', 'the program and its arguments (after --, or after the last option)')
+    .passThroughOptions()
+    .option('--source <dir>', 'workspace directory to serve (local backend), the whole tree read-write')
+    .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
+    .option('--state <dir>', `journal directory (outside the source); default: ${DEFAULT_STATE_DIR_PATTERN}`)
+    .option('--at <path>', 'where the program sees the workspace; also its working directory', DEFAULTS.run.at)
+    .option('--network', 'give the program the host\'s network (default: none, only a loopback)')
+    .option('--session <id>', `journal session of this run (default: generated, e.g. ${DEFAULTS.run.sessionPrefix}2026-11-22T05-30-12-ab12)`)
+    .addOption(
+      new Option('--ro <path>', 'also bind this host path read-only at the same path (a script, a tool); repeatable')
+        .argParser((v: string, all: string[]) => [...all, v])
+        .default([], 'none'),
+    )
+    .option('--mount <mountpoint>', 'use this running `ledgerfs mount` instead of mounting (left mounted; its session is the mount\'s)')
+    .option('--allow-other', 'mount with allow_other (other users and containers may use the mount too)')
+    .addOption(new Option('--log-level <level>', 'the file system daemon\'s log verbosity on stderr (warn: every refusal)').choices(LOG_LEVELS as string[]).default(DEFAULTS.run.logLevel))
+    .addHelpText(
+      'after',
+      `
+The program sees: the workspace read-write at --at (its working directory, and
+$LEDGERFS_WORKSPACE), the host's /usr, /etc, /opt read-only, a private /tmp (HOME is
+/tmp/home), its own /proc and /dev, no network unless --network, and nothing else of the host:
+the rest of the sandbox's root is read-only. It runs in new PID/IPC/UTS namespaces and a new
+session, with an environment cleared down to ${DEFAULTS.run.passEnv.slice(0, 4).join(', ')}, ... (see the README).
+stdin, stdout and stderr are the program's; the run exits with the program's exit code (128+N
+if a signal N killed it; ${RUN_FAILED} if ledgerfs run itself failed: bwrap missing, no user
+namespaces, the workspace could not be mounted). Ctrl-C, SIGTERM and SIGHUP are passed to the
+program (it may save and exit); a second one ends the sandbox; then the workspace is unmounted.
+A run killed outright (SIGKILL) takes the program with it, and its daemon unmounts on its own.
+
+Every change the program makes is journaled under the run's session (printed on stderr first),
+actor '${DEFAULTS.run.actor}'; review and undo it with the commands printed there:
+  ledgerfs diff --session ID, ledgerfs rollback --session ID (plus --source/--policy/--state
+  as given to run).
+
+Examples:
+  ledgerfs run --source ./case-files -- python3 /opt/agent/reorganise.py
+      reorganise a case folder; the script lives in /opt (read-only in the sandbox)
+  ledgerfs run --policy case.yaml --ro ./tools/check.sh -- bash $PWD/tools/check.sh
+      only what case.yaml exposes, with its read-only roots, quotas and hidden files; the
+      script is bound read-only at its own path
+  echo 'print(open("notes.md").read())' | ledgerfs run --source ./case -- python3 -
+      stdin reaches the program
+  ledgerfs run --source ./repo --network --session fix-42 -- git pull
+      with network, under a session name of your choice
+  ledgerfs mount --policy case.yaml /mnt/ws &  ledgerfs run --mount /mnt/ws -- make
+      run in an existing mount (it stays mounted; the changes join its session)`,
+    )
+    .action(async (command: string[], o: RunCliOptions) => {
+      process.exitCode = await runCommand(command, o);
+    });
+}
