@@ -36,11 +36,11 @@ names = ['a', 'b', 'c', 'd', 'e', 'f']
 dirs = ['', 'w1', 'w2', 'w1/x']
 def p(): return os.path.join(root, rnd.choice(dirs), rnd.choice(names))
 def data(): return os.urandom(rnd.choice([0, 5, 100, 4096, 70000]))
-# the first change lands before the test starts the clock to its kill (a slow start under load
-# must not leave rounds with nothing to crash into)
-with open(os.path.join(root, 'w2', 'started'), 'wb') as f: f.write(data())
-print('go', flush=True)
+# one byte on stdout per change attempted: the test kills after a random number of them, so a
+# slow machine still gets rounds with work to crash into
+out = sys.stdout.buffer
 while True:
+    out.write(b'.'); out.flush()
     try:
         k = rnd.randrange(11)
         if k < 3:
@@ -65,12 +65,16 @@ function ledgerfs(args: string[]): { status: number | null; stdout: string; stde
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
-/** Resolves once the writer says its first change is made (or it exited: the round goes on). */
-function writerStarted(w: ChildProcess): Promise<void> {
+/** Resolves once the writer has attempted `n` changes (or exited: the round goes on). */
+function writerProgress(w: ChildProcess, n: number): Promise<void> {
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('the writer made no change within 30 s')), 30_000);
+    let seen = 0;
+    const timer = setTimeout(() => reject(new Error(`the writer made ${seen} of ${n} changes within 60 s`)), 60_000);
     const done = () => (clearTimeout(timer), resolve());
-    w.stdout?.once('data', done);
+    w.stdout?.on('data', (d: Buffer) => {
+      seen += d.length;
+      if (seen >= n) done();
+    });
     w.once('exit', done);
   });
 }
@@ -111,8 +115,9 @@ describe('crash: SIGKILL of the daemon under load', () => {
       if (/cut a torn record/.test(m.logs())) torn++;
       const w = spawn('python3', ['-c', WRITER, m.mnt, String(SEED * 1000 + round)], { stdio: ['ignore', 'pipe', 'ignore'] });
       writer = w;
-      await writerStarted(w);
-      await new Promise((r) => setTimeout(r, 40 + Math.floor(rand() * 360)));
+      // kill after a random count of changes, at a random moment within the next one
+      await writerProgress(w, 3 + Math.floor(rand() * 38));
+      await new Promise((r) => setTimeout(r, Math.floor(rand() * 20)));
       m.daemon.kill('SIGKILL');
       await new Promise<void>((r) => (w.exitCode !== null ? r() : w.once('exit', () => r())));
       await m.stop().catch(() => undefined); // "the daemon died": we killed it
