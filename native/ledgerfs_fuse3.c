@@ -708,6 +708,18 @@ static napi_value js_destroy(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+/* unref(handle): a busy mount is being detached lazily; its loop may outlive the daemon's
+ * other work, and must not keep the process alive (exit ends the connection). */
+static napi_value js_unref(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  struct mnt *m;
+  CHECK(napi_get_value_external(env, argv[0], (void **)&m));
+  if (!m->destroyed) uv_unref((uv_handle_t *)&m->async);
+  return NULL;
+}
+
 /* setScratch(arrayBuffer): 16 doubles then 3 int64 (attribute/statfs replies) */
 static napi_value js_set_scratch(napi_env env, napi_callback_info info) {
   size_t argc = 1;
@@ -729,6 +741,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"mount", NULL, js_mount, NULL, NULL, NULL, napi_default, NULL},
     {"destroy", NULL, js_destroy, NULL, NULL, NULL, napi_default, NULL},
     {"reply", NULL, js_reply, NULL, NULL, NULL, napi_default, NULL},
+    {"unref", NULL, js_unref, NULL, NULL, NULL, napi_default, NULL},
     {"setScratch", NULL, js_set_scratch, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof *props, props);

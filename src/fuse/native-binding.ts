@@ -18,6 +18,7 @@ export const NATIVE_ADDON = path.resolve(import.meta.dirname, '../../native/buil
 interface Addon {
   mount(mountpoint: string, handler: Handler, options: Record<string, unknown>, xattrs: boolean): object;
   destroy(handle: object): void;
+  unref(handle: object): void;
   reply(id: number, code: number, payload?: unknown): boolean;
   setScratch(buf: ArrayBuffer): void;
   libfuseVersion: string;
@@ -200,8 +201,16 @@ export class NativeBinding implements Binding {
       unmount: async () => {
         if (destroyed) return;
         // Unmounting ends the kernel connection; the loop thread then sees ENODEV and stops.
-        // A busy mount throws here and stays served (mount.ts retries, then detaches lazily).
-        if (mountAt(mountpoint)) await unmountPath(mountpoint);
+        // A busy mount throws here and stays served: mount.ts retries, then detaches it lazily
+        // and finishes without waiting for the loop, which then must not hold the process.
+        if (mountAt(mountpoint)) {
+          try {
+            await unmountPath(mountpoint);
+          } catch (err) {
+            if (handle && !destroyed) addon.unref(handle);
+            throw err;
+          }
+        }
         await loopEnded;
       },
     };
