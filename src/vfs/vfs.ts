@@ -298,13 +298,18 @@ export class Vfs {
     checkPath(to);
     if (from === to) return;
     if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
-    if (isFuseHiddenName(to) && this.openFiles.get(from)) {
-      // libfuse 2 hides a file unlinked (or renamed over) while open by renaming it; unlink it for
+    if (isFuseHiddenName(to)) {
+      // libfuse hides a file unlinked (or renamed over) while open by renaming it; unlink it for
       // real instead and keep the hidden name as an alias of the open state, so fstat still works
-      // (with hard_remove libfuse has no path for it and answers ENOENT to fstat).
-      await this.mutate({ op: 'unlink', path: from, file: this.openFiles.get(from), caller }, async () => {
+      // (with hard_remove libfuse has no path for it and answers ENOENT to fstat). libfuse may
+      // still count a file as open that the core has released (libfuse 3 answers the release
+      // before dropping its count): then there is nothing to alias, the unlink stays real.
+      // The names are libfuse's: a program renaming onto one deletes its file, as with libfuse.
+      const file = this.openFiles.get(from);
+      await this.mutate({ op: 'unlink', path: from, file, caller }, async () => {
         await this.backend.unlink(from);
-        this.openFiles.hide(from, to);
+        if (file) this.openFiles.hide(from, to);
+        else this.openFiles.markGone(to);
       });
       return;
     }
