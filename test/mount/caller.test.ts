@@ -13,9 +13,10 @@ import { makeTemp, rmTemp } from '../helpers/tmp.js';
 const NATIVE = ['--binding', 'native'];
 const NOBODY = 65534;
 const GROUP = 4321;
-/** run `cmd` in `cwd` as uid/gid 65534 with no supplementary groups */
+/** run `cmd` in `cwd` as uid/gid 65534 with no supplementary groups (dash: no BASH_ENV rc files
+ * in root's home, which 65534 may not read) */
 const asNobody = (cmd: string, cwd: string) =>
-  run(`setpriv --reuid ${NOBODY} --regid ${NOBODY} --clear-groups -- bash -c ${JSON.stringify(cmd)}`, cwd);
+  run(`env -u BASH_ENV HOME=/ setpriv --reuid ${NOBODY} --regid ${NOBODY} --clear-groups -- /bin/sh -c ${JSON.stringify(cmd)}`, cwd);
 
 describe('native binding: new nodes belong to the caller (--allow-other)', () => {
   let m: TestMount;
