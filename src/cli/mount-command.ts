@@ -76,6 +76,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
     pipeline: new MutationPipeline([...ws.stages, ...(journal ? [journal.stage] : [])]),
     // new nodes belong to whoever created them, as on a local disk; chown needs root
     ownNewNodesByCaller: binding.knowsCaller && process.getuid?.() === 0,
+    hiddenRenameOfReleasedIsUnlink: binding.hidesReleasedFiles,
   });
   let running;
   try {

@@ -64,5 +64,8 @@ export interface Binding {
   readonly name: string;
   /** whether FsOps receive the caller's uid/gid/pid */
   readonly knowsCaller: boolean;
+  /** whether its libfuse may rename a file the core has already released to .fuse_hidden*
+   * (libfuse 3 answers RELEASE before it drops its open count); see VfsOptions */
+  readonly hidesReleasedFiles: boolean;
   mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs>;
 }

@@ -178,6 +178,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
 export class NativeBinding implements Binding {
   readonly name = 'native';
   readonly knowsCaller = true;
+  readonly hidesReleasedFiles = true;
 
   async mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs> {
     const addon = loadNativeAddon();

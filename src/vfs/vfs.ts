@@ -9,6 +9,12 @@ export interface VfsOptions {
   pipeline?: MutationPipeline;
   /** chown new nodes to the caller when the binding tells us who called (daemon must be root) */
   ownNewNodesByCaller?: boolean;
+  /**
+   * The binding's libfuse may hide (rename to .fuse_hidden*) a file the core has already
+   * released: then that rename is a real unlink. Off, such a rename of a file that is not open
+   * is an ordinary rename. See Binding.hidesReleasedFiles.
+   */
+  hiddenRenameOfReleasedIsUnlink?: boolean;
 }
 
 interface Handle {
@@ -39,11 +45,13 @@ export class Vfs {
   private readonly handles = new Map<number, Handle>();
   private nextHandle = 1;
   private readonly ownByCaller: boolean;
+  private readonly hiddenReleasedIsUnlink: boolean;
 
   constructor(backend: Backend, opts: VfsOptions = {}) {
     this.backend = backend;
     this.pipeline = opts.pipeline ?? new MutationPipeline();
     this.ownByCaller = opts.ownNewNodesByCaller ?? false;
+    this.hiddenReleasedIsUnlink = opts.hiddenRenameOfReleasedIsUnlink ?? false;
   }
 
   private mutate<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
@@ -298,14 +306,13 @@ export class Vfs {
     checkPath(to);
     if (from === to) return;
     if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
-    if (isFuseHiddenName(to)) {
+    const file = this.openFiles.get(from);
+    if (isFuseHiddenName(to) && (file || this.hiddenReleasedIsUnlink)) {
       // libfuse hides a file unlinked (or renamed over) while open by renaming it; unlink it for
       // real instead and keep the hidden name as an alias of the open state, so fstat still works
-      // (with hard_remove libfuse has no path for it and answers ENOENT to fstat). libfuse may
-      // still count a file as open that the core has released (libfuse 3 answers the release
-      // before dropping its count): then there is nothing to alias, the unlink stays real.
-      // The names are libfuse's: a program renaming onto one deletes its file, as with libfuse.
-      const file = this.openFiles.get(from);
+      // (with hard_remove libfuse has no path for it and answers ENOENT to fstat). libfuse 3
+      // answers a release before it drops its own open count, so it may hide a file the core has
+      // already released: then there is nothing to alias and the unlink stays real.
       await this.mutate({ op: 'unlink', path: from, file, caller }, async () => {
         await this.backend.unlink(from);
         if (file) this.openFiles.hide(from, to);
