@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, run, sh, startMount, type TestMount } from '../helpers/mount.js';
 import { putFiles } from '../helpers/policy.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
@@ -58,6 +58,20 @@ describe('native binding: new nodes belong to the caller (--allow-other)', () =>
     expect(sh('stat -c %u:%g team/f', m.mnt)).toBe(`${NOBODY}:${GROUP}\n`);
     expect(sh('stat -c %u:%g:%a team/d', m.mnt)).toBe(`${NOBODY}:${GROUP}:2755\n`);
     expect(fs.statSync(path.join(m.src, 'team/d')).gid).toBe(GROUP);
+  });
+
+  it('the journal names the process that made a change', async () => {
+    const r = run('echo $$; exec touch pub/journaled', m.mnt);
+    expect(r.status).toBe(0);
+    const pid = Number(r.stdout.trim());
+    // the journal's state dir is under the XDG_STATE_HOME startMount gave the daemon
+    const env = { XDG_STATE_HOME: path.join(m.dir, 'state-home') };
+    let log = '';
+    for (let i = 0; i < 20 && !log.includes('create /pub/journaled'); i++) {
+      await new Promise((res) => setTimeout(res, 100));
+      log = run(`node ${CLI} log --source ${m.src} --path /pub/journaled`, m.dir, { env }).stdout;
+    }
+    expect(log).toMatch(new RegExp(`mount\\[${pid}\\]\\s+create /pub/journaled`));
   });
 
   it('permissions are the kernel\'s (default_permissions): 65534 cannot write into a 0755 root-owned directory', () => {
