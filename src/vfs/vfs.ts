@@ -23,6 +23,8 @@ interface Handle {
 }
 
 const NO_CALLER: Caller = Object.freeze({});
+const DAEMON_UID = process.geteuid?.();
+const DAEMON_GID = process.getegid?.();
 
 function decodeFlags(flags: number): { write: boolean; truncate: boolean; exclusive: boolean } {
   const acc = flags & 3; // O_ACCMODE
@@ -76,6 +78,10 @@ export class Vfs {
 
   private async giveToCaller(path: string, caller: Caller): Promise<void> {
     if (!this.ownByCaller || caller.uid === undefined || !this.backend.capabilities.owners) return;
+    // A local node the daemon made for a caller with the daemon's own ids already has the right
+    // owner, and its group from a setgid parent (the backing file system did that): no stat and
+    // chown per create for the common case of a mount used by the user who runs it.
+    if (this.backend.kind === 'local' && caller.uid === DAEMON_UID && caller.gid === DAEMON_GID) return;
     let gid = caller.gid ?? 0;
     const parent = await this.backend.stat(parentOf(path));
     if (parent.mode & 0o2000 /* S_ISGID */) gid = parent.gid;
