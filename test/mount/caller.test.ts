@@ -110,3 +110,24 @@ describe('native binding: /.ledgerfs/denials names the refused process', () => {
     expect(last).toMatch(new RegExp(`^\\S+Z pid=${pid} mkdir /ro/new EROFS: `));
   });
 });
+
+describe('native binding: large requests', () => {
+  it('readahead is raised to max_read (1 MiB) once the mount answers, and data reads back intact', async () => {
+    const m = await startMount({ args: NATIVE });
+    try {
+      sh('head -c 8M /dev/urandom > big && cmp big big', m.mnt);
+      const dev = fs.statSync(m.mnt).dev;
+      const bdi = `/sys/class/bdi/${(dev >> 8) & 0xfff}:${(dev & 0xff) | ((dev >> 12) & 0xfff00)}/read_ahead_kb`;
+      let ra = '';
+      for (let i = 0; i < 20 && ra !== '1024'; i++) {
+        ra = fs.readFileSync(bdi, 'utf8').trim();
+        if (ra !== '1024') await new Promise((res) => setTimeout(res, 50));
+      }
+      expect(ra).toBe('1024');
+      sh('echo 1 > /proc/sys/vm/drop_caches', m.mnt); // the FUSE page cache: reads go to the daemon
+      expect(sh('cmp big ../src/big && echo same', m.mnt)).toBe('same\n');
+    } finally {
+      await m.stop();
+    }
+  });
+});
