@@ -10,8 +10,8 @@
 // binding.gyp and the loaded binding is the patched one. No dependencies; Node >= 20.
 import { createRequire } from 'node:module';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { findNodeGyp, findNodedir, have } from './build-lib.mjs';
-import { existsSync, statSync, readFileSync } from 'node:fs';
+import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
+import { statSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -73,24 +73,13 @@ if (fresh && !force) {
   log(`existing build not usable (${v.why}); rebuilding`);
 }
 
-// 3. Build prerequisites, with the command that fixes each.
-if (!have('pkg-config')) fail('pkg-config is missing. Install it with: apt-get install -y pkg-config libfuse-dev');
-if (!have('pkg-config', ['--exists', 'fuse']) || !existsSync('/usr/include/fuse/fuse.h')) {
-  fail('libfuse 2 development files are missing (pkg-config fuse). Install them with: apt-get install -y libfuse-dev');
-}
-const missing = [];
-if (!have('make')) missing.push('make');
-if (!have('cc') && !have('gcc')) missing.push('a C compiler');
-if (!have('python3')) missing.push('python3');
-if (missing.length) fail(`${missing.join(', ')} missing. Install with: apt-get install -y build-essential python3`);
-
-const nodeGyp = findNodeGyp(root);
-if (!nodeGyp) fail('node-gyp not found (it ships with npm): is npm installed next to node?');
-
-const nodedir = findNodedir();
-const args = [nodeGyp, 'rebuild'];
-if (nodedir) args.push(`--nodedir=${nodedir}`);
-else log('no local Node headers found (include/node/node_api.h); node-gyp will look in its cache');
+// 3. Build prerequisites, with the command that fixes each; node-gyp and local Node headers.
+const problem = buildProblem('fuse', 'libfuse-dev', '/usr/include/fuse/fuse.h');
+if (problem) fail(problem);
+const gyp = nodeGypRebuild(root);
+if (typeof gyp === 'string') fail(gyp);
+const { nodeGyp, nodedir, args } = gyp;
+if (!nodedir) log('no local Node headers found (include/node/node_api.h); node-gyp will look in its cache');
 
 log(`building ${pkgDir} against system libfuse ${execFileSync('pkg-config', ['--modversion', 'fuse'], { encoding: 'utf8' }).trim()}` +
   ` (node-gyp: ${nodeGyp}, nodedir: ${nodedir ?? 'none'})`);

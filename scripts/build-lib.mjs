@@ -27,3 +27,28 @@ export function findNodedir() {
   const dirs = [process.env.npm_config_nodedir, resolve(dirname(process.execPath), '..')].filter(Boolean);
   return dirs.find((d) => existsSync(join(d, 'include/node/common.gypi')) && existsSync(join(d, 'include/node/node_api.h')));
 }
+
+/**
+ * Why an addon linking `pkg` (pkg-config name; `header` must exist too, when given) cannot be
+ * built here, with the apt-get line that fixes it; null when everything is there.
+ */
+export function buildProblem(pkg, devPackage, header) {
+  if (!have('pkg-config')) return `pkg-config is missing. Install it with: apt-get install -y pkg-config ${devPackage}`;
+  if (!have('pkg-config', ['--exists', pkg]) || (header && !existsSync(header))) {
+    return `${devPackage} development files are missing (pkg-config ${pkg}). Install them with: apt-get install -y ${devPackage}`;
+  }
+  const missing = [];
+  if (!have('make')) missing.push('make');
+  if (!have('cc') && !have('gcc')) missing.push('a C compiler');
+  if (!have('python3')) missing.push('python3');
+  if (missing.length) return `${missing.join(', ')} missing. Install with: apt-get install -y build-essential python3`;
+  return null;
+}
+
+/** `node <node-gyp> rebuild [--nodedir=...]` as argv for process.execPath, or a problem string. */
+export function nodeGypRebuild(root) {
+  const nodeGyp = findNodeGyp(root);
+  if (!nodeGyp) return 'node-gyp not found (it ships with npm): is npm installed next to node?';
+  const nodedir = findNodedir();
+  return { nodeGyp, nodedir, args: [nodeGyp, 'rebuild', ...(nodedir ? [`--nodedir=${nodedir}`] : [])] };
+}

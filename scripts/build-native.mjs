@@ -11,7 +11,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { findNodeGyp, findNodedir, have } from './build-lib.mjs';
+import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const dir = join(root, 'native');
@@ -48,18 +48,11 @@ if (!force && mtime(addon) > Math.max(...sources.map(mtime))) {
   console.error(`${tag} existing build not usable (${v.why}); rebuilding`);
 }
 
-if (!have('pkg-config')) skip('pkg-config is missing. Install it with: apt-get install -y pkg-config libfuse3-dev');
-if (!have('pkg-config', ['--exists', 'fuse3'])) skip('libfuse3 development files are missing (pkg-config fuse3). Install them with: apt-get install -y libfuse3-dev');
-const missing = [];
-if (!have('make')) missing.push('make');
-if (!have('cc') && !have('gcc')) missing.push('a C compiler');
-if (!have('python3')) missing.push('python3');
-if (missing.length) skip(`${missing.join(', ')} missing. Install with: apt-get install -y build-essential python3`);
-const nodeGyp = findNodeGyp(root);
-if (!nodeGyp) skip('node-gyp not found (it ships with npm): is npm installed next to node?');
-const nodedir = findNodedir();
-const args = [nodeGyp, 'rebuild'];
-if (nodedir) args.push(`--nodedir=${nodedir}`);
+const problem = buildProblem('fuse3', 'libfuse3-dev');
+if (problem) skip(problem);
+const gyp = nodeGypRebuild(root);
+if (typeof gyp === 'string') skip(gyp);
+const { args } = gyp;
 
 const t0 = Date.now();
 const r = spawnSync(process.execPath, args, { cwd: dir, encoding: 'utf8' });
