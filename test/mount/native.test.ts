@@ -1,12 +1,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CLI, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, py, run, sh, startMount, type TestMount } from '../helpers/mount.js';
 import { putFiles } from '../helpers/policy.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
 /*
- * What only the native (libfuse3) binding can do: it tells the core who called. These tests
+ * What only the native (libfuse3) binding does: it tells the core who called (owners, denials,
+ * journal), honours renameat2 flags, reads ahead 1 MiB. These tests
  * mount with `--binding native` whatever LEDGERFS_TEST_BINDING says (the addon is built at
  * install; scripts/setup installs libfuse3-dev).
  */
@@ -108,6 +109,31 @@ describe('native binding: /.ledgerfs/denials names the refused process', () => {
     await new Promise((res) => setTimeout(res, 1100));
     const last = sh('cat .ledgerfs/denials', m.mnt).trimEnd().split('\n').at(-1) ?? '';
     expect(last).toMatch(new RegExp(`^\\S+Z pid=${pid} mkdir /ro/new EROFS: `));
+  });
+});
+
+describe('native binding: renameat2 flags', () => {
+  it('RENAME_NOREPLACE refuses an existing target with EEXIST and moves onto a free name; RENAME_EXCHANGE is EINVAL', async () => {
+    const m = await startMount({ args: NATIVE, populate: (src) => { fs.writeFileSync(path.join(src, 'a'), 'A'); fs.writeFileSync(path.join(src, 'b'), 'B'); } });
+    try {
+      const out = py(`
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD = -100
+def r2(a, b, flags):
+    rc = libc.renameat2(AT_FDCWD, a.encode(), AT_FDCWD, b.encode(), flags)
+    return 'ok' if rc == 0 else os.strerror(ctypes.get_errno())
+print(r2('a', 'b', 1))   # RENAME_NOREPLACE onto an existing name
+print(r2('a', 'c', 1))   # onto a free name
+print(r2('c', 'b', 2))   # RENAME_EXCHANGE
+`, m.mnt);
+      expect(out).toBe('File exists\nok\nInvalid argument\n');
+      expect(fs.readdirSync(m.src).sort()).toEqual(['b', 'c']);
+      expect(fs.readFileSync(path.join(m.src, 'b'), 'utf8')).toBe('B');
+      expect(fs.readFileSync(path.join(m.src, 'c'), 'utf8')).toBe('A');
+    } finally {
+      await m.stop();
+    }
   });
 });
 
