@@ -45,8 +45,7 @@ struct req {
   double a, b, c, d;
   char *buf;          /* read/write data, readlink/getxattr/listxattr output, setxattr value */
   size_t size;
-  void *dirbuf;       /* readdir */
-  fuse_fill_dir_t filler;
+  struct dirh *dir;   /* readdir: the listing goes here */
   int plus;           /* readdir: FUSE_READDIR_PLUS asked */
   struct stat *st;
   struct statvfs *sv;
@@ -56,6 +55,31 @@ struct req {
   napi_ref bufref;    /* the Buffer over `buf` (read/write), detached at reply time */
   sem_t done;
 };
+
+/*
+ * A directory handle holds one listing, taken from JS when the kernel reads from offset 0, and
+ * serves every later offset from it. Entries go to libfuse with their own offsets (i + 1): that
+ * is the only mode in which libfuse 3.14 passes readdirplus attributes on to the kernel (its
+ * offset-0 buffering sends plus entries without a node id, and the kernel then looks each up).
+ */
+struct dirh {
+  char *path;
+  int listed, plus;
+  uint32_t n;
+  char **names;          /* pointers into `block` */
+  char *block;
+  struct stat *st;       /* n, when plus */
+  unsigned char *has;    /* n: st[i] is valid */
+};
+
+static void dirh_clear(struct dirh *d) {
+  free(d->block);
+  free(d->names);
+  free(d->st);
+  free(d->has);
+  d->names = NULL; d->block = NULL; d->st = NULL; d->has = NULL;
+  d->n = 0; d->listed = 0; d->plus = 0;
+}
 
 struct mnt {
   napi_env env;
@@ -163,24 +187,35 @@ static int lf_statfs(const char *path, struct statvfs *sv) {
 /* With nullpath_ok libfuse hands readdir no path; the core lists by path, so the directory
  * handle carries it (a copy made here, without a trip to JS). */
 static int lf_opendir(const char *path, struct fuse_file_info *fi) {
-  char *copy = strdup(path ? path : "/");
-  if (!copy) return -ENOMEM;
-  fi->fh = (uint64_t)(uintptr_t)copy;
+  struct dirh *d = calloc(1, sizeof *d);
+  if (!d) return -ENOMEM;
+  d->path = strdup(path ? path : "/");
+  if (!d->path) { free(d); return -ENOMEM; }
+  fi->fh = (uint64_t)(uintptr_t)d;
   return 0;
 }
 static int lf_releasedir(const char *path, struct fuse_file_info *fi) {
   (void)path;
-  free((char *)(uintptr_t)fi->fh);
+  struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
+  if (d) { dirh_clear(d); free(d->path); free(d); }
   return 0;
 }
 static int lf_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
                       struct fuse_file_info *fi, enum fuse_readdir_flags flags) {
-  (void)off;
-  if (!path && fi && fi->fh) path = (const char *)(uintptr_t)fi->fh;
-  if (!path) return -ENOENT;
-  REQ(OP_READDIR); r.path = path; r.dirbuf = buf; r.filler = filler;
-  r.plus = (flags & FUSE_READDIR_PLUS) != 0;
-  return submit(&r);
+  struct dirh *d = fi ? (struct dirh *)(uintptr_t)fi->fh : NULL;
+  if (!d) return -EBADF;
+  int plus = (flags & FUSE_READDIR_PLUS) != 0;
+  if (off == 0 || !d->listed || (plus && !d->plus)) {
+    dirh_clear(d);
+    REQ(OP_READDIR); r.path = path ? path : d->path; r.dir = d; r.plus = plus;
+    int rc = submit(&r);
+    if (rc < 0) return rc;
+  }
+  for (uint32_t i = (uint32_t)(off < 0 ? 0 : off); i < d->n; i++) {
+    int with = plus && d->plus && d->has[i];
+    if (filler(buf, d->names[i], with ? &d->st[i] : NULL, (off_t)i + 1, with ? FUSE_FILL_DIR_PLUS : 0)) break;
+  }
+  return 0;
 }
 static int lf_readlink(const char *path, char *buf, size_t size) {
   REQ(OP_READLINK); r.path = path; r.buf = buf; r.size = size; return submit(&r);
@@ -338,9 +373,9 @@ static napi_value throw_last(napi_env env, const char *what) {
   return NULL;
 }
 
-static void fill_stat(struct stat *st) {
+/* 9 doubles (mode uid gid size ino nlink blocks blksize rdev) and 3 int64 ns times */
+static void fill_stat_from(struct stat *st, const double *f, const int64_t *t) {
   memset(st, 0, sizeof *st);
-  const double *f = scratch_f;
   st->st_mode = (mode_t)f[0];
   st->st_uid = (uid_t)f[1];
   st->st_gid = (gid_t)f[2];
@@ -352,12 +387,16 @@ static void fill_stat(struct stat *st) {
   st->st_rdev = (dev_t)f[8];
   struct timespec *ts[3] = {&st->st_atim, &st->st_mtim, &st->st_ctim};
   for (int i = 0; i < 3; i++) {
-    int64_t ns = scratch_t[i];
+    int64_t ns = t[i];
     int64_t sec = ns / 1000000000, rem = ns % 1000000000;
     if (rem < 0) { rem += 1000000000; sec -= 1; }
     ts[i]->tv_sec = sec;
     ts[i]->tv_nsec = rem;
   }
+}
+
+static void fill_stat(struct stat *st) {
+  fill_stat_from(st, scratch_f, scratch_t);
 }
 
 static void fill_statvfs(struct statvfs *sv) {
@@ -381,22 +420,58 @@ static ssize_t utf8(napi_env env, napi_value v, char *buf, size_t cap) {
   return (ssize_t)len;
 }
 
-static int reply_readdir(napi_env env, struct req *r, napi_value list) {
+/* Readdirplus records (native-binding.ts): per entry 12 x 8 bytes, the 9 doubles then the 3
+ * int64 times of fill_stat_from; mode 0 = no attributes for this entry. */
+#define PLUS_RECORD 96
+
+static int reply_readdir(napi_env env, struct req *r, napi_value list, napi_value attrs) {
   bool is_array = false;
   if (napi_is_array(env, list, &is_array) != napi_ok || !is_array) return -EIO;
   uint32_t n = 0;
   napi_get_array_length(env, list, &n);
-  char name[1024];
+  char *rec = NULL;
+  size_t rec_len = 0;
+  if (r->plus && attrs) {
+    bool is_ab = false;
+    napi_is_arraybuffer(env, attrs, &is_ab);
+    if (is_ab && napi_get_arraybuffer_info(env, attrs, (void **)&rec, &rec_len) != napi_ok) rec = NULL;
+  }
+  /* names into one block: lengths first */
+  size_t total = 0;
   for (uint32_t i = 0; i < n; i++) {
     napi_value v;
-    if (napi_get_element(env, list, i, &v) != napi_ok) return -EIO;
     size_t len = 0;
-    if (napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) return -EIO;
-    if (len >= sizeof name) continue; /* longer than NAME_MAX: no kernel could use it */
-    napi_get_value_string_utf8(env, v, name, sizeof name, &len);
-    /* offset 0: libfuse buffers the whole listing and serves offsets itself */
-    if (r->filler(r->dirbuf, name, NULL, 0, 0)) break;
+    if (napi_get_element(env, list, i, &v) != napi_ok || napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) return -EIO;
+    total += len + 1;
   }
+  struct dirh *d = r->dir;
+  d->names = malloc((n ? n : 1) * sizeof *d->names);
+  d->block = malloc(total ? total : 1);
+  if (rec) {
+    d->st = malloc((n ? n : 1) * sizeof *d->st);
+    d->has = calloc(n ? n : 1, 1);
+  }
+  if (!d->names || !d->block || (rec && (!d->st || !d->has))) { dirh_clear(d); return -ENOMEM; }
+  size_t at = 0;
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value v;
+    size_t len = 0;
+    napi_get_element(env, list, i, &v);
+    napi_get_value_string_utf8(env, v, d->block + at, total - at, &len);
+    if (len > 255) { continue; } /* longer than NAME_MAX: no kernel could use it */
+    d->names[kept] = d->block + at;
+    const double *f = rec && (size_t)(i + 1) * PLUS_RECORD <= rec_len ? (const double *)(rec + (size_t)i * PLUS_RECORD) : NULL;
+    if (d->has) {
+      d->has[kept] = f && f[0] != 0;
+      if (d->has[kept]) fill_stat_from(&d->st[kept], f, (const int64_t *)(f + 9));
+    }
+    at += len + 1;
+    kept++;
+  }
+  d->n = kept;
+  d->plus = rec != NULL;
+  d->listed = 1;
   return 0;
 }
 
@@ -446,10 +521,10 @@ static void release_buffer(napi_env env, struct req *r) {
   r->bufref = NULL;
 }
 
-/* reply(id, code, payload?) -> true if the request was still waiting */
+/* reply(id, code, payload?, attrs?) -> true if the request was still waiting */
 static napi_value js_reply(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
-  napi_value argv[3], result;
+  size_t argc = 4;
+  napi_value argv[4], result;
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
   double id = -1, code = -EIO;
   napi_get_value_double(env, argv[0], &id);
@@ -464,7 +539,7 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
     switch (r->op) {
       case OP_GETATTR: case OP_FGETATTR: fill_stat(r->st); rc = 0; break;
       case OP_STATFS: fill_statvfs(r->sv); rc = 0; break;
-      case OP_READDIR: rc = argc > 2 ? reply_readdir(env, r, argv[2]) : -EIO; break;
+      case OP_READDIR: rc = argc > 2 ? reply_readdir(env, r, argv[2], argc > 3 ? argv[3] : NULL) : -EIO; break;
       case OP_READLINK: {
         if (argc < 3 || r->size == 0) { rc = -EIO; break; }
         ssize_t n = utf8(env, argv[2], r->buf, r->size); /* truncates and terminates, like readlink */

@@ -13,6 +13,9 @@ export interface FsOps {
   access(caller: Caller, path: string, mode: number): Promise<void>;
   statfs(caller: Caller, path: string): Promise<FsStats>;
   readdir(caller: Caller, path: string): Promise<string[]>;
+  /** readdir with each entry's attributes (null: not known), for bindings that can hand them to
+   * the kernel with the listing (readdirplus) and spare it a lookup per entry */
+  readdirPlus?(caller: Caller, path: string): Promise<DirEntryAttr[]>;
   readlink(caller: Caller, path: string): Promise<string>;
 
   open(caller: Caller, path: string, flags: number): Promise<number>;
@@ -43,6 +46,11 @@ export interface FsOps {
     list(caller: Caller, path: string): Promise<string[]>;
     remove(caller: Caller, path: string, name: string): Promise<void>;
   };
+}
+
+export interface DirEntryAttr {
+  name: string;
+  attr: Attr | null;
 }
 
 export interface MountOptions {

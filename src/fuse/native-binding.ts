@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
 import { errnoOf, kernelErrno } from '../vfs/errors.js';
 import type { Caller } from '../vfs/pipeline.js';
-import type { Binding, FsOps, MountedFs, MountOptions } from './binding.js';
+import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
 import { mountAt, unmountPath } from './mounts.js';
 
 /*
@@ -20,7 +20,7 @@ interface Addon {
   mount(mountpoint: string, handler: Handler, options: Record<string, unknown>, xattrs: boolean): object;
   destroy(handle: object): void;
   unref(handle: object): void;
-  reply(id: number, code: number, payload?: unknown): boolean;
+  reply(id: number, code: number, payload?: unknown, attrs?: ArrayBuffer): boolean;
   setScratch(buf: ArrayBuffer): void;
   libfuseVersion: string;
 }
@@ -78,6 +78,28 @@ function putStatfs(s: FsStats): void {
   f64[0] = s.bsize; f64[1] = s.bsize; f64[2] = s.blocks; f64[3] = s.bfree; f64[4] = s.bavail;
   f64[5] = s.files; f64[6] = s.ffree; f64[7] = s.ffree; f64[8] = s.namemax;
 }
+/* Readdirplus attributes: one 96-byte record per entry (9 doubles as putAttr, then the 3 int64
+ * ns times), mode 0 for "none"; one growing buffer, read by the addon during reply(). */
+const PLUS_RECORD = 96;
+let plusBuf = new ArrayBuffer(PLUS_RECORD * 256);
+function packPlus(entries: DirEntryAttr[]): ArrayBuffer {
+  if (plusBuf.byteLength < entries.length * PLUS_RECORD) plusBuf = new ArrayBuffer(entries.length * PLUS_RECORD * 2);
+  const f = new Float64Array(plusBuf);
+  const t = new BigInt64Array(plusBuf);
+  for (let i = 0; i < entries.length; i++) {
+    const a = entries[i]?.attr;
+    const o = i * (PLUS_RECORD / 8);
+    if (!a) {
+      f[o] = 0;
+      continue;
+    }
+    f[o] = a.mode; f[o + 1] = a.uid; f[o + 2] = a.gid; f[o + 3] = a.size; f[o + 4] = a.ino;
+    f[o + 5] = a.nlink; f[o + 6] = a.blocks; f[o + 7] = 4096; f[o + 8] = 0;
+    t[o + 9] = a.atimeNs; t[o + 10] = a.mtimeNs; t[o + 11] = a.ctimeNs;
+  }
+  return plusBuf;
+}
+
 function timeArg(sec: number, nsec: number): bigint | 'now' | undefined {
   if (nsec === UTIME_OMIT) return undefined;
   if (nsec === UTIME_NOW) return 'now';
@@ -95,6 +117,14 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   }
   async function statfs(id: number, c: Caller, p: string) {
     try { putStatfs(await ops.statfs(c, p)); reply(id, 0); } catch (e) { reply(id, kernelErrno(e)); }
+  }
+  async function readdirPlus(id: number, c: Caller, p: string) {
+    try {
+      const entries = await (ops.readdirPlus as NonNullable<FsOps['readdirPlus']>)(c, p);
+      reply(id, 0, entries.map((e) => e.name), packPlus(entries));
+    } catch (e) {
+      reply(id, kernelErrno(e));
+    }
   }
   async function value(id: number, p: Promise<unknown>) {
     try { reply(id, 0, await p); } catch (e) { reply(id, kernelErrno(e)); }
@@ -144,7 +174,8 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       case Op.FGETATTR: return void fgetattr(id, who, p, a);
       case Op.ACCESS: return void done(id, ops.access(who, path, a));
       case Op.STATFS: return void statfs(id, who, path);
-      case Op.READDIR: return void value(id, ops.readdir(who, path));
+      // extra: the kernel asked for READDIRPLUS
+      case Op.READDIR: return void (extra === true && ops.readdirPlus ? readdirPlus(id, who, path) : value(id, ops.readdir(who, path)));
       case Op.READLINK: return void value(id, ops.readlink(who, path));
       case Op.OPEN: return void num(id, ops.open(who, path, a));
       case Op.CREATE: return void num(id, ops.create(who, path, a, b));
