@@ -95,6 +95,8 @@ struct mnt {
   double attr_timeout, entry_timeout, negative_timeout;
   unsigned max_write;
   int loop_result;
+  /* JS-thread counters: requests dispatched, wake-ups that found requests, the largest batch */
+  uint64_t requests, batches, max_batch;
 };
 
 /* ---- request ids: slots owned by the JS thread ------------------------------------------- */
@@ -633,13 +635,20 @@ static void on_async(uv_async_t *h) {
   /* one callback scope per batch: promise jobs and nextTicks run once, after all of it */
   napi_callback_scope cs;
   napi_open_callback_scope(env, resource, m->actx, &cs);
+  uint64_t batch = 0;
   while (list) {
     struct req *next = list->next; /* list may be answered (and gone) during dispatch */
+    batch++;
     napi_handle_scope inner;
     napi_open_handle_scope(env, &inner);
     dispatch(env, list, fn, recv);
     napi_close_handle_scope(env, inner);
     list = next;
+  }
+  if (batch) {
+    m->requests += batch;
+    m->batches++;
+    if (batch > m->max_batch) m->max_batch = batch;
   }
   if (done && !m->closed_reported) {
     m->closed_reported = 1;
@@ -773,6 +782,12 @@ static napi_value js_destroy(napi_env env, napi_callback_info info) {
   if (!m->loop_done) { napi_throw_error(env, NULL, "destroy() before the session loop ended"); return NULL; }
   m->destroyed = 1;
   pthread_join(m->thread, NULL);
+  /* how well requests batch per wake-up (LEDGERFS_NATIVE_STATS=1) */
+  if (getenv("LEDGERFS_NATIVE_STATS")) {
+    fprintf(stderr, "ledgerfs_fuse3: %llu requests in %llu JS wake-ups (%.2f per wake-up, largest batch %llu)\n",
+            (unsigned long long)m->requests, (unsigned long long)m->batches,
+            m->batches ? (double)m->requests / (double)m->batches : 0.0, (unsigned long long)m->max_batch);
+  }
   /* after an unmount from outside the kernel side is gone and this only closes the fd */
   fuse_unmount(m->fuse);
   fuse_destroy(m->fuse);
