@@ -771,14 +771,23 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
   return handle;
 }
 
-/* destroy(handle): after the loop ended (handler got OP_CLOSED): join, free, release the loop */
-static napi_value js_destroy(napi_env env, napi_callback_info info) {
+/* the mount behind the handle in a call's first argument; NULL with an exception pending */
+static struct mnt *arg_mnt(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  struct mnt *m;
-  CHECK(napi_get_value_external(env, argv[0], (void **)&m));
-  if (m->destroyed) return NULL;
+  struct mnt *m = NULL;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
+      napi_get_value_external(env, argv[0], (void **)&m) != napi_ok) {
+    throw_last(env, "mount handle");
+    return NULL;
+  }
+  return m;
+}
+
+/* destroy(handle): after the loop ended (handler got OP_CLOSED): join, free, release the loop */
+static napi_value js_destroy(napi_env env, napi_callback_info info) {
+  struct mnt *m = arg_mnt(env, info);
+  if (!m || m->destroyed) return NULL;
   if (!m->loop_done) { napi_throw_error(env, NULL, "destroy() before the session loop ended"); return NULL; }
   m->destroyed = 1;
   pthread_join(m->thread, NULL);
@@ -801,12 +810,8 @@ static napi_value js_destroy(napi_env env, napi_callback_info info) {
 /* unref(handle): a busy mount is being detached lazily; its loop may outlive the daemon's
  * other work, and must not keep the process alive (exit ends the connection). */
 static napi_value js_unref(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  struct mnt *m;
-  CHECK(napi_get_value_external(env, argv[0], (void **)&m));
-  if (!m->destroyed) uv_unref((uv_handle_t *)&m->async);
+  struct mnt *m = arg_mnt(env, info);
+  if (m && !m->destroyed) uv_unref((uv_handle_t *)&m->async);
   return NULL;
 }
 

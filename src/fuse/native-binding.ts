@@ -69,10 +69,14 @@ const scratch = new ArrayBuffer(16 * 8 + 3 * 8);
 const f64 = new Float64Array(scratch, 0, 16);
 const i64 = new BigInt64Array(scratch, 16 * 8, 3);
 
+/** mode uid gid size ino nlink blocks blksize rdev at f[o..o+8], the 3 ns times at t[to..to+2] */
+function writeAttr(f: Float64Array, o: number, t: BigInt64Array, to: number, a: Attr): void {
+  f[o] = a.mode; f[o + 1] = a.uid; f[o + 2] = a.gid; f[o + 3] = a.size; f[o + 4] = a.ino;
+  f[o + 5] = a.nlink; f[o + 6] = a.blocks; f[o + 7] = 4096; f[o + 8] = 0;
+  t[to] = a.atimeNs; t[to + 1] = a.mtimeNs; t[to + 2] = a.ctimeNs;
+}
 function putAttr(a: Attr): void {
-  f64[0] = a.mode; f64[1] = a.uid; f64[2] = a.gid; f64[3] = a.size; f64[4] = a.ino;
-  f64[5] = a.nlink; f64[6] = a.blocks; f64[7] = 4096; f64[8] = 0;
-  i64[0] = a.atimeNs; i64[1] = a.mtimeNs; i64[2] = a.ctimeNs;
+  writeAttr(f64, 0, i64, 0, a);
 }
 function putStatfs(s: FsStats): void {
   f64[0] = s.bsize; f64[1] = s.bsize; f64[2] = s.blocks; f64[3] = s.bfree; f64[4] = s.bavail;
@@ -89,13 +93,8 @@ function packPlus(entries: DirEntryAttr[]): ArrayBuffer {
   for (let i = 0; i < entries.length; i++) {
     const a = entries[i]?.attr;
     const o = i * (PLUS_RECORD / 8);
-    if (!a) {
-      f[o] = 0;
-      continue;
-    }
-    f[o] = a.mode; f[o + 1] = a.uid; f[o + 2] = a.gid; f[o + 3] = a.size; f[o + 4] = a.ino;
-    f[o + 5] = a.nlink; f[o + 6] = a.blocks; f[o + 7] = 4096; f[o + 8] = 0;
-    t[o + 9] = a.atimeNs; t[o + 10] = a.mtimeNs; t[o + 11] = a.ctimeNs;
+    if (a) writeAttr(f, o, t, o + 9, a);
+    else f[o] = 0;
   }
   return plusBuf;
 }
