@@ -10,7 +10,8 @@
 // binding.gyp and the loaded binding is the patched one. No dependencies; Node >= 20.
 import { createRequire } from 'node:module';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, statSync, readFileSync } from 'node:fs';
+import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
+import { statSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -33,10 +34,6 @@ function mtime(p) {
     return -1;
   }
 }
-function have(cmd, args = ['--version']) {
-  return spawnSync(cmd, args, { stdio: 'ignore' }).status === 0;
-}
-
 // 1. Where is fuse-native, and is the patch applied?
 let pkgDir;
 try {
@@ -76,43 +73,13 @@ if (fresh && !force) {
   log(`existing build not usable (${v.why}); rebuilding`);
 }
 
-// 3. Build prerequisites, with the command that fixes each.
-if (!have('pkg-config')) fail('pkg-config is missing. Install it with: apt-get install -y pkg-config libfuse-dev');
-if (!have('pkg-config', ['--exists', 'fuse']) || !existsSync('/usr/include/fuse/fuse.h')) {
-  fail('libfuse 2 development files are missing (pkg-config fuse). Install them with: apt-get install -y libfuse-dev');
-}
-const missing = [];
-if (!have('make')) missing.push('make');
-if (!have('cc') && !have('gcc')) missing.push('a C compiler');
-if (!have('python3')) missing.push('python3');
-if (missing.length) fail(`${missing.join(', ')} missing. Install with: apt-get install -y build-essential python3`);
-
-// 4. node-gyp: the one npm ships (npm exports its path to lifecycle scripts), else look for it.
-function findNodeGyp() {
-  const candidates = [];
-  if (process.env.npm_config_node_gyp) candidates.push(process.env.npm_config_node_gyp);
-  const prefix = resolve(dirname(process.execPath), '..');
-  candidates.push(join(prefix, 'lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js'));
-  try {
-    const g = execFileSync('npm', ['prefix', '-g'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-    if (g) candidates.push(join(g, 'lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js'));
-  } catch {}
-  candidates.push(join(root, 'node_modules/node-gyp/bin/node-gyp.js'));
-  return candidates.find((p) => existsSync(p));
-}
-const nodeGyp = findNodeGyp();
-if (!nodeGyp) fail('node-gyp not found (it ships with npm): is npm installed next to node?');
-
-// 5. Node headers: never let node-gyp try to download them. npm's `nodedir` (from .npmrc, exported
-// as npm_config_nodedir) first, then the prefix this node runs from (/usr for Debian's nodejs).
-function findNodedir() {
-  const dirs = [process.env.npm_config_nodedir, resolve(dirname(process.execPath), '..')].filter(Boolean);
-  return dirs.find((d) => existsSync(join(d, 'include/node/common.gypi')) && existsSync(join(d, 'include/node/node_api.h')));
-}
-const nodedir = findNodedir();
-const args = [nodeGyp, 'rebuild'];
-if (nodedir) args.push(`--nodedir=${nodedir}`);
-else log('no local Node headers found (include/node/node_api.h); node-gyp will look in its cache');
+// 3. Build prerequisites, with the command that fixes each; node-gyp and local Node headers.
+const problem = buildProblem('fuse', 'libfuse-dev', '/usr/include/fuse/fuse.h');
+if (problem) fail(problem);
+const gyp = nodeGypRebuild(root);
+if (typeof gyp === 'string') fail(gyp);
+const { nodeGyp, nodedir, args } = gyp;
+if (!nodedir) log('no local Node headers found (include/node/node_api.h); node-gyp will look in its cache');
 
 log(`building ${pkgDir} against system libfuse ${execFileSync('pkg-config', ['--modversion', 'fuse'], { encoding: 'utf8' }).trim()}` +
   ` (node-gyp: ${nodeGyp}, nodedir: ${nodedir ?? 'none'})`);

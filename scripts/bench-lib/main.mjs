@@ -48,7 +48,9 @@ function usage() {
   return `Usage: scripts/bench [options]
 
 Measures the same workloads on the plain source directory (the limit), bindfs (a C FUSE peer on
-libfuse2) and ledgerfs, in one run on this machine; prints medians and ratios.
+libfuse2), libfuse3's passthrough example (C, compiled here from libfuse3-dev's sources), ledgerfs
+(fuse-native binding) and ledgerfs-native (--binding native), in one run on this machine; prints
+medians and ratios.
 
 Ratios are SUBJECT/PEER (subject: ledgerfs) and always "bigger is better": > 1 means ledgerfs is
 faster; for times (unit s) the ratio is peer_time / ledgerfs_time.
@@ -70,7 +72,7 @@ Options:
                         seen is recorded per round (column 'bg' = worst of the row)
   --only LIST           run only these workloads
   --skip LIST           run all but these workloads
-  --peers LIST          columns to measure, in order (default: plain,bindfs,ledgerfs)
+  --peers LIST          columns to measure, in order (default: plain,bindfs,libfuse3,ledgerfs,ledgerfs-native)
   --subject NAME        the column the ratios are about (default: ledgerfs)
   --ledgerfs-args "…"   extra flags for 'ledgerfs mount' (e.g. "--attr-timeout 10")
   --bindfs-args "…"     extra flags for bindfs (e.g. "-o big_writes" or "--multithreaded")
@@ -79,7 +81,8 @@ Options:
                         --add-peer 'passthrough_ll=/usr/local/bin/passthrough_ll -f -o source={src} {mnt}'
                         {state} is a fresh directory in the work dir (for ledgerfs --state);
                         repeatable; the name is then usable in --peers
-  Built-in but not in the default --peers: ledgerfs-nojournal (mount --no-journal).
+  Built-in but not in the default --peers: ledgerfs-nojournal (mount --no-journal),
+  libfuse3-ll (libfuse3's passthrough_ll example).
   --dir DIR             where to make the work directory (default ${os.tmpdir()}); it needs free
                         space for about 2 x --size + --rand-size
   --keep                keep the work directory (trees, daemon logs) at the end
@@ -480,7 +483,7 @@ export async function main(argv) {
   try {
     cfg = config(v);
     const all = makeTargets({ repo: REPO, ledgerfsArgs: v['ledgerfs-args'], bindfsArgs: v['bindfs-args'], addPeers: v['add-peer'] });
-    const want = list(v.peers) ?? ['plain', 'bindfs', 'ledgerfs'];
+    const want = list(v.peers) ?? ['plain', 'bindfs', 'libfuse3', 'ledgerfs', 'ledgerfs-native'];
     targets = want.map((n) => all.find((t) => t.name === n) ?? (() => { throw new BenchError(`unknown peer ${n} (known: ${all.map((t) => t.name).join(', ')})`); })());
     if (new Set(want).size !== want.length) throw new BenchError('--peers lists a column twice');
     const only = list(v.only);

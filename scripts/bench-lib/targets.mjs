@@ -5,6 +5,7 @@
 // --add-peer 'NAME=COMMAND {src} {mnt}' on the command line.
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { BenchError, mountAt, pidAlive, say, sleep, unmountSync, warn, which } from './util.mjs';
 
@@ -73,7 +74,8 @@ export function plainTarget() {
  * up in /proc/self/mountinfo, and on stop() SIGTERM it, wait, then unmount by path (-u, then
  * -uz) and SIGKILL only this PID if it still lingers.
  * @param {{name: string, describe: string, argv: (src: string, mnt: string) => string[],
- *          problem?: () => string|null, env?: object, attempts?: number}} spec
+ *          problem?: () => string|null, env?: object, attempts?: number,
+ *          subdir?: (src: string) => string}} spec  subdir: where in the mount the source shows
  * @returns {Target}
  */
 export function daemonTarget(spec) {
@@ -149,7 +151,7 @@ async function startDaemon(spec, src, mnt, logDir) {
     if (m && /fuse/.test(m.fstype)) {
       try {
         fs.statSync(mnt); // answers requests
-        return { path: mnt, pid, stop, logFile, mountOptions: m.options };
+        return { path: spec.subdir ? path.join(mnt, spec.subdir(src)) : mnt, pid, stop, logFile, mountOptions: m.options };
       } catch (e) {
         await stop();
         throw new BenchError(`${spec.name}: mounted but not answering (${e.code}); log:\n${tail()}`);
@@ -195,12 +197,58 @@ function ledgerfsTarget(name, fixedArgs, opts, repo) {
     problem: () => {
       if (!fs.existsSync(path.join(repo, 'dist', 'cli', 'main.js'))) return `ledgerfs is not built (${repo}/dist missing): run npx tsc -p .`;
       for (const f of splitArgs(fixedArgs)) if (!ledgerfsHas(cli, f)) return `this ledgerfs build has no ${f} flag`;
+      if (/--binding native/.test(fixedArgs) && !fs.existsSync(path.join(repo, 'native', 'build', 'Release', 'ledgerfs_fuse3.node'))) {
+        return 'the native binding is not built: node scripts/build-native.mjs (apt-get install -y libfuse3-dev)';
+      }
       return null;
     },
     argv: (src, mnt) => {
       const state = ledgerfsHas(cli, '--state') ? ['--state', path.join(path.dirname(path.dirname(mnt)), 'state', `${name}-${path.basename(mnt)}`)] : [];
       return [process.execPath, cli, 'mount', '--source', src, ...state, ...splitArgs(fixedArgs), ...splitArgs(opts.ledgerfsArgs), mnt];
     },
+  });
+}
+
+/*
+ * libfuse3's own example file systems, compiled from the sources Debian's libfuse3-dev ships, at
+ * bench time (cached by source mtime): the C peers on the library the native binding uses.
+ */
+const FUSE3_EXAMPLES = '/usr/share/doc/libfuse3-dev/examples';
+const fuse3Built = new Map(); // example -> binary path or Error
+
+function buildFuse3Example(example) {
+  if (fuse3Built.has(example)) return fuse3Built.get(example);
+  let result;
+  const source = path.join(FUSE3_EXAMPLES, `${example}.c`);
+  const bin = path.join(os.tmpdir(), 'ledgerfs-bench-bin', example);
+  try {
+    if (!fs.existsSync(source)) throw new Error(`${source} is missing (apt-get install -y libfuse3-dev)`);
+    if (!which('cc') || !which('pkg-config')) throw new Error('cc / pkg-config missing (apt-get install -y build-essential pkg-config)');
+    if (!fs.existsSync(bin) || fs.statSync(bin).mtimeMs < fs.statSync(source).mtimeMs) {
+      fs.mkdirSync(path.dirname(bin), { recursive: true });
+      const flags = execFileSync('pkg-config', ['--cflags', '--libs', 'fuse3'], { encoding: 'utf8' }).trim().split(/\s+/);
+      // the features Debian's build of the examples has (their config.h is not shipped)
+      const have = ['HAVE_UTIMENSAT', 'HAVE_POSIX_FALLOCATE', 'HAVE_SETXATTR', 'HAVE_COPY_FILE_RANGE'].map((d) => `-D${d}`);
+      execFileSync('cc', ['-O2', ...have, '-o', bin, source, ...flags], { stdio: ['ignore', 'ignore', 'pipe'] });
+    }
+    result = bin;
+  } catch (err) {
+    result = new Error(`cannot build libfuse3's ${example}.c: ${(err.stderr?.toString() || err.message).trim().split('\n')[0]}`);
+  }
+  fuse3Built.set(example, result);
+  return result;
+}
+
+function fuse3ExampleTarget(name, example, describe, argv, subdir) {
+  return daemonTarget({
+    name,
+    describe,
+    subdir,
+    problem: () => {
+      const b = buildFuse3Example(example);
+      return b instanceof Error ? b.message : null;
+    },
+    argv: (src, mnt) => argv(buildFuse3Example(example), src, mnt),
   });
 }
 
@@ -222,7 +270,18 @@ export function makeTargets(opts) {
       problem: () => (which('bindfs') ? null : 'bindfs is not installed (apt-get install -y bindfs)'),
       argv: (src, mnt) => ['bindfs', '-f', '--no-allow-other', ...splitArgs(opts.bindfsArgs), src, mnt],
     }),
+    // libfuse3's high-level passthrough example (same API level as ledgerfs's native binding):
+    // serves all of /, so the workload runs in MNT/SRC; multithreaded; its init() sets entry,
+    // attr and negative timeouts to 0 and use_ino.
+    fuse3ExampleTarget('libfuse3', 'passthrough',
+      'passthrough -f (C, libfuse3 high-level example, compiled here; timeouts 0, multithreaded)',
+      (bin, _src, mnt) => [bin, '-f', mnt], (src) => src),
+    // the low-level one, not in the default --peers
+    fuse3ExampleTarget('libfuse3-ll', 'passthrough_ll',
+      'passthrough_ll -f -o source=SRC (C, libfuse3 low-level example, compiled here; cache=normal)',
+      (bin, src, mnt) => [bin, '-f', '-o', `source=${src}`, mnt]),
     ledgerfsTarget('ledgerfs', '', opts, repo),
+    ledgerfsTarget('ledgerfs-native', '--binding native', opts, repo),
     // Not in the default --peers: the journal's cost is ledgerfs/ledgerfs-nojournal with
     // --peers ledgerfs-nojournal,ledgerfs (or add it to the default list).
     ledgerfsTarget('ledgerfs-nojournal', '--no-journal', opts, repo),

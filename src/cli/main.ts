@@ -1,5 +1,5 @@
 import { Command, Option } from 'commander';
-import { DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type LogLevel } from '../config/defaults.js';
+import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type BindingName, type LogLevel } from '../config/defaults.js';
 import { mountAt, unmountPath } from '../fuse/mounts.js';
 import { CliError } from './errors.js';
 import { mountCommand } from './mount-command.js';
@@ -44,6 +44,8 @@ export function buildProgram(): Command {
     .option('--actor <label>', 'actor label on this mount\'s journal records', DEFAULTS.journal.mountActor)
     .option('--no-journal', 'record nothing (no log, no rollback); for measuring the journal\'s cost')
     .addOption(new Option('--parent-link', 'serve for `ledgerfs run` over its IPC channel').hideHelp())
+    .addOption(new Option('--binding <name>', `kernel binding: native (libfuse3 addon in native/; knows the calling uid/gid/pid) or fuse-native (libfuse 2); ` +
+      `default: ${DEFAULTS.binding}, falling back to fuse-native when the addon was not built`).choices(BINDING_NAMES as string[]))
     .addHelpText(
       'after',
       `
@@ -63,7 +65,7 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
     )
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number;
-      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean;
+      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName;
     }) => {
       process.exitCode = await mountCommand(mountpoint, o);
     });

@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from '../config/workspace.js';
-import { DEFAULTS, type LogLevel } from '../config/defaults.js';
+import { DEFAULTS, type BindingName, type LogLevel } from '../config/defaults.js';
+import { BindingUnavailable, selectBinding } from '../fuse/bindings.js';
 import { MountError, mountVfs } from '../fuse/mount.js';
 import { openJournal, type MountJournal } from '../journal/open.js';
 import { StateDirError } from '../journal/state-dir.js';
@@ -34,11 +35,20 @@ export interface MountCliOptions {
    * when it goes away (done or killed), remove the mount point it made, print no banner.
    */
   parentLink?: boolean;
+  /** kernel binding (default: DEFAULTS.binding) */
+  binding?: BindingName;
 }
 
 export async function mountCommand(mountpointArg: string, o: MountCliOptions): Promise<number> {
   const log = createLogger(o.logLevel);
   const mountpoint = path.resolve(mountpointArg);
+  let binding;
+  try {
+    binding = selectBinding(o.binding, log);
+  } catch (err) {
+    if (err instanceof BindingUnavailable) throw new CliError(err.message);
+    throw err;
+  }
   if (o.source && o.policy) {
     throw new CliError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
   }
@@ -72,11 +82,16 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
     }
   }
   // Pipeline order: policy first, journal second (nothing refused is journaled).
-  const vfs = new Vfs(ws.backend, { pipeline: new MutationPipeline([...ws.stages, ...(journal ? [journal.stage] : [])]) });
+  const vfs = new Vfs(ws.backend, {
+    pipeline: new MutationPipeline([...ws.stages, ...(journal ? [journal.stage] : [])]),
+    // new nodes belong to whoever created them, as on a local disk; chown needs root
+    ownNewNodesByCaller: binding.knowsCaller && process.getuid?.() === 0,
+    hiddenRenameOfReleasedIsUnlink: binding.hidesReleasedFiles,
+  });
   let running;
   try {
     running = await mountVfs({
-      vfs, mountpoint, log,
+      vfs, mountpoint, log, binding,
       options: { allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout },
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate

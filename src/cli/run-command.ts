@@ -3,7 +3,7 @@ import { Option, type Command } from 'commander';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type LogLevel } from '../config/defaults.js';
+import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type BindingName, type LogLevel } from '../config/defaults.js';
 import { ConfigError, loadMountFile } from '../config/load.js';
 import { mountAt, unmountPath } from '../fuse/mounts.js';
 import { liveDaemon } from '../journal/control.js';
@@ -27,6 +27,8 @@ export interface RunCliOptions {
   /** a running ledgerfs mount to use instead of mounting */
   mount?: string;
   allowOther?: boolean;
+  /** kernel binding of the mount run makes (default: DEFAULTS.binding) */
+  binding?: BindingName;
   logLevel: LogLevel;
 }
 
@@ -99,6 +101,7 @@ function useRunningMount(o: RunCliOptions): Workspace {
     fail(`--session cannot be chosen with --mount: the mount's changes carry the session its daemon was started with (ledgerfs mount --session ID)`);
   }
   if (o.allowOther) fail('--allow-other applies only when run mounts the workspace itself; give it to `ledgerfs mount`');
+  if (o.binding !== undefined) fail('--binding applies only when run mounts the workspace itself; give it to `ledgerfs mount`');
   const m = mountAt(mountpoint);
   if (!m || !m.fstype.startsWith('fuse')) fail(`--mount ${o.mount}: no FUSE mount there; start one first: ledgerfs mount --source DIR ${mountpoint}`);
   const found = daemonServing(mountpoint, o);
@@ -112,6 +115,7 @@ async function mountOwn(o: RunCliOptions, session: string): Promise<Workspace> {
     ...(o.policy !== undefined ? ['--policy', o.policy] : []),
     ...(o.state !== undefined ? ['--state', o.state] : []),
     ...(o.allowOther ? ['--allow-other'] : []),
+    ...(o.binding !== undefined ? ['--binding', o.binding] : []),
     '--session', session, '--actor', DEFAULTS.run.actor, '--log-level', o.logLevel, dir,
   ];
   try {
@@ -303,6 +307,7 @@ export function registerRunCommand(program: Command): void {
     )
     .option('--mount <mountpoint>', 'use this running `ledgerfs mount` instead of mounting (left mounted; its session is the mount\'s)')
     .option('--allow-other', 'mount with allow_other (other users and containers may use the mount too)')
+    .addOption(new Option('--binding <name>', `kernel binding of the mount, as for \`ledgerfs mount\` (default: ${DEFAULTS.binding})`).choices(BINDING_NAMES as string[]))
     .addOption(new Option('--log-level <level>', 'the file system daemon\'s log verbosity on stderr (warn: every refusal)').choices(LOG_LEVELS as string[]).default(DEFAULTS.run.logLevel))
     .addHelpText(
       'after',

@@ -12,6 +12,10 @@ export const DEFAULTS = {
   attrTimeoutSec: 1,
   entryTimeoutSec: 1,
   negativeTimeoutSec: 0,
+  /** Which kernel binding `ledgerfs mount` uses (src/fuse/bindings.ts): `native` is the project's
+   * libfuse3 addon (native/), `fuse-native` the patched libfuse 2 module. fuse-native stays the
+   * default until the whole mounted and property suite passes with native. */
+  binding: 'fuse-native' as BindingName,
   /** Largest write request the kernel may send (needs big_writes on libfuse 2). */
   maxWriteBytes: 1024 * 1024,
   logLevel: 'info' as const,
@@ -165,6 +169,9 @@ export function defaultStateDir(location: string): string {
 
 /** The pattern of defaultStateDir, for help texts. */
 export const DEFAULT_STATE_DIR_PATTERN = path.join(DEFAULTS.journal.stateHome, '<source name>-<first 12 hex digits of sha256(source real path)>');
+
+export type BindingName = 'native' | 'fuse-native';
+export const BINDING_NAMES: readonly BindingName[] = ['native', 'fuse-native'];
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

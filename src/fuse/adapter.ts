@@ -50,6 +50,12 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters()): FsOp
     access: (_c, path) => t('access', path, vfs.access(path)),
     statfs: (_c, path) => t('statfs', path, vfs.statfs(path)),
     readdir: (_c, path) => t('readdir', path, vfs.readdir(path).then((names) => ['.', '..', ...names])),
+    // An entry that vanished (or cannot be stat'ed) between the listing and its getattr goes out
+    // without attributes: the kernel then looks it up itself, as after a plain readdir.
+    readdirPlus: (_c, path) => t('readdirplus', path, vfs.readdir(path).then((names) => {
+      const dir = path === '/' ? '' : path;
+      return Promise.all(names.map((name) => vfs.getattr(`${dir}/${name}`).then((attr) => ({ name, attr }), () => ({ name, attr: null }))));
+    }).then((entries) => [{ name: '.', attr: null }, { name: '..', attr: null }, ...entries])),
     readlink: (_c, path) => t('readlink', path, vfs.readlink(path)),
     open: (c, path, flags) => t('open', path, vfs.open(path, flags, c)),
     create: (c, path, mode, flags) => t('create', path, vfs.create(path, mode, flags, c)),

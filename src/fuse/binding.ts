@@ -13,6 +13,9 @@ export interface FsOps {
   access(caller: Caller, path: string, mode: number): Promise<void>;
   statfs(caller: Caller, path: string): Promise<FsStats>;
   readdir(caller: Caller, path: string): Promise<string[]>;
+  /** readdir with each entry's attributes (null: not known), for bindings that can hand them to
+   * the kernel with the listing (readdirplus) and spare it a lookup per entry */
+  readdirPlus?(caller: Caller, path: string): Promise<DirEntryAttr[]>;
   readlink(caller: Caller, path: string): Promise<string>;
 
   open(caller: Caller, path: string, flags: number): Promise<number>;
@@ -45,6 +48,11 @@ export interface FsOps {
   };
 }
 
+export interface DirEntryAttr {
+  name: string;
+  attr: Attr | null;
+}
+
 export interface MountOptions {
   allowOther: boolean;
   attrTimeoutSec: number;
@@ -64,5 +72,8 @@ export interface Binding {
   readonly name: string;
   /** whether FsOps receive the caller's uid/gid/pid */
   readonly knowsCaller: boolean;
+  /** whether its libfuse may rename a file the core has already released to .fuse_hidden*
+   * (libfuse 3 answers RELEASE before it drops its open count); see VfsOptions */
+  readonly hidesReleasedFiles: boolean;
   mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs>;
 }

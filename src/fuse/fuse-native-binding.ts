@@ -171,6 +171,7 @@ function releaseNativeLoopHandle(fuse: FuseNativeInstance, mountpoint: string): 
 export class FuseNativeBinding implements Binding {
   readonly name = 'fuse-native';
   readonly knowsCaller = false;
+  readonly hidesReleasedFiles = false;
 
   async mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs> {
     const Fuse = require('fuse-native') as FuseNativeCtor;

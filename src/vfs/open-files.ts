@@ -40,6 +40,8 @@ export class OpenFileTable {
   private readonly byPath = new Map<string, OpenFile>();
   /** `.fuse_hidden*` names of states whose node was unlinked while open (never in the backend) */
   private readonly hiddenByPath = new Map<string, OpenFile>();
+  /** hidden names of files libfuse still counted as open after the core had released them */
+  private readonly goneHidden = new Set<string>();
 
   get(path: string): OpenFile | undefined {
     return this.byPath.get(path);
@@ -76,9 +78,20 @@ export class OpenFileTable {
     return this.hiddenByPath.get(alias);
   }
 
+  /**
+   * libfuse hid a file it still counted as open, but the core had already released it (the
+   * release was answered and libfuse had not yet dropped its count when the unlink came in;
+   * measured with libfuse 3 and sqlite's journal). The file is unlinked for real; libfuse may
+   * or may not unlink the hidden name later, so the name is remembered, a bounded while.
+   */
+  markGone(alias: string): void {
+    this.goneHidden.add(alias);
+    if (this.goneHidden.size > 1024) this.goneHidden.delete(this.goneHidden.values().next().value as string);
+  }
+
   /** libfuse unlinks the hidden name after the last close: forget it. */
   unhide(alias: string): boolean {
-    return this.hiddenByPath.delete(alias);
+    return this.hiddenByPath.delete(alias) || this.goneHidden.delete(alias);
   }
 
   /** A rename moved `from` (a file or a whole directory) to `to`. */

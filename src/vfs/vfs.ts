@@ -9,6 +9,12 @@ export interface VfsOptions {
   pipeline?: MutationPipeline;
   /** chown new nodes to the caller when the binding tells us who called (daemon must be root) */
   ownNewNodesByCaller?: boolean;
+  /**
+   * The binding's libfuse may hide (rename to .fuse_hidden*) a file the core has already
+   * released: then that rename is a real unlink. Off, such a rename of a file that is not open
+   * is an ordinary rename. See Binding.hidesReleasedFiles.
+   */
+  hiddenRenameOfReleasedIsUnlink?: boolean;
 }
 
 interface Handle {
@@ -17,6 +23,8 @@ interface Handle {
 }
 
 const NO_CALLER: Caller = Object.freeze({});
+const DAEMON_UID = process.geteuid?.();
+const DAEMON_GID = process.getegid?.();
 
 function decodeFlags(flags: number): { write: boolean; truncate: boolean; exclusive: boolean } {
   const acc = flags & 3; // O_ACCMODE
@@ -39,11 +47,13 @@ export class Vfs {
   private readonly handles = new Map<number, Handle>();
   private nextHandle = 1;
   private readonly ownByCaller: boolean;
+  private readonly hiddenReleasedIsUnlink: boolean;
 
   constructor(backend: Backend, opts: VfsOptions = {}) {
     this.backend = backend;
     this.pipeline = opts.pipeline ?? new MutationPipeline();
     this.ownByCaller = opts.ownNewNodesByCaller ?? false;
+    this.hiddenReleasedIsUnlink = opts.hiddenRenameOfReleasedIsUnlink ?? false;
   }
 
   private mutate<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
@@ -68,6 +78,10 @@ export class Vfs {
 
   private async giveToCaller(path: string, caller: Caller): Promise<void> {
     if (!this.ownByCaller || caller.uid === undefined || !this.backend.capabilities.owners) return;
+    // A local node the daemon made for a caller with the daemon's own ids already has the right
+    // owner, and its group from a setgid parent (the backing file system did that): no stat and
+    // chown per create for the common case of a mount used by the user who runs it.
+    if (this.backend.kind === 'local' && caller.uid === DAEMON_UID && caller.gid === DAEMON_GID) return;
     let gid = caller.gid ?? 0;
     const parent = await this.backend.stat(parentOf(path));
     if (parent.mode & 0o2000 /* S_ISGID */) gid = parent.gid;
@@ -298,13 +312,17 @@ export class Vfs {
     checkPath(to);
     if (from === to) return;
     if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
-    if (isFuseHiddenName(to) && this.openFiles.get(from)) {
-      // libfuse 2 hides a file unlinked (or renamed over) while open by renaming it; unlink it for
+    const file = this.openFiles.get(from);
+    if (isFuseHiddenName(to) && (file || this.hiddenReleasedIsUnlink)) {
+      // libfuse hides a file unlinked (or renamed over) while open by renaming it; unlink it for
       // real instead and keep the hidden name as an alias of the open state, so fstat still works
-      // (with hard_remove libfuse has no path for it and answers ENOENT to fstat).
-      await this.mutate({ op: 'unlink', path: from, file: this.openFiles.get(from), caller }, async () => {
+      // (with hard_remove libfuse has no path for it and answers ENOENT to fstat). libfuse 3
+      // answers a release before it drops its own open count, so it may hide a file the core has
+      // already released: then there is nothing to alias and the unlink stays real.
+      await this.mutate({ op: 'unlink', path: from, file, caller }, async () => {
         await this.backend.unlink(from);
-        this.openFiles.hide(from, to);
+        if (file) this.openFiles.hide(from, to);
+        else this.openFiles.markGone(to);
       });
       return;
     }

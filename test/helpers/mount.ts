@@ -65,6 +65,15 @@ export interface StartOptions {
   omitSource?: boolean;
 }
 
+/**
+ * LEDGERFS_TEST_BINDING=native|fuse-native runs every mounted test against that kernel binding
+ * (`--binding`); unset, the daemon uses its default (DEFAULTS.binding).
+ */
+export const TEST_BINDING = process.env.LEDGERFS_TEST_BINDING || undefined;
+export function bindingArgs(): string[] {
+  return TEST_BINDING ? ['--binding', TEST_BINDING] : [];
+}
+
 /** Start a real `ledgerfs mount` daemon on fresh temp dirs; always pair with stop() in a finally/afterEach. */
 export async function startMount(opts: StartOptions = {}): Promise<TestMount> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), mountDirPrefix()));
@@ -75,7 +84,7 @@ export async function startMount(opts: StartOptions = {}): Promise<TestMount> {
   opts.populate?.(src);
   let log = '';
   const source = opts.omitSource ? [] : ['--source', src];
-  const daemon = spawn(process.execPath, [CLI, 'mount', ...source, ...(opts.args ?? []), mnt], {
+  const daemon = spawn(process.execPath, [CLI, 'mount', ...bindingArgs(), ...source, ...(opts.args ?? []), mnt], {
     stdio: ['ignore', 'pipe', 'pipe'],
     // the journal's default state dir goes under XDG_STATE_HOME: keep it in this temp dir
     env: { ...process.env, XDG_STATE_HOME: path.join(dir, 'state-home'), ...opts.env },

@@ -337,6 +337,20 @@ describe('Vfs over LocalBackend', () => {
     expect(fs.readdirSync(root)).toEqual([]);
   });
 
+  it('hiddenRenameOfReleasedIsUnlink (libfuse 3): hiding a file already released unlinks it; the later unlink of the hidden name is a no-op', async () => {
+    const v3 = new Vfs(count.backend, { hiddenRenameOfReleasedIsUnlink: true });
+    fs.writeFileSync(host('f'), 'x');
+    const fh = await v3.open('/f', RW);
+    await v3.release(fh); // answered before libfuse dropped its count: it still thinks f is open
+    const hidden = '/.fuse_hidden0000000300000001';
+    await v3.rename('/f', hidden);
+    expect(fs.readdirSync(root)).toEqual([]);
+    await expectCode(v3.getattr(hidden), 'ENOENT');
+    await v3.unlink(hidden); // libfuse's own cleanup after its last release, if it comes
+    await expectCode(v3.unlink(hidden), 'ENOENT'); // remembered once only
+    expect(count.live()).toBe(0);
+  });
+
   it('rename rules: into itself EINVAL, ENOTEMPTY, EISDIR, ENOTDIR, ENOENT; same name is a no-op', async () => {
     await vfs.mkdir('/d', 0o755);
     await vfs.mkdir('/d/sub', 0o755);

@@ -1,0 +1,11 @@
+{
+  "targets": [
+    {
+      "target_name": "ledgerfs_fuse3",
+      "sources": ["ledgerfs_fuse3.c"],
+      "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
+                 "<!@(pkg-config --cflags fuse3)"],
+      "libraries": ["<!@(pkg-config --libs fuse3)", "-lpthread"]
+    }
+  ]
+}

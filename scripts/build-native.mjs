@@ -1,0 +1,67 @@
+#!/usr/bin/env node
+// Build ledgerfs' own libfuse3 binding (native/ledgerfs_fuse3.c, see native/README.md) with
+// node-gyp against Debian's libfuse3-dev. Run by `postinstall` after build-fuse-native.mjs.
+//
+//   node scripts/build-native.mjs [--force]
+//
+// The native binding is optional: when it cannot be built this says why and how to fix it,
+// and exits 0 so the install carries on (`ledgerfs mount` then uses fuse-native).
+// Idempotent: skips the build when the addon is newer than its sources and loads.
+import { spawnSync } from 'node:child_process';
+import { existsSync, statSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const dir = join(root, 'native');
+const addon = join(dir, 'build', 'Release', 'ledgerfs_fuse3.node');
+const sources = [join(dir, 'ledgerfs_fuse3.c'), join(dir, 'binding.gyp')];
+const force = process.argv.includes('--force');
+const tag = 'build-native:';
+
+function skip(msg) {
+  console.error(`${tag} NOT BUILT: ${msg}`);
+  console.error(`${tag} ledgerfs will use fuse-native (libfuse 2); --binding native is unavailable until this builds.`);
+  process.exit(0);
+}
+const mtime = (p) => {
+  try {
+    return statSync(p).mtimeMs;
+  } catch {
+    return -1;
+  }
+};
+
+function verify() {
+  const probe = `const a = require(${JSON.stringify(addon)}); process.stdout.write(a.libfuseVersion);`;
+  const r = spawnSync(process.execPath, ['-e', probe], { encoding: 'utf8' });
+  return r.status === 0 ? { ok: true, version: r.stdout } : { ok: false, why: (r.stderr || '').trim().split('\n')[0] };
+}
+
+if (!force && mtime(addon) > Math.max(...sources.map(mtime))) {
+  const v = verify();
+  if (v.ok) {
+    console.error(`${tag} up to date (${addon}, libfuse ${v.version})`);
+    process.exit(0);
+  }
+  console.error(`${tag} existing build not usable (${v.why}); rebuilding`);
+}
+
+const problem = buildProblem('fuse3', 'libfuse3-dev');
+if (problem) skip(problem);
+const gyp = nodeGypRebuild(root);
+if (typeof gyp === 'string') skip(gyp);
+const { args } = gyp;
+
+const t0 = Date.now();
+const r = spawnSync(process.execPath, args, { cwd: dir, encoding: 'utf8' });
+if (r.status !== 0) {
+  process.stderr.write((r.stdout || '') + (r.stderr || ''));
+  skip(`node-gyp rebuild failed (exit ${r.status}) in ${dir}`);
+}
+for (const w of `${r.stdout}\n${r.stderr}`.split('\n').filter((l) => /warning:/.test(l))) console.error(`${tag} ${w}`);
+const v = verify();
+if (!v.ok) skip(`built, but ${addon} does not load: ${v.why}`);
+console.error(`${tag} ok in ${((Date.now() - t0) / 1000).toFixed(1)} s: ${addon} (libfuse ${v.version})`);
+if (!existsSync(addon)) skip('no addon after the build');

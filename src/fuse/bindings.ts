@@ -1,0 +1,21 @@
+import { DEFAULTS, type BindingName } from '../config/defaults.js';
+import type { Logger } from '../log.js';
+import type { Binding } from './binding.js';
+import { FuseNativeBinding } from './fuse-native-binding.js';
+import { loadNativeAddon, NativeBinding } from './native-binding.js';
+
+export class BindingUnavailable extends Error {}
+
+/**
+ * The binding to mount with. A binding asked for by name must be there; the default falls back
+ * to fuse-native (with a warning) when the native addon was not built at install.
+ */
+export function selectBinding(requested: BindingName | undefined, log: Logger): Binding {
+  const name = requested ?? DEFAULTS.binding;
+  if (name === 'fuse-native') return new FuseNativeBinding();
+  const addon = loadNativeAddon();
+  if (!(addon instanceof Error)) return new NativeBinding();
+  if (requested) throw new BindingUnavailable(addon.message);
+  log.warn({ reason: addon.message }, 'native binding unavailable; using fuse-native');
+  return new FuseNativeBinding();
+}
