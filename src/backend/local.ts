@@ -137,7 +137,11 @@ export class LocalBackend implements Backend {
 
   async stat(path: string): Promise<Attr> {
     const p = this.host(path);
-    return attrFromStats(sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true })));
+    // a miss is the common answer (the kernel looks up every name before creating it): no
+    // Node exception for it, whose message and stack cost more than the lstat
+    const st = sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true, throwIfNoEntry: false }));
+    if (st === undefined) throw new VfsError('ENOENT', `stat ${path}: no such file or directory`);
+    return attrFromStats(st);
   }
 
   async tryStat(path: string): Promise<Attr | null> {

@@ -32,7 +32,13 @@ export class VfsError extends Error {
   readonly code: ErrnoCode;
   readonly reason: string;
   constructor(code: ErrnoCode, reason: string) {
+    // These are answers, not faults (ENOENT to every lookup of a name about to be created,
+    // EACCES to a refused write), thousands a second: capturing a stack cost more than the
+    // syscall they answer. Unexpected failures are not VfsErrors and keep their stacks.
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     super(`${code}: ${reason}`);
+    Error.stackTraceLimit = limit;
     this.code = code;
     this.reason = reason;
   }
