@@ -66,6 +66,7 @@ export class GcsBackend implements Backend, GcsFileHost {
   readonly names: ObjectNames;
   readonly attrDefaults: AttrDefaults;
   readonly stagingDir: string;
+  readonly conflictsDir: string;
   private readonly openFiles = new Map<string, Set<GcsFile>>();
 
   constructor(
@@ -75,6 +76,7 @@ export class GcsBackend implements Backend, GcsFileHost {
     this.names = new ObjectNames(opts.prefix);
     this.location = `gs://${opts.bucket}/${opts.prefix}`;
     this.stagingDir = opts.stagingDir;
+    this.conflictsDir = opts.conflictsDir;
     this.attrDefaults = { fileMode: opts.fileMode, dirMode: opts.dirMode, uid: opts.uid, gid: opts.gid, implicitTimeNs: nowNs() };
   }
 
@@ -214,11 +216,26 @@ export class GcsBackend implements Backend, GcsFileHost {
    * isPosixName) are left out.
    */
   async readdir(path: string): Promise<DirEntry[]> {
+    return (await this.list(path)).map(({ name, type }) => ({ name, type }));
+  }
+
+  /** The listing with attributes: the listing's items carry every object's metadata. */
+  async readdirPlus(path: string): Promise<Array<DirEntry & { attr?: Attr }>> {
+    const dir = path === '/' ? '' : path;
+    return (await this.list(path)).map(({ name, type, info }) => {
+      const p = `${dir}/${name}`;
+      // a file with local changes: its attributes are the staging file's (stat() answers them)
+      if (type === 'file' && this.filesAt(p).some((f) => f.hasLocalState)) return { name, type };
+      return { name, type, attr: attrOf(type, p, info, this.attrDefaults) };
+    });
+  }
+
+  private async list(path: string): Promise<Array<{ name: string; type: NodeType; info: ObjectInfo | undefined }>> {
     checkPath(path);
     const dirKey = this.names.dirKey(path);
-    const files = new Map<string, NodeType>();
+    const files = new Map<string, ObjectInfo>();
     const dirs = new Set<string>();
-    const placeholders = new Set<string>();
+    const placeholders = new Map<string, ObjectInfo>();
     let sawAnything = false;
     let pageToken: string | undefined;
     try {
@@ -232,23 +249,27 @@ export class GcsBackend implements Backend, GcsFileHost {
         for (const o of page.items) {
           sawAnything = true;
           const rest = o.name.slice(dirKey.length);
-          if (rest.endsWith('/')) placeholders.add(rest.slice(0, -1));
-          else if (isPosixName(rest)) files.set(rest, typeOfObject(o));
+          if (rest.endsWith('/')) placeholders.set(rest.slice(0, -1), o);
+          else if (isPosixName(rest)) files.set(rest, o);
         }
         pageToken = page.nextPageToken;
       } while (pageToken);
     } catch (err) {
       throw toVfsError(err, `list ${path}`);
     }
-    const entries = new Map<string, NodeType>(files);
-    for (const d of dirs) if (this.opts.implicitDirs || placeholders.has(d)) entries.set(d, 'dir');
+    const entries = new Map<string, { name: string; type: NodeType; info: ObjectInfo | undefined }>();
+    for (const [name, o] of files) entries.set(name, { name, type: typeOfObject(o), info: o });
+    for (const d of dirs) {
+      const ph = placeholders.get(d);
+      if (this.opts.implicitDirs || ph) entries.set(d, { name: d, type: 'dir', info: ph });
+    }
     if (!sawAnything && path !== '/') {
       // Nothing under the prefix: a file, or nothing at all (or a placeholder-less dir with implicit dirs off).
       const f = await this.lookup(path);
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
       if (f.type !== 'dir') throw new VfsError('ENOTDIR', `${path} is not a directory`);
     }
-    return [...entries].map(([name, type]) => ({ name, type }));
+    return [...entries.values()];
   }
 
   async readlink(path: string): Promise<string> {

@@ -229,6 +229,8 @@ export class Vfs {
 
   async flush(fh: number, caller: Caller = NO_CALLER): Promise<void> {
     const of = this.handle(fh).of;
+    // A store that uploads at close does it here, where close(2) still waits for the outcome.
+    if (of.file.flush && of.file.writable) await of.file.flush();
     // close(2) waits for this flush; the release comes later, after close has returned. Ending
     // the write session here makes every close a session boundary, so a program that closes and
     // reopens a file starts a new session, and the journal can roll back to the point between.

@@ -17,6 +17,7 @@ export interface GcsFileHost {
   readonly req: GcsRequests;
   readonly attrDefaults: AttrDefaults;
   readonly stagingDir: string;
+  readonly conflictsDir: string;
   forget(f: GcsFile): void;
   reportConflict(c: GcsConflict): void;
 }
@@ -81,6 +82,16 @@ export class GcsFile implements BackendFile {
 
   get generation(): bigint {
     return this.base.generation;
+  }
+
+  /** object name and generation while the handle reads the bucket's bytes (content caches key on it) */
+  get version(): string | undefined {
+    return this.hasLocalState || this.unlinked ? undefined : `${this.key}#${this.base.generation}`;
+  }
+
+  /** close(2): upload now, so the program's close sees a conflict or failure (and data is durable). */
+  async flush(): Promise<void> {
+    await this.sync();
   }
 
   async read(buf: Buffer, length: number, position: number): Promise<number> {
@@ -274,7 +285,7 @@ export class GcsFile implements BackendFile {
   /** Move the staged file to the conflicts area, report it, and remember the error. */
   private setAside(reason: GcsConflict['reason'], cur: ObjectInfo | undefined): VfsError {
     const staged = this.staged as { fd: number; file: string };
-    const dir = nodePath.join(this.host.stagingDir, 'conflicts');
+    const dir = this.host.conflictsDir;
     const flat = this.path.slice(1).replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
     const dest = nodePath.join(dir, `${new Date().toISOString().replace(/[:.]/g, '-')}-${flat}-${randomUUID().slice(0, 8)}`);
     try {
