@@ -27,6 +27,8 @@ export interface MountCliOptions {
   actor?: string;
   /** false: no journal at all (--no-journal, for benchmarks) */
   journal?: boolean;
+  /** GCS metadata cache lifetime, seconds (overrides the mount file's backend.cache.metadataTtl) */
+  metadataTtl?: number;
 }
 
 export async function mountCommand(mountpointArg: string, o: MountCliOptions): Promise<number> {
@@ -42,7 +44,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   let ws: OpenedWorkspace;
   try {
     // state too: a journal directory inside the served tree is hidden and refused by the view
-    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log });
+    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}) });
   } catch (err) {
     if (err instanceof WorkspaceError) throw new CliError(err.message);
     throw err;

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { GcsSetupError } from '../backend/gcs.js';
 import { openGcsStack } from '../backend/gcs-stack.js';
+import { gcsSource } from './gcs-url.js';
 import { LocalBackend } from '../backend/local.js';
 import { stateLayout } from '../journal/layout.js';
 import { resolveStateDir } from '../journal/state-dir.js';
@@ -76,10 +77,12 @@ export interface OpenedWorkspace extends Workspace {
 export interface OpenWorkspaceOptions extends WorkspaceFlags {
   /** denials are logged here (warn) */
   log?: Logger;
+  /** GCS: metadata cache lifetime (mount --metadata-ttl), over the mount file's */
+  metadataTtlSec?: number;
 }
 
 /** The real backend a mount file names. */
-async function openStore(b: BackendConfig, label: string, flags: WorkspaceFlags, log?: Logger): Promise<{ store: Backend; sourceDir?: string }> {
+async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string }> {
   if (b.type === 'gcs') {
     // Writes stage, and refused local versions are kept, in the workspace's state directory.
     let layout;
@@ -89,7 +92,8 @@ async function openStore(b: BackendConfig, label: string, flags: WorkspaceFlags,
       throw new WorkspaceError((err as Error).message);
     }
     try {
-      const { store } = await openGcsStack(b, {
+      const ttl = flags.metadataTtlSec;
+      const { store } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
         stagingDir: layout.stagingDir,
         conflictsDir: layout.conflictsDir,
         onConflict: (c) =>
@@ -119,6 +123,11 @@ async function openStore(b: BackendConfig, label: string, flags: WorkspaceFlags,
 export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedWorkspace> {
   if (opts.source !== undefined && opts.policy !== undefined) {
     throw new WorkspaceError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
+  }
+  const gcs = gcsSource(opts.source);
+  if (gcs && opts.policy === undefined) {
+    const { store } = await openStore(gcs, '--source', opts, opts.log);
+    return { backend: store, store, stages: [], demo: false, ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   if (opts.policy === undefined) {
     const ws = openLocalWorkspace(opts);
