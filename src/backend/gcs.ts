@@ -314,6 +314,12 @@ export class GcsBackend implements Backend, GcsFileHost {
     checkPath(path);
     if (path === '/') throw new VfsError('EISDIR', '/ is a directory');
     const key = this.names.key(path);
+    if (!mode.write && !mode.create) {
+      // Another handle holds local changes not uploaded yet: read what it would read (the
+      // journal's before-image of a file being written is taken this way).
+      const local = this.filesAt(path).find((f) => f.hasLocalState);
+      if (local) return new LocalChangesReader(local);
+    }
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
       if (f.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
@@ -613,3 +619,23 @@ function sameMetadata(a: Record<string, string>, b: Record<string, string>): boo
   return ka.length === Object.keys(b).length && ka.every((k) => a[k] === b[k]);
 }
 
+
+/** A read-only handle on a file whose local changes another handle of this backend holds. */
+class LocalChangesReader implements BackendFile {
+  readonly writable = false;
+  constructor(private readonly f: GcsFile) {}
+  read(buf: Buffer, length: number, position: number): Promise<number> {
+    return this.f.read(buf, length, position);
+  }
+  async write(): Promise<number> {
+    throw new VfsError('EBADF', `${this.f.path} is open read-only`);
+  }
+  async truncate(): Promise<void> {
+    throw new VfsError('EBADF', `${this.f.path} is open read-only`);
+  }
+  stat(): Promise<Attr> {
+    return this.f.stat();
+  }
+  async sync(): Promise<void> {}
+  async close(): Promise<void> {}
+}

@@ -139,6 +139,13 @@ export class Vfs {
       await this.giveToCaller(path, caller);
       return file;
     });
+    const raced = this.openFiles.get(path);
+    if (raced) {
+      // Another O_CREAT of the same path finished first: share its state (one backend file
+      // per path, so a store that stages writes per handle never splits them over two).
+      await file.close();
+      return this.open(path, (flags & ~(3 | C.O_TRUNC)) | C.O_RDWR, caller);
+    }
     // new or emptied: size 0; an existing file opened by a racing O_CREAT: unknown
     const of = new OpenFile(path, file, f.truncate || f.exclusive ? 0 : undefined);
     this.openFiles.add(of);
