@@ -44,7 +44,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   let ws: OpenedWorkspace;
   try {
     // state too: a journal directory inside the served tree is hidden and refused by the view
-    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}) });
+    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}) });
   } catch (err) {
     if (err instanceof WorkspaceError) throw new CliError(err.message);
     throw err;

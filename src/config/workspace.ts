@@ -79,6 +79,8 @@ export interface OpenWorkspaceOptions extends WorkspaceFlags {
   log?: Logger;
   /** GCS: metadata cache lifetime (mount --metadata-ttl), over the mount file's */
   metadataTtlSec?: number;
+  /** mount --no-journal: GCS writes stage in DEFAULTS.gcs.stagingDir, not in a state directory */
+  noJournal?: boolean;
 }
 
 /** The real backend a mount file names. */
@@ -87,7 +89,9 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
     // Writes stage, and refused local versions are kept, in the workspace's state directory.
     let layout;
     try {
-      layout = stateLayout(resolveStateDir(flags));
+      layout = flags.noJournal
+        ? { stagingDir: DEFAULTS.gcs.stagingDir, conflictsDir: path.join(DEFAULTS.gcs.stagingDir, 'conflicts') }
+        : stateLayout(resolveStateDir(flags));
     } catch (err) {
       throw new WorkspaceError((err as Error).message);
     }

@@ -120,6 +120,30 @@ export async function startTestEmulator(buckets: string[], port = 0): Promise<Te
   };
 }
 
+const shared = new Map<string, Promise<TestEmulator>>();
+const sharedPids = new Set<number>();
+
+function sharedEmulator(key: string, bucket: string): Promise<TestEmulator> {
+  let e = shared.get(key);
+  if (!e) {
+    e = startTestEmulator([bucket]);
+    void e.then((em) => sharedPids.add(em.pid), () => undefined);
+    shared.set(key, e);
+    if (shared.size === 1) {
+      process.once('exit', () => {
+        for (const pid of sharedPids) {
+          try {
+            process.kill(pid, 'SIGTERM');
+          } catch {
+            /* gone already */
+          }
+        }
+      });
+    }
+  }
+  return e;
+}
+
 interface Daemon {
   daemon: ChildProcess;
   logs(): string;
@@ -177,8 +201,16 @@ export async function startMount(opts: StartOptions = {}): Promise<TestMount> {
   try {
     if (onGcs && !opts.omitSource) {
       const bucket = opts.gcs?.bucket ?? 'ledgerfs-test';
-      const emulator = opts.gcs?.emulator ?? (await startTestEmulator([bucket]));
-      if (!opts.gcs) cleanups.push(() => emulator.stop());
+      let emulator = opts.gcs?.emulator;
+      if (!emulator && opts.src) {
+        // A source the test names outlives the mount (restart tests mount it again): so does
+        // its bucket, until this worker exits.
+        emulator = await sharedEmulator(fs.realpathSync(opts.src), bucket);
+      } else if (!emulator) {
+        const own = await startTestEmulator([bucket]);
+        cleanups.push(() => own.stop());
+        emulator = own;
+      }
       env = { ...env, LEDGERFS_GCS_ENDPOINT: emulator.url };
       source = ['--source', `gs://${bucket}`];
       const mirror = await spawnDaemon(
