@@ -199,7 +199,7 @@ export async function startMount(opts: StartOptions = {}): Promise<TestMount> {
   let gcs: TestMount['gcs'];
   let main: Daemon;
   try {
-    if (onGcs && !opts.omitSource) {
+    if ((onGcs || opts.gcs) && !opts.omitSource) {
       const bucket = opts.gcs?.bucket ?? 'ledgerfs-test';
       let emulator = opts.gcs?.emulator;
       if (!emulator && opts.src) {
