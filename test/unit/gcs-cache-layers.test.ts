@@ -122,6 +122,30 @@ describe('MetadataCacheLayer', () => {
     expect((await c.stat('/w.txt')).size).toBe(6);
   });
 
+  it('a new directory is known empty, and a closed file\'s new attributes are known: tar-like creates ask less', async () => {
+    await c.mkdir('/t', 0o755);
+    expect(await cost(() => expectCode(c.stat('/t/f'), 'ENOENT'))).toBe(0);
+    await writeFile(c, '/t/f', 'data');
+    expect(await cost(async () => expect((await c.stat('/t/f')).size).toBe(4))).toBe(0);
+    expect((await c.readdir('/t')).map((e) => e.name)).toEqual(['f']);
+  });
+
+  it('a file unlinked or renamed over while open is not brought back by its close', async () => {
+    await put('u.txt', 'u');
+    const f = await c.open('/u.txt', { write: true });
+    await f.write(Buffer.from('more'), 4, 0);
+    await c.unlink('/u.txt');
+    await f.close();
+    await expectCode(c.stat('/u.txt'), 'ENOENT');
+    await put('v.txt', 'v');
+    await put('w.txt', 'www');
+    const g = await c.open('/v.txt', { write: true });
+    await g.write(Buffer.from('vv'), 2, 0);
+    await c.rename('/w.txt', '/v.txt');
+    await g.close();
+    expect((await c.stat('/v.txt')).size).toBe(3);
+  });
+
   it('a change by another client shows after the TTL, not before', async () => {
     await put('o.txt', 'one');
     expect((await c.stat('/o.txt')).size).toBe(3);

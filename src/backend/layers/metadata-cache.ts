@@ -11,6 +11,12 @@ export interface MetadataCacheOptions {
   maxEntries: number;
 }
 
+/** A writable handle open through the layer: its path follows renames; gone once unlinked. */
+interface Writer {
+  path: string;
+  gone: boolean;
+}
+
 /** What the cache knows about a path: its attributes, or that nothing is there. */
 type Known = { attr: Attr; target?: string } | { missing: true };
 
@@ -30,7 +36,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
   private readonly nodes: LRUCache<string, Known>;
   private readonly lists: LRUCache<string, Map<string, NodeType>>;
   /** writable handles open (or opening) through this layer; their paths follow renames */
-  private readonly writers = new Set<{ path: string }>();
+  private readonly writers = new Set<Writer>();
   private epoch = 0;
   /** lookups answered by the store (for tests and the bench) */
   misses = 0;
@@ -179,7 +185,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
 
   override async open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
     if (!mode.write) return this.inner.open(path, mode, createMode);
-    const token = { path };
+    const token: Writer = { path, gone: false };
     this.writers.add(token);
     let file: BackendFile;
     try {
@@ -192,15 +198,21 @@ export class MetadataCacheLayer extends ForwardingLayer {
     return new WritingFile(file, token, this);
   }
 
-  /** A writable handle closed: its path may be cached again. */
-  doneWriting(token: { path: string }): void {
+  /**
+   * A writable handle closed: its path may be cached again, with `attr` (what the file is now,
+   * when the closed handle could still say it without asking the store).
+   */
+  doneWriting(token: Writer, attr?: Attr): void {
     this.writers.delete(token);
     this.forget(token.path);
+    if (attr && !token.gone && this.enabled && !this.isWriting(token.path)) this.nodes.set(token.path, { attr });
   }
 
   override async mkdir(path: string, mode: number): Promise<void> {
     await this.change([path], false, () => this.inner.mkdir(path, mode));
     this.entry(path, 'dir');
+    // A new directory is empty: lookups in it (tar, cp -r create right after) need not ask.
+    if (this.enabled) this.lists.set(path, new Map());
   }
 
   override async rmdir(path: string): Promise<void> {
@@ -212,11 +224,18 @@ export class MetadataCacheLayer extends ForwardingLayer {
   override async unlink(path: string): Promise<void> {
     await this.change([path], false, () => this.inner.unlink(path));
     this.entry(path, null);
+    this.gone(path);
+  }
+
+  /** Files open at `path` no longer have a name: their close must not cache one. */
+  private gone(path: string): void {
+    for (const w of this.writers) if (w.path === path) w.gone = true;
   }
 
   override async rename(from: string, to: string): Promise<void> {
     const type = (this.nodes.get(from) as { attr?: Attr } | undefined)?.attr?.type;
     await this.change([from, to], true, () => this.inner.rename(from, to));
+    if (from !== to) this.gone(to); // renamed over
     // writable handles follow the file (the backend retargets them)
     for (const w of this.writers) if (isWithin(w.path, from)) w.path = rebase(w.path, from, to);
     this.entry(from, null);
@@ -268,7 +287,7 @@ class WritingFile implements BackendFile {
 
   constructor(
     private readonly f: BackendFile,
-    private readonly token: { path: string },
+    private readonly token: Writer,
     private readonly layer: MetadataCacheLayer,
   ) {
     if (f.flush) this.flush = () => (f.flush as () => Promise<void>).call(f);
@@ -298,10 +317,14 @@ class WritingFile implements BackendFile {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    let attr: Attr | undefined;
     try {
       await this.f.close();
+      // After a successful close the GCS file knows the generation it uploaded: its stat is
+      // local. (A local backend's closed file cannot answer: nothing is primed then.)
+      attr = await this.f.stat().catch(() => undefined);
     } finally {
-      this.layer.doneWriting(this.token);
+      this.layer.doneWriting(this.token, attr);
     }
   }
 }
