@@ -43,23 +43,28 @@ export class ReadCacheLayer extends ForwardingLayer {
 
 interface Chunk {
   start: number;
-  data: Buffer;
+  end: number;
+  data: Promise<Buffer>;
 }
 
+/** Chunks kept per handle: those being read (the kernel reads a stream a few requests at a time) and the one ahead. */
+const MAX_CHUNKS = 4;
+
 /**
- * A read-only handle of one object version. A read that continues where the last one ended
- * is sequential: it is served from a window fetched ahead (doubling, up to the maximum), and the
- * next window is fetched while the current one is consumed. Other reads go to the store as they
- * are. An object read front to back is kept in the content cache; later opens of the same
- * version read the local copy.
+ * A read-only handle of one object version. Reads near where the reader is (the kernel sends
+ * several reads of one sequential stream at once, not always in order) are served from windows
+ * fetched ahead (doubling, up to the maximum), and the next window is fetched while the current
+ * one is consumed. Reads elsewhere go to the store as they are. An object read front to back is
+ * kept in the content cache; later opens of the same version read the local copy.
  */
 class ReadAheadFile implements BackendFile {
   readonly writable = false;
-  private cur: Chunk | undefined;
-  private next: { start: number; p: Promise<Chunk> } | undefined;
+  private chunks: Chunk[] = [];
   private lastEnd = -1;
   private window: number;
   private fill: CacheFill | undefined;
+  /** chunks reach the content cache in the order they were asked for */
+  private filling: Promise<void> = Promise.resolve();
   private local: { fd: number } | undefined;
 
   constructor(
@@ -90,11 +95,9 @@ class ReadAheadFile implements BackendFile {
       }
     }
     if (position >= this.size || length <= 0) return 0;
-    const sequential = position === this.lastEnd || position === 0 || this.covers(this.cur, position);
-    if (!sequential && !this.covers(this.cur, position) && !(this.next && this.next.start === position)) {
+    if (!this.chunkAt(position) && !this.nearby(position)) {
       // random access: exactly what was asked, and the read-ahead starts over
       this.window = this.o.readAheadMinBytes;
-      this.dropAhead();
       const n = await this.f.read(buf, length, position);
       this.lastEnd = position + n;
       return n;
@@ -102,58 +105,56 @@ class ReadAheadFile implements BackendFile {
     let done = 0;
     while (done < length && position + done < this.size) {
       const at = position + done;
-      const chunk = await this.chunkAt(at);
+      const chunk = this.chunkAt(at) ?? this.fetch(at);
+      const data = await chunk.data;
       const off = at - chunk.start;
-      const n = Math.min(length - done, chunk.data.length - off);
+      const n = Math.min(length - done, data.length - off);
       if (n <= 0) break;
-      chunk.data.copy(buf, done, off, off + n);
+      data.copy(buf, done, off, off + n);
       done += n;
     }
-    this.lastEnd = position + done;
+    this.lastEnd = Math.max(this.lastEnd, position + done);
     this.prefetch();
     return done;
   }
 
-  private covers(c: Chunk | undefined, pos: number): c is Chunk {
-    return c !== undefined && pos >= c.start && pos < c.start + c.data.length;
+  private chunkAt(pos: number): Chunk | undefined {
+    return this.chunks.find((c) => pos >= c.start && pos < c.end);
   }
 
-  private async chunkAt(pos: number): Promise<Chunk> {
-    if (this.covers(this.cur, pos)) return this.cur;
-    if (this.next && this.next.start === pos) {
-      const p = this.next.p;
-      this.next = undefined;
-      this.cur = await p;
-      if (this.covers(this.cur, pos)) return this.cur;
-    }
-    this.cur = await this.fetch(pos, this.window);
-    this.grow();
-    return this.cur;
+  /** Within the stream being read: its start, or around the chunks held (a window either side). */
+  private nearby(pos: number): boolean {
+    if (pos === 0 || pos === this.lastEnd) return true;
+    if (this.chunks.length === 0) return false;
+    const lo = Math.min(...this.chunks.map((c) => c.start));
+    const hi = Math.max(...this.chunks.map((c) => c.end));
+    return pos >= lo - this.window && pos <= hi + this.window;
   }
 
-  /** Start fetching the window after the current one, if the reader is heading there. */
-  private prefetch(): void {
-    const c = this.cur;
-    if (!c || this.next) return;
-    const start = c.start + c.data.length;
-    if (start >= this.size) return;
-    const p = this.fetch(start, this.window);
-    p.catch(() => undefined); // surfaced when the reader gets there
-    this.next = { start, p };
-    this.grow();
-  }
-
-  private grow(): void {
+  /** Fetch the window at `start` (up to the next chunk held), keeping the latest few. */
+  private fetch(start: number): Chunk {
+    const nextHeld = Math.min(this.size, ...this.chunks.filter((c) => c.start > start).map((c) => c.start));
+    const end = Math.min(nextHeld, start + this.window);
     this.window = Math.min(this.o.readAheadMaxBytes, this.window * 2);
+    const data = this.fetchRange(start, end);
+    data.catch(() => undefined); // surfaced to the reader that awaits it
+    const chunk = { start, end, data };
+    this.chunks.push(chunk);
+    if (this.chunks.length > MAX_CHUNKS) this.chunks.shift();
+    const fill = this.fill;
+    if (fill) this.filling = this.filling.then(() => data.then((d) => fill.add(start, d), () => fill.abandon()));
+    return chunk;
   }
 
-  private dropAhead(): void {
-    this.next = undefined;
-    this.cur = undefined;
+  /** Start fetching the window after the furthest one held, if the reader is past its middle. */
+  private prefetch(): void {
+    const last = this.chunks.reduce<Chunk | undefined>((a, c) => (!a || c.end > a.end ? c : a), undefined);
+    if (!last || last.end >= this.size) return;
+    if (this.lastEnd >= last.start + (last.end - last.start) / 2) this.fetch(last.end);
   }
 
-  private async fetch(start: number, want: number): Promise<Chunk> {
-    const len = Math.min(want, this.size - start);
+  private async fetchRange(start: number, end: number): Promise<Buffer> {
+    const len = end - start;
     const data = Buffer.allocUnsafe(len);
     let got = 0;
     while (got < len) {
@@ -161,9 +162,7 @@ class ReadAheadFile implements BackendFile {
       if (n === 0) break;
       got += n;
     }
-    const chunk = { start, data: got === len ? data : data.subarray(0, got) };
-    this.fill?.add(start, chunk.data);
-    return chunk;
+    return got === len ? data : data.subarray(0, got);
   }
 
   async write(): Promise<number> {
@@ -179,8 +178,10 @@ class ReadAheadFile implements BackendFile {
     return this.f.sync(dataOnly);
   }
   async close(): Promise<void> {
-    this.fill?.abandon();
-    this.dropAhead();
+    // a fill still in order completes in the background; an incomplete one is dropped
+    const fill = this.fill;
+    void this.filling.then(() => fill?.abandon());
+    this.chunks = [];
     if (this.local) {
       fs.closeSync(this.local.fd);
       this.local = undefined;
