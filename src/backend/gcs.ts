@@ -320,6 +320,14 @@ export class GcsBackend implements Backend, GcsFileHost {
       const local = this.filesAt(path).find((f) => f.hasLocalState);
       if (local) return new LocalChangesReader(local);
     }
+    if (mode.create && mode.knownAbsent) {
+      // The caller's cache says nothing is here and the parent is a directory: skip the
+      // lookups; GCS still decides (ifGenerationMatch=0), and if something is there after
+      // all, the usual path below finds out what.
+      const obj = await this.createEmpty(key, this.newNodeMeta({ perm: createMode & 0o7777 }));
+      if (obj) return this.opened(path, key, obj, mode);
+      if (mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
+    }
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
       if (f.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
@@ -339,12 +347,16 @@ export class GcsBackend implements Backend, GcsFileHost {
           continue; // someone created it meanwhile: open theirs
         }
       }
-      const file = new GcsFile(this, path, key, obj, mode.write);
-      this.track(file);
-      if (mode.truncate && mode.write && obj.size > 0) await file.truncate(0);
-      return file;
+      return this.opened(path, key, obj, mode);
     }
     throw new VfsError('ESTALE', `${path} kept changing in the bucket while being opened`);
+  }
+
+  private async opened(path: string, key: string, obj: ObjectInfo, mode: OpenMode): Promise<GcsFile> {
+    const file = new GcsFile(this, path, key, obj, mode.write);
+    this.track(file);
+    if (mode.truncate && mode.write && obj.size > 0) await file.truncate(0);
+    return file;
   }
 
   async truncate(path: string, size: number): Promise<void> {
@@ -568,19 +580,27 @@ export class GcsBackend implements Backend, GcsFileHost {
     const fields: NodeMeta = {};
     if (times.mtimeNs !== undefined) fields.mtimeNs = times.mtimeNs === 'now' ? now : times.mtimeNs;
     if (times.atimeNs !== undefined) fields.atimeNs = times.atimeNs === 'now' ? now : times.atimeNs;
-    await this.patchNode(path, fields, 'utimens');
+    if (await this.patchNode(path, fields, 'utimens')) return;
     if (fields.mtimeNs !== undefined) for (const of of this.filesAt(path)) of.setMtime(fields.mtimeNs);
   }
 
   /**
-   * Change recorded attributes: a metadata patch with ifGenerationMatch and
+   * Change recorded attributes (true: taken along by an open file's next upload instead): a
+   * metadata patch with ifGenerationMatch and
    * ifMetagenerationMatch of what was looked up, re-done if another client changed the object
    * in between. A directory without a placeholder gets one, carrying the attributes. The bucket
    * root (no prefix) has no object to carry them: changes to it are accepted and not kept.
    */
-  private async patchNode(path: string, fields: NodeMeta, what: string): Promise<void> {
+  private async patchNode(path: string, fields: NodeMeta, what: string): Promise<boolean> {
     checkPath(path);
     const entries = nodeMetaEntries(fields);
+    // A file open with changes not uploaded yet (tar: write, futimens, fchown, fchmod, close)
+    // takes the attributes along with its upload: no request now, one object generation.
+    const dirty = this.filesAt(path).find((f) => f.isDirty && f.writable && !f.unlinked);
+    if (dirty) {
+      dirty.addPendingMeta(entries, fields.mtimeNs);
+      return true;
+    }
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
@@ -588,9 +608,9 @@ export class GcsBackend implements Backend, GcsFileHost {
       if (f.type === 'symlink' && what === 'chmod') throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
       const obj = f.type === 'dir' ? f.placeholder : f.object;
       if (!obj) {
-        if (path === '/' && !this.names.prefix) return;
+        if (path === '/' && !this.names.prefix) return false;
         const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ mtimeNs: this.attrDefaults.implicitTimeNs, ...fields }));
-        if (made) return;
+        if (made) return false;
         continue;
       }
       let info: ObjectInfo;
@@ -604,7 +624,7 @@ export class GcsBackend implements Backend, GcsFileHost {
         info = cur; // an earlier attempt of this patch landed; only its response was lost
       }
       for (const of of this.filesAt(path)) of.noteMetadata(info);
-      return;
+      return false;
     }
     throw new VfsError('ESTALE', `${what} ${path}: the object kept changing in the bucket`);
   }

@@ -42,6 +42,11 @@ export interface OpenMode {
   create?: boolean;
   exclusive?: boolean;
   truncate?: boolean;
+  /**
+   * A cache in front knows nothing is at the path and its parent is a directory: the store may
+   * skip its own lookups before creating (it must still create only if absent).
+   */
+  knownAbsent?: boolean;
 }
 
 /** A file opened in the backend. Offsets are explicit: there is no shared file position. */

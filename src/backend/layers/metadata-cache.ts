@@ -185,17 +185,28 @@ export class MetadataCacheLayer extends ForwardingLayer {
 
   override async open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
     if (!mode.write) return this.inner.open(path, mode, createMode);
+    const hint = mode.create && this.knownAbsent(path) ? { ...mode, knownAbsent: true } : mode;
     const token: Writer = { path, gone: false };
     this.writers.add(token);
     let file: BackendFile;
     try {
-      file = await this.change([path], false, () => this.inner.open(path, mode, createMode));
+      file = await this.change([path], false, () => this.inner.open(path, hint, createMode));
     } catch (err) {
       this.doneWriting(token);
       throw err;
     }
     if (mode.create) this.entry(path, 'file');
     return new WritingFile(file, token, this);
+  }
+
+  /** Known (within the TTL) that nothing is at `path` and its parent is a directory. */
+  private knownAbsent(path: string): boolean {
+    const k = this.known(path);
+    if (!k || !('missing' in k) || path === '/') return false;
+    const parent = parentOf(path);
+    if (parent === '/' || this.lists.has(parent)) return true; // a listing exists only for a directory
+    const p = this.known(parent);
+    return p !== undefined && 'attr' in p && p.attr.type === 'dir';
   }
 
   /**
