@@ -92,19 +92,23 @@ export class GcsRequests {
     }
   }
 
+  /**
+   * One page of objects.list. A plain JSON request through the client (its auth, endpoint and
+   * errors) rather than bucket.getFiles(), which builds a File object per item: for a page of
+   * 1,000 that costs several times the request itself.
+   */
   async list(q: { prefix: string; delimiter?: string; includeTrailingDelimiter?: boolean; maxResults?: number; pageToken?: string }): Promise<ListPage> {
-    const query = {
+    const qs = {
       prefix: q.prefix,
-      autoPaginate: false,
       ...(q.delimiter ? { delimiter: q.delimiter } : {}),
       ...(q.includeTrailingDelimiter ? { includeTrailingDelimiter: true } : {}),
       ...(q.maxResults ? { maxResults: q.maxResults } : {}),
       ...(q.pageToken ? { pageToken: q.pageToken } : {}),
     };
-    const [files, , resp] = await this.retry(() => this.bucket.getFiles(query));
-    const r = (resp ?? {}) as { prefixes?: string[]; nextPageToken?: string };
+    const [resp] = await this.retry(() => this.bucket.request({ uri: '/o', qs }));
+    const r = (resp ?? {}) as { items?: RawObjectMetadata[]; prefixes?: string[]; nextPageToken?: string };
     return {
-      items: files.map((f) => objectInfo(f.metadata as RawObjectMetadata)),
+      items: (r.items ?? []).map((m) => objectInfo(m)),
       prefixes: r.prefixes ?? [],
       ...(r.nextPageToken ? { nextPageToken: r.nextPageToken } : {}),
     };
