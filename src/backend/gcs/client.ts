@@ -116,8 +116,26 @@ export class GcsRequests {
 
   /** Bytes [start, end] (inclusive) of one generation. 404 if that generation is gone. */
   async readRange(key: string, generation: bigint, start: number, end: number): Promise<Buffer> {
-    const [buf] = await this.retry(() => this.file(key, generation).download({ start, end, validation: false }));
-    return buf;
+    // The stream into one buffer of the known size: file.download() gathers the chunks and
+    // concatenates them, which halved sequential reads through the mount.
+    return this.retry(
+      () =>
+        new Promise<Buffer>((resolve, reject) => {
+          const out = Buffer.allocUnsafe(end - start + 1);
+          let off = 0;
+          const rs = this.file(key, generation).createReadStream({ start, end, validation: false });
+          rs.on('error', reject);
+          rs.on('data', (d: Buffer) => {
+            if (off + d.length > out.length) {
+              rs.destroy(new Error(`read ${key}: more bytes than the range ${start}-${end} asked for`));
+              return;
+            }
+            d.copy(out, off);
+            off += d.length;
+          });
+          rs.on('end', () => resolve(off === out.length ? out : out.subarray(0, off)));
+        }),
+    );
   }
 
   /** One generation, whole, into a local file (checked against the object's crc32c). */

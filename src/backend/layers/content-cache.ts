@@ -87,18 +87,24 @@ export class CacheFill {
     this.fd = fs.openSync(file, 'wx', 0o600);
   }
 
-  /** Bytes read from the store at `offset`; they are kept if they continue the file. */
-  add(offset: number, data: Buffer): void {
-    if (this.fd === undefined || offset !== this.written) {
+  /**
+   * Bytes read from the store at `offset`; they are kept if they continue the file. The write
+   * is asynchronous (the thread pool's, not the event loop's time: a synchronous write of each
+   * window halved sequential reads); callers chain the calls so they stay in order.
+   */
+  async add(offset: number, data: Buffer): Promise<void> {
+    const fd = this.fd;
+    if (fd === undefined || offset !== this.written) {
       if (offset > this.written) this.abandon();
       return;
     }
     try {
-      fs.writeSync(this.fd, data, 0, data.length, offset);
+      await new Promise<void>((resolve, reject) => fs.write(fd, data, 0, data.length, offset, (err) => (err ? reject(err) : resolve())));
+      if (this.fd !== fd) return; // abandoned meanwhile
       this.written += data.length;
       if (this.written >= this.size) {
-        fs.closeSync(this.fd);
         this.fd = undefined;
+        fs.closeSync(fd);
         this.cache.commit(this.version, this.file, this.size);
       }
     } catch {

@@ -47,8 +47,10 @@ interface Chunk {
   data: Promise<Buffer>;
 }
 
-/** Chunks kept per handle: those being read (the kernel reads a stream a few requests at a time) and the one ahead. */
-const MAX_CHUNKS = 4;
+/** Windows fetched ahead of the reader at once. */
+const AHEAD = 2;
+/** Chunks kept per handle: those being read (the kernel reads a stream a few requests at a time) and those ahead. */
+const MAX_CHUNKS = AHEAD + 3;
 
 /**
  * A read-only handle of one object version. Reads near where the reader is (the kernel sends
@@ -146,11 +148,14 @@ class ReadAheadFile implements BackendFile {
     return chunk;
   }
 
-  /** Start fetching the window after the furthest one held, if the reader is past its middle. */
+  /** Keep AHEAD windows in flight beyond the one being read: one stream alone leaves gaps. */
   private prefetch(): void {
-    const last = this.chunks.reduce<Chunk | undefined>((a, c) => (!a || c.end > a.end ? c : a), undefined);
-    if (!last || last.end >= this.size) return;
-    if (this.lastEnd >= last.start + (last.end - last.start) / 2) this.fetch(last.end);
+    for (;;) {
+      const last = this.chunks.reduce<Chunk | undefined>((a, c) => (!a || c.end > a.end ? c : a), undefined);
+      if (!last || last.end >= this.size) return;
+      if (this.chunks.filter((c) => c.start >= this.lastEnd).length >= AHEAD) return;
+      this.fetch(last.end);
+    }
   }
 
   private async fetchRange(start: number, end: number): Promise<Buffer> {
