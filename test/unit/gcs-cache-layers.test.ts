@@ -1,41 +1,27 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Bucket } from '@google-cloud/storage';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createGcsBackend, type GcsBackend } from '../../src/backend/gcs.js';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { GcsBackend } from '../../src/backend/gcs.js';
 import { ContentCache } from '../../src/backend/layers/content-cache.js';
 import { MetadataCacheLayer } from '../../src/backend/layers/metadata-cache.js';
 import { ReadCacheLayer } from '../../src/backend/layers/read-cache.js';
 import type { Backend, BackendFile } from '../../src/backend/types.js';
-import { startEmulatorFixture, testBackendOptions, type EmulatorFixture } from '../helpers/gcs-emulator.js';
-import { expectCode, makeTemp, rmTemp } from '../helpers/tmp.js';
+import { gcsBackendPerTest } from '../helpers/gcs-emulator.js';
+import { expectCode } from '../helpers/tmp.js';
 
 // The cache layers around the GCS backend, against the emulator; what reaches GCS is read from
-// the emulator's request counter. `raw` is the bucket as another host sees it.
+// the emulator's request counter. `ctx.raw` is the bucket as another host sees it.
 
-let fx: EmulatorFixture;
-let raw: Bucket;
-let tmp: string;
+const ctx = gcsBackendPerTest('layers-test');
 let gcs: GcsBackend;
-let n = 0;
-let prefix: string;
-
-beforeAll(async () => {
-  fx = await startEmulatorFixture();
-  [raw] = await fx.storage.createBucket('layers-test');
-  tmp = makeTemp('gcs-layers');
-});
-afterAll(async () => {
-  await fx?.stop();
-  rmTemp(tmp);
-});
-beforeEach(async () => {
-  prefix = `t${++n}`;
-  gcs = await createGcsBackend(testBackendOptions(fx.emu.url, 'layers-test', path.join(tmp, 'staging'), { prefix }));
+let tmp: string;
+beforeEach(() => {
+  gcs = ctx.b;
+  tmp = ctx.tmp;
 });
 
-const put = (name: string, data: string | Buffer) => raw.file(`${prefix}/${name}`).save(data, { resumable: false });
-const requests = async () => (await fx.stats()).requests;
+const put = (name: string, data: string | Buffer) => ctx.raw.file(`${ctx.prefix}/${name}`).save(data, { resumable: false });
+const requests = async () => (await ctx.fx.stats()).requests;
 /** requests `fn` makes */
 async function cost(fn: () => Promise<unknown>): Promise<number> {
   const r0 = await requests();

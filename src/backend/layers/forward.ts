@@ -93,3 +93,37 @@ export class ForwardingLayer implements Backend {
     return this.inner.close();
   }
 }
+
+/** A file handle that passes every call to the one it wraps; layers' handles extend it. */
+export class ForwardingFile implements BackendFile {
+  readonly flush?: () => Promise<void>;
+
+  constructor(protected readonly f: BackendFile) {
+    if (f.flush) this.flush = () => (f.flush as () => Promise<void>).call(f);
+  }
+
+  get writable(): boolean {
+    return this.f.writable;
+  }
+  get version(): string | undefined {
+    return this.f.version;
+  }
+  read(buf: Buffer, length: number, position: number): Promise<number> {
+    return this.f.read(buf, length, position);
+  }
+  write(buf: Buffer, length: number, position: number): Promise<number> {
+    return this.f.write(buf, length, position);
+  }
+  truncate(size: number): Promise<void> {
+    return this.f.truncate(size);
+  }
+  stat(): Promise<Attr> {
+    return this.f.stat();
+  }
+  sync(dataOnly: boolean): Promise<void> {
+    return this.f.sync(dataOnly);
+  }
+  close(): Promise<void> {
+    return this.f.close();
+  }
+}

@@ -2,7 +2,7 @@ import { LRUCache } from 'lru-cache';
 import { VfsError } from '../../vfs/errors.js';
 import { isWithin, parentOf, rebase } from '../../vfs/paths.js';
 import type { Attr, Backend, BackendFile, DirEntry, NodeType, OpenMode, TimeSpec } from '../types.js';
-import { ForwardingLayer } from './forward.js';
+import { ForwardingFile, ForwardingLayer } from './forward.js';
 
 export interface MetadataCacheOptions {
   /** how long an answer from the store is trusted, ms (changes made by other clients show up after this) */
@@ -292,40 +292,18 @@ export class MetadataCacheLayer extends ForwardingLayer {
  * A writable file opened through the cache layer: its path is not answered from the cache while
  * it is open, and is forgotten again at close (the upload made a new generation).
  */
-class WritingFile implements BackendFile {
+class WritingFile extends ForwardingFile {
   private closed = false;
-  readonly flush?: () => Promise<void>;
 
   constructor(
-    private readonly f: BackendFile,
+    f: BackendFile,
     private readonly token: Writer,
     private readonly layer: MetadataCacheLayer,
   ) {
-    if (f.flush) this.flush = () => (f.flush as () => Promise<void>).call(f);
+    super(f);
   }
 
-  get writable(): boolean {
-    return this.f.writable;
-  }
-  get version(): string | undefined {
-    return this.f.version;
-  }
-  read(buf: Buffer, length: number, position: number): Promise<number> {
-    return this.f.read(buf, length, position);
-  }
-  write(buf: Buffer, length: number, position: number): Promise<number> {
-    return this.f.write(buf, length, position);
-  }
-  truncate(size: number): Promise<void> {
-    return this.f.truncate(size);
-  }
-  stat(): Promise<Attr> {
-    return this.f.stat();
-  }
-  sync(dataOnly: boolean): Promise<void> {
-    return this.f.sync(dataOnly);
-  }
-  async close(): Promise<void> {
+  override async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     let attr: Attr | undefined;

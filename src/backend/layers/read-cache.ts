@@ -3,7 +3,7 @@ import { fromNodeError } from '../../vfs/errors.js';
 import type { Attr, Backend, BackendFile, OpenMode } from '../types.js';
 import { ContentCache } from './content-cache.js';
 import type { CacheFill } from './content-cache.js';
-import { ForwardingLayer } from './forward.js';
+import { ForwardingFile, ForwardingLayer } from './forward.js';
 
 export interface ReadCacheOptions {
   /** first read-ahead window of a sequential reader; it doubles up to readAheadMaxBytes */
@@ -59,8 +59,7 @@ const MAX_CHUNKS = AHEAD + 3;
  * one is consumed. Reads elsewhere go to the store as they are. An object read front to back is
  * kept in the content cache; later opens of the same version read the local copy.
  */
-class ReadAheadFile implements BackendFile {
-  readonly writable = false;
+class ReadAheadFile extends ForwardingFile {
   private chunks: Chunk[] = [];
   private lastEnd = -1;
   private window: number;
@@ -70,13 +69,14 @@ class ReadAheadFile implements BackendFile {
   private local: { fd: number } | undefined;
 
   constructor(
-    private readonly f: BackendFile,
-    readonly version: string,
+    f: BackendFile,
+    private readonly ver: string,
     private readonly size: number,
     private readonly o: ReadCacheOptions,
   ) {
+    super(f);
     this.window = o.readAheadMinBytes;
-    const file = o.content?.get(version);
+    const file = o.content?.get(ver);
     if (file) {
       try {
         this.local = { fd: fs.openSync(file, 'r') };
@@ -84,16 +84,20 @@ class ReadAheadFile implements BackendFile {
         this.local = undefined; // evicted meanwhile: read from the store
       }
     }
-    if (!this.local) this.fill = o.content?.fill(version, size);
+    if (!this.local) this.fill = o.content?.fill(ver, size);
   }
 
-  async read(buf: Buffer, length: number, position: number): Promise<number> {
+  override get version(): string {
+    return this.ver;
+  }
+
+  override async read(buf: Buffer, length: number, position: number): Promise<number> {
     if (this.local) {
       const fd = this.local.fd;
       try {
         return fs.readSync(fd, buf, 0, length, position);
       } catch (err) {
-        throw fromNodeError(err, `read ${this.version} (content cache)`);
+        throw fromNodeError(err, `read ${this.ver} (content cache)`);
       }
     }
     if (position >= this.size || length <= 0) return 0;
@@ -170,19 +174,7 @@ class ReadAheadFile implements BackendFile {
     return got === len ? data : data.subarray(0, got);
   }
 
-  async write(): Promise<number> {
-    return this.f.write(Buffer.alloc(0), 0, 0); // the store's EBADF for a read-only handle
-  }
-  async truncate(size: number): Promise<void> {
-    return this.f.truncate(size);
-  }
-  stat(): Promise<Attr> {
-    return this.f.stat();
-  }
-  sync(dataOnly: boolean): Promise<void> {
-    return this.f.sync(dataOnly);
-  }
-  async close(): Promise<void> {
+  override async close(): Promise<void> {
     // a fill still in order completes in the background; an incomplete one is dropped
     const fill = this.fill;
     void this.filling.then(() => fill?.abandon());
