@@ -213,12 +213,20 @@ export async function startMount(opts: StartOptions = {}): Promise<TestMount> {
       }
       env = { ...env, LEDGERFS_GCS_ENDPOINT: emulator.url };
       source = ['--source', `gs://${bucket}`];
+      // A source the test filled itself before mounting goes into the bucket through the mirror.
+      const seed = fs.readdirSync(src).length ? `${src}.seed-${process.pid}` : undefined;
+      if (seed) {
+        fs.renameSync(src, seed);
+        fs.mkdirSync(src);
+        cleanups.push(async () => fs.rmSync(seed, { recursive: true, force: true }));
+      }
       const mirror = await spawnDaemon(
         [...source, '--no-journal', '--metadata-ttl', '0', '--attr-timeout', '0', '--entry-timeout', '0', '--state', path.join(dir, 'mirror-state')],
         src,
         env,
       );
       cleanups.push(() => mirror.stop());
+      if (seed) execFileSync('cp', ['-a', `${seed}/.`, src]);
       gcs = { emulator, bucket, env: { LEDGERFS_GCS_ENDPOINT: emulator.url } };
       if (!(opts.args ?? []).includes('--metadata-ttl')) source.push('--metadata-ttl', process.env.LEDGERFS_TEST_GCS_TTL ?? '0.2');
     }
