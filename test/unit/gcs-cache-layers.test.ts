@@ -224,6 +224,6 @@ describe('ReadCacheLayer and ContentCache', () => {
     const f = await r.open('/huge', { write: false });
     await readAll(f);
     await f.close();
-    expect(fs.readdirSync(cache.dir)).toEqual([]);
+    expect(fs.existsSync(cache.dir) ? fs.readdirSync(cache.dir) : []).toEqual([]); // made on first use
   });
 });

@@ -31,7 +31,7 @@ export class ContentCache {
 
   constructor(o: ContentCacheOptions) {
     this.dir = path.join(o.dir, `${process.pid}-${randomUUID().slice(0, 8)}`);
-    fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    removeOrphans(o.dir);
     this.maxObjectBytes = Math.min(o.maxObjectBytes, o.maxBytes);
     this.entries = new LRUCache<string, Entry>({
       maxSize: Math.max(1, o.maxBytes),
@@ -52,6 +52,7 @@ export class ContentCache {
   fill(version: string, size: number): CacheFill | undefined {
     if (size <= 0 || size > this.maxObjectBytes || this.entries.has(version)) return undefined;
     try {
+      fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 }); // made on first use: commands that only list make none
       return new CacheFill(this, version, size, path.join(this.dir, `${randomUUID()}.part`));
     } catch {
       return undefined; // a cache that cannot write is no cache, not an error
@@ -117,5 +118,24 @@ export class CacheFill {
     fs.closeSync(this.fd);
     this.fd = undefined;
     fs.rm(this.file, { force: true }, () => undefined);
+  }
+}
+
+/** Directories of processes that ended without closing their cache (kill -9): removed. */
+function removeOrphans(root: string): void {
+  let names: string[];
+  try {
+    names = fs.readdirSync(root);
+  } catch {
+    return;
+  }
+  for (const n of names) {
+    const pid = Number(/^(\d+)-/.exec(n)?.[1]);
+    if (!pid || pid === process.pid) continue;
+    try {
+      process.kill(pid, 0);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ESRCH') fs.rmSync(path.join(root, n), { recursive: true, force: true });
+    }
   }
 }
