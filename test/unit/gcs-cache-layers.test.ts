@@ -194,6 +194,8 @@ describe('ReadCacheLayer and ContentCache', () => {
     const f1 = await r.open('/c.txt', { write: false });
     expect((await readAll(f1)).toString()).toBe('cached content');
     await f1.close();
+    // the copy is written in the background; wait for it
+    for (let i = 0; i < 100 && !cache.has(f1.version as string); i++) await new Promise((res) => setTimeout(res, 10));
     const f2 = await r.open('/c.txt', { write: false });
     expect(await cost(async () => expect((await readAll(f2)).toString()).toBe('cached content'))).toBe(0);
     await f2.close();

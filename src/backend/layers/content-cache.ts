@@ -48,6 +48,11 @@ export class ContentCache {
     return e?.file;
   }
 
+  /** Whether `version` is kept (without counting a hit). */
+  has(version: string): boolean {
+    return this.entries.has(version);
+  }
+
   /** Start keeping `version` (of `size` bytes) as it is read front to back; undefined if it may not be kept. */
   fill(version: string, size: number): CacheFill | undefined {
     if (size <= 0 || size > this.maxObjectBytes || this.entries.has(version)) return undefined;
