@@ -2,7 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CLI, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, onGcs, startMount, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { snapshotTree } from '../helpers/tree.js';
 
@@ -109,7 +109,8 @@ describe('crash: SIGKILL of the daemon under load', () => {
     const report = JSON.parse(v.stdout) as { clean: boolean; problems: string[]; operations: number; notes: string[] };
     expect(report.problems).toEqual([]);
     expect(v.status).toBe(0);
-    expect(report.operations).toBeGreaterThan(ROUNDS * 5);
+    // on GCS every operation is a few round trips to the emulator: fewer fit in a round's window
+    expect(report.operations).toBeGreaterThan(ROUNDS * (onGcs ? 2 : 5));
 
     const r = ledgerfs(['rollback', '--state', state, '--to', '0']);
     expect(r.stderr).toBe('');
