@@ -178,11 +178,12 @@ export async function mainGcs(argv) {
           await h.stop();
         }
         h = await t.mount('', mnt + 'b', work);
+        const tag = `${t.name}-${round}`; // every column writes into the same bucket
         try {
           add('seq read (MB/s)', t.name, o.large / MB / (await timed('cat large.bin > /dev/null', h.path)));
-          add('seq write to close (MB/s)', t.name, o.large / MB / (await timed(`dd if=${large} of=w-${round}.bin bs=1M status=none`, h.path)));
-          add('tar -x 3k (s)', t.name, await timed(`mkdir x-${round} && tar -xf ${tarball} -C x-${round}`, h.path));
-          add('git add+commit 3k (s)', t.name, await timed(`cd x-${round} && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench`, h.path));
+          add('seq write to close (MB/s)', t.name, o.large / MB / (await timed(`dd if=${large} of=w-${tag}.bin bs=1M status=none`, h.path)));
+          add('tar -x 3k (s)', t.name, await timed(`mkdir x-${tag} && tar -xf ${tarball} -C x-${tag}`, h.path));
+          add('git add+commit 3k (s)', t.name, await timed(`cd x-${tag} && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench`, h.path));
         } finally {
           await h.stop();
         }
