@@ -91,9 +91,11 @@ export interface TestEmulator {
 }
 
 export async function startTestEmulator(buckets: string[], port = 0): Promise<TestEmulator> {
-  const child = spawn(process.execPath, [path.join(REPO, 'dist/dev/gcs-emulator/main.js'), '--port', String(port), ...buckets.flatMap((b) => ['--bucket', b])], {
-    stdio: ['ignore', 'pipe', 'pipe'],
+  // --exit-with-stdin: the emulator ends with this worker however it ends (stdin is our pipe)
+  const child = spawn(process.execPath, [path.join(REPO, 'dist/dev/gcs-emulator/main.js'), '--port', String(port), '--exit-with-stdin', ...buckets.flatMap((b) => ['--bucket', b])], {
+    stdio: ['pipe', 'pipe', 'pipe'],
   });
+  (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
   let out = '';
   let err = '';
   child.stderr?.on('data', (d: Buffer) => (err += d.toString()));
