@@ -66,6 +66,7 @@ export class GcsBackend implements Backend, GcsFileHost {
   readonly names: ObjectNames;
   readonly attrDefaults: AttrDefaults;
   readonly stagingDir: string;
+  readonly conflictsDir: string;
   private readonly openFiles = new Map<string, Set<GcsFile>>();
 
   constructor(
@@ -75,6 +76,7 @@ export class GcsBackend implements Backend, GcsFileHost {
     this.names = new ObjectNames(opts.prefix);
     this.location = `gs://${opts.bucket}/${opts.prefix}`;
     this.stagingDir = opts.stagingDir;
+    this.conflictsDir = opts.conflictsDir;
     this.attrDefaults = { fileMode: opts.fileMode, dirMode: opts.dirMode, uid: opts.uid, gid: opts.gid, implicitTimeNs: nowNs() };
   }
 
@@ -214,11 +216,26 @@ export class GcsBackend implements Backend, GcsFileHost {
    * isPosixName) are left out.
    */
   async readdir(path: string): Promise<DirEntry[]> {
+    return (await this.list(path)).map(({ name, type }) => ({ name, type }));
+  }
+
+  /** The listing with attributes: the listing's items carry every object's metadata. */
+  async readdirPlus(path: string): Promise<Array<DirEntry & { attr?: Attr }>> {
+    const dir = path === '/' ? '' : path;
+    return (await this.list(path)).map(({ name, type, info }) => {
+      const p = `${dir}/${name}`;
+      // a file with local changes: its attributes are the staging file's (stat() answers them)
+      if (type === 'file' && this.filesAt(p).some((f) => f.hasLocalState)) return { name, type };
+      return { name, type, attr: attrOf(type, p, info, this.attrDefaults) };
+    });
+  }
+
+  private async list(path: string): Promise<Array<{ name: string; type: NodeType; info: ObjectInfo | undefined }>> {
     checkPath(path);
     const dirKey = this.names.dirKey(path);
-    const files = new Map<string, NodeType>();
+    const files = new Map<string, ObjectInfo>();
     const dirs = new Set<string>();
-    const placeholders = new Set<string>();
+    const placeholders = new Map<string, ObjectInfo>();
     let sawAnything = false;
     let pageToken: string | undefined;
     try {
@@ -232,23 +249,27 @@ export class GcsBackend implements Backend, GcsFileHost {
         for (const o of page.items) {
           sawAnything = true;
           const rest = o.name.slice(dirKey.length);
-          if (rest.endsWith('/')) placeholders.add(rest.slice(0, -1));
-          else if (isPosixName(rest)) files.set(rest, typeOfObject(o));
+          if (rest.endsWith('/')) placeholders.set(rest.slice(0, -1), o);
+          else if (isPosixName(rest)) files.set(rest, o);
         }
         pageToken = page.nextPageToken;
       } while (pageToken);
     } catch (err) {
       throw toVfsError(err, `list ${path}`);
     }
-    const entries = new Map<string, NodeType>(files);
-    for (const d of dirs) if (this.opts.implicitDirs || placeholders.has(d)) entries.set(d, 'dir');
+    const entries = new Map<string, { name: string; type: NodeType; info: ObjectInfo | undefined }>();
+    for (const [name, o] of files) entries.set(name, { name, type: typeOfObject(o), info: o });
+    for (const d of dirs) {
+      const ph = placeholders.get(d);
+      if (this.opts.implicitDirs || ph) entries.set(d, { name: d, type: 'dir', info: ph });
+    }
     if (!sawAnything && path !== '/') {
       // Nothing under the prefix: a file, or nothing at all (or a placeholder-less dir with implicit dirs off).
       const f = await this.lookup(path);
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
       if (f.type !== 'dir') throw new VfsError('ENOTDIR', `${path} is not a directory`);
     }
-    return [...entries].map(([name, type]) => ({ name, type }));
+    return [...entries.values()];
   }
 
   async readlink(path: string): Promise<string> {
@@ -293,6 +314,20 @@ export class GcsBackend implements Backend, GcsFileHost {
     checkPath(path);
     if (path === '/') throw new VfsError('EISDIR', '/ is a directory');
     const key = this.names.key(path);
+    if (!mode.write && !mode.create) {
+      // Another handle holds local changes not uploaded yet: read what it would read (the
+      // journal's before-image of a file being written is taken this way).
+      const local = this.filesAt(path).find((f) => f.hasLocalState);
+      if (local) return new LocalChangesReader(local);
+    }
+    if (mode.create && mode.knownAbsent) {
+      // The caller's cache says nothing is here and the parent is a directory: skip the
+      // lookups; GCS still decides (ifGenerationMatch=0), and if something is there after
+      // all, the usual path below finds out what.
+      const obj = await this.createEmpty(key, this.newNodeMeta({ perm: createMode & 0o7777 }));
+      if (obj) return this.opened(path, key, obj, mode);
+      if (mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
+    }
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
       if (f.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
@@ -312,12 +347,16 @@ export class GcsBackend implements Backend, GcsFileHost {
           continue; // someone created it meanwhile: open theirs
         }
       }
-      const file = new GcsFile(this, path, key, obj, mode.write);
-      this.track(file);
-      if (mode.truncate && mode.write && obj.size > 0) await file.truncate(0);
-      return file;
+      return this.opened(path, key, obj, mode);
     }
     throw new VfsError('ESTALE', `${path} kept changing in the bucket while being opened`);
+  }
+
+  private async opened(path: string, key: string, obj: ObjectInfo, mode: OpenMode): Promise<GcsFile> {
+    const file = new GcsFile(this, path, key, obj, mode.write);
+    this.track(file);
+    if (mode.truncate && mode.write && obj.size > 0) await file.truncate(0);
+    return file;
   }
 
   async truncate(path: string, size: number): Promise<void> {
@@ -541,19 +580,27 @@ export class GcsBackend implements Backend, GcsFileHost {
     const fields: NodeMeta = {};
     if (times.mtimeNs !== undefined) fields.mtimeNs = times.mtimeNs === 'now' ? now : times.mtimeNs;
     if (times.atimeNs !== undefined) fields.atimeNs = times.atimeNs === 'now' ? now : times.atimeNs;
-    await this.patchNode(path, fields, 'utimens');
+    if (await this.patchNode(path, fields, 'utimens')) return;
     if (fields.mtimeNs !== undefined) for (const of of this.filesAt(path)) of.setMtime(fields.mtimeNs);
   }
 
   /**
-   * Change recorded attributes: a metadata patch with ifGenerationMatch and
+   * Change recorded attributes (true: taken along by an open file's next upload instead): a
+   * metadata patch with ifGenerationMatch and
    * ifMetagenerationMatch of what was looked up, re-done if another client changed the object
    * in between. A directory without a placeholder gets one, carrying the attributes. The bucket
    * root (no prefix) has no object to carry them: changes to it are accepted and not kept.
    */
-  private async patchNode(path: string, fields: NodeMeta, what: string): Promise<void> {
+  private async patchNode(path: string, fields: NodeMeta, what: string): Promise<boolean> {
     checkPath(path);
     const entries = nodeMetaEntries(fields);
+    // A file open with changes not uploaded yet (tar: write, futimens, fchown, fchmod, close)
+    // takes the attributes along with its upload: no request now, one object generation.
+    const dirty = this.filesAt(path).find((f) => f.isDirty && f.writable && !f.unlinked);
+    if (dirty) {
+      dirty.addPendingMeta(entries, fields.mtimeNs);
+      return true;
+    }
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
@@ -561,9 +608,9 @@ export class GcsBackend implements Backend, GcsFileHost {
       if (f.type === 'symlink' && what === 'chmod') throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
       const obj = f.type === 'dir' ? f.placeholder : f.object;
       if (!obj) {
-        if (path === '/' && !this.names.prefix) return;
+        if (path === '/' && !this.names.prefix) return false;
         const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ mtimeNs: this.attrDefaults.implicitTimeNs, ...fields }));
-        if (made) return;
+        if (made) return false;
         continue;
       }
       let info: ObjectInfo;
@@ -577,7 +624,7 @@ export class GcsBackend implements Backend, GcsFileHost {
         info = cur; // an earlier attempt of this patch landed; only its response was lost
       }
       for (const of of this.filesAt(path)) of.noteMetadata(info);
-      return;
+      return false;
     }
     throw new VfsError('ESTALE', `${what} ${path}: the object kept changing in the bucket`);
   }
@@ -592,3 +639,23 @@ function sameMetadata(a: Record<string, string>, b: Record<string, string>): boo
   return ka.length === Object.keys(b).length && ka.every((k) => a[k] === b[k]);
 }
 
+
+/** A read-only handle on a file whose local changes another handle of this backend holds. */
+class LocalChangesReader implements BackendFile {
+  readonly writable = false;
+  constructor(private readonly f: GcsFile) {}
+  read(buf: Buffer, length: number, position: number): Promise<number> {
+    return this.f.read(buf, length, position);
+  }
+  async write(): Promise<number> {
+    throw new VfsError('EBADF', `${this.f.path} is open read-only`);
+  }
+  async truncate(): Promise<void> {
+    throw new VfsError('EBADF', `${this.f.path} is open read-only`);
+  }
+  stat(): Promise<Attr> {
+    return this.f.stat();
+  }
+  async sync(): Promise<void> {}
+  async close(): Promise<void> {}
+}

@@ -42,6 +42,11 @@ export interface OpenMode {
   create?: boolean;
   exclusive?: boolean;
   truncate?: boolean;
+  /**
+   * A cache in front knows nothing is at the path and its parent is a directory: the store may
+   * skip its own lookups before creating (it must still create only if absent).
+   */
+  knownAbsent?: boolean;
 }
 
 /** A file opened in the backend. Offsets are explicit: there is no shared file position. */
@@ -55,6 +60,17 @@ export interface BackendFile {
   close(): Promise<void>;
   /** Whether this handle can write (a read-only fallback open cannot). */
   readonly writable: boolean;
+  /**
+   * Optional: make written data durable before close(2) returns (the Vfs calls it on every
+   * flush). A store that uploads at close (GCS) does its upload here, so an error reaches the
+   * program's close(2) rather than the later release nobody waits for.
+   */
+  flush?(): Promise<void>;
+  /**
+   * Optional: the identity of the immutable content this handle reads (e.g. object name and
+   * generation), undefined while it has local changes. Content caches key on it.
+   */
+  readonly version?: string | undefined;
 }
 
 export interface TimeSpec {
@@ -85,6 +101,13 @@ export interface Backend {
    */
   tryStat?(path: string): Promise<Attr | null>;
   readdir(path: string): Promise<DirEntry[]>;
+  /**
+   * Optional: a listing with each entry's attributes, when the store gets them in the same
+   * request (a GCS listing carries every object's metadata). Metadata caches fill from it, so
+   * `ls -l` costs one listing rather than one lookup per entry. An entry without `attr` (a
+   * file with local changes, say) must be stat()ed.
+   */
+  readdirPlus?(path: string): Promise<Array<DirEntry & { attr?: Attr }>>;
   readlink(path: string): Promise<string>;
   open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile>;
   mkdir(path: string, mode: number): Promise<void>;

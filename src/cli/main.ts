@@ -33,8 +33,9 @@ export function buildProgram(): Command {
     .command('mount')
     .description('Mount a workspace at MOUNTPOINT and serve it in the foreground until unmounted or signalled.')
     .argument('<mountpoint>', 'an existing, empty directory')
-    .option('--source <dir>', `workspace directory to serve (local backend); default (with no --policy either): the demo workspace ${DEFAULTS.demoWorkspaceDir}, served through its demo policy`)
+    .option('--source <dir>', `workspace directory to serve (local backend), or gs://BUCKET[/PREFIX] (GCS; endpoint from LEDGERFS_GCS_ENDPOINT); default (with no --policy either): the demo workspace ${DEFAULTS.demoWorkspaceDir}, served through its demo policy`)
     .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
+    .option('--metadata-ttl <sec>', `GCS: how long attributes and listings are cached; changes by other hosts show up after this (default ${DEFAULTS.gcsCache.metadataTtlSec})`, positiveNumber)
     .option('--allow-other', 'let other users and containers use the mount (needs root or user_allow_other)', false)
     .addOption(new Option('--log-level <level>', 'log verbosity on stderr').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
     .option('--attr-timeout <sec>', 'kernel attribute cache lifetime', positiveNumber, DEFAULTS.attrTimeoutSec)
@@ -56,6 +57,8 @@ Examples:
       serve ./case-files in the background; stop it with: ledgerfs unmount /mnt/ws
   ledgerfs mount --source /srv/ws --allow-other --log-level debug /mnt/ws
       let a container user see the mount, and log every failed request
+  LEDGERFS_GCS_ENDPOINT=http://127.0.0.1:4443 ledgerfs mount --source gs://my-bucket/ws /mnt/ws
+      serve a GCS bucket (here on the emulator: ledgerfs dev gcs-emulator)
   ledgerfs mount --policy case.yaml /mnt/ws
       serve what case.yaml exposes (roots, modes, hidden names, quotas); see
       'ledgerfs policy check --help'; inside the mount, /.ledgerfs/ explains it
@@ -65,7 +68,7 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
     )
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number;
-      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName;
+      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number;
     }) => {
       process.exitCode = await mountCommand(mountpoint, o);
     });

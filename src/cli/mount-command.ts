@@ -37,6 +37,8 @@ export interface MountCliOptions {
   parentLink?: boolean;
   /** kernel binding (default: DEFAULTS.binding) */
   binding?: BindingName;
+  /** GCS metadata cache lifetime, seconds (overrides the mount file's backend.cache.metadataTtl) */
+  metadataTtl?: number;
 }
 
 export async function mountCommand(mountpointArg: string, o: MountCliOptions): Promise<number> {
@@ -63,7 +65,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   let ws: OpenedWorkspace;
   try {
     // state too: a journal directory inside the served tree is hidden and refused by the view
-    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log });
+    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}) });
   } catch (err) {
     if (err instanceof WorkspaceError) throw new CliError(err.message);
     throw err;

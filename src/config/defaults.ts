@@ -87,6 +87,23 @@ export const DEFAULTS = {
     /** objects copied at once by a directory rename */
     renameConcurrency: 8,
   },
+  /** Cache layers around the GCS backend (src/backend/layers); the policy's `backend.cache` overrides. */
+  gcsCache: {
+    /** attributes, "nothing here" answers and listings are trusted this long; a change made by
+     * another host shows up after at most this (opens always revalidate the generation) */
+    metadataTtlSec: 5,
+    /** cached paths (attributes) at most; listings get 1/64 of it */
+    metadataMaxEntries: 500_000,
+    /** sequential reads fetch ahead: first window, doubling up to the maximum */
+    readAheadMinBytes: 1024 * 1024,
+    readAheadMaxBytes: 16 * 1024 * 1024,
+    /** local disk cache of whole objects, keyed by generation, LRU beyond this many bytes */
+    contentBytes: 1024 ** 3,
+    /** objects larger than this are not kept in the content cache */
+    contentMaxObjectBytes: 256 * 1024 ** 2,
+    /** a per-process directory is made under it (and removed at unmount) */
+    contentDir: path.join(os.tmpdir(), 'ledgerfs-cache'),
+  },
 } as const;
 
 /** Policy defaults (src/policy, src/config/load.ts). */

@@ -43,6 +43,14 @@ export interface GcsBackendConfig {
   apiEndpoint?: string;
   /** absolute when given */
   keyFile?: string;
+  implicitDirs?: boolean;
+  cache?: {
+    metadataTtlSec?: number;
+    /** 0: no content cache */
+    contentBytes?: number;
+    /** absolute when given */
+    contentDir?: string;
+  };
 }
 
 export type BackendConfig = LocalBackendConfig | GcsBackendConfig;
@@ -242,6 +250,8 @@ export function parseMountFile(text: string, label: string, baseDir: string): Mo
           ...(file.backend.prefix !== undefined ? { prefix: file.backend.prefix } : {}),
           ...(file.backend.apiEndpoint !== undefined ? { apiEndpoint: file.backend.apiEndpoint } : {}),
           ...(file.backend.keyFile !== undefined ? { keyFile: path.resolve(baseDir, file.backend.keyFile) } : {}),
+          ...(file.backend.implicitDirs !== undefined ? { implicitDirs: file.backend.implicitDirs } : {}),
+          ...(file.backend.cache !== undefined ? { cache: gcsCacheConfig(file.backend.cache, baseDir) } : {}),
         };
   const config: MountConfig = {
     backend,
@@ -277,5 +287,14 @@ export function sourceConfig(dir: string): MountConfig {
     roots: [{ path: '/', source: '/', mode: 'rw', quota: {}, readonly: [], hide: [] }],
     hide: [],
     readonly: [],
+  };
+}
+
+function gcsCacheConfig(c: { metadataTtl?: number | undefined; contentBytes?: number | 'unlimited' | undefined; contentDir?: string | undefined }, baseDir: string): NonNullable<GcsBackendConfig['cache']> {
+  return {
+    ...(c.metadataTtl !== undefined ? { metadataTtlSec: c.metadataTtl } : {}),
+    // "unlimited" makes no sense for a disk cache; null/unlimited switch it off like 0
+    ...(c.contentBytes !== undefined ? { contentBytes: c.contentBytes === 'unlimited' ? 0 : c.contentBytes } : {}),
+    ...(c.contentDir !== undefined ? { contentDir: path.resolve(baseDir, c.contentDir) } : {}),
   };
 }

@@ -115,7 +115,22 @@ const localBackend = strict({
   path: nonEmpty('a directory path'),
 });
 
-/** Accepted now so files can name it; the GCS backend itself is implemented separately. */
+const seconds = z.unknown().transform((v, ctx): number => {
+  if (typeof v === 'number' && Number.isFinite(v) && v >= 0) return v;
+  ctx.addIssue({ code: 'custom', message: `expected seconds (a number >= 0), got ${describeValue(v)}` });
+  return z.NEVER;
+});
+
+/** The cache layers around the GCS backend (defaults: DEFAULTS.gcsCache). */
+const gcsCache = strict({
+  /** seconds attributes and listings are trusted (0: no metadata cache) */
+  metadataTtl: seconds.optional(),
+  /** the local content cache's byte limit (0 or null: none) */
+  contentBytes: size.optional(),
+  /** where the content cache lives; relative to the mount file's directory */
+  contentDir: z.string().optional(),
+});
+
 const gcsBackend = strict({
   type: z.literal('gcs'),
   bucket: nonEmpty('a bucket name'),
@@ -123,6 +138,9 @@ const gcsBackend = strict({
   apiEndpoint: z.string().optional(),
   /** service account key file; relative to the mount file's directory */
   keyFile: z.string().optional(),
+  /** directories exist by their common prefix too (default true) */
+  implicitDirs: z.boolean().optional(),
+  cache: gcsCache.optional(),
 });
 
 export const mountFileSchema = strict({

@@ -1,6 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { GcsSetupError } from '../backend/gcs.js';
+import { openGcsStack } from '../backend/gcs-stack.js';
+import { gcsSource } from './gcs-url.js';
 import { LocalBackend } from '../backend/local.js';
+import { stateLayout } from '../journal/layout.js';
+import { resolveStateDir } from '../journal/state-dir.js';
 import type { Backend } from '../backend/types.js';
 import type { Logger } from '../log.js';
 import { CompiledPolicy } from '../policy/compile.js';
@@ -72,12 +77,37 @@ export interface OpenedWorkspace extends Workspace {
 export interface OpenWorkspaceOptions extends WorkspaceFlags {
   /** denials are logged here (warn) */
   log?: Logger;
+  /** GCS: metadata cache lifetime (mount --metadata-ttl), over the mount file's */
+  metadataTtlSec?: number;
+  /** mount --no-journal: GCS writes stage in DEFAULTS.gcs.stagingDir, not in a state directory */
+  noJournal?: boolean;
 }
 
 /** The real backend a mount file names. */
-function openStore(b: BackendConfig, label: string): { store: Backend; sourceDir?: string } {
+async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string }> {
   if (b.type === 'gcs') {
-    throw new WorkspaceError(`${label}: backend.type: the gcs backend is not available in this build yet`);
+    // Writes stage, and refused local versions are kept, in the workspace's state directory.
+    let layout;
+    try {
+      layout = flags.noJournal
+        ? { stagingDir: DEFAULTS.gcs.stagingDir, conflictsDir: path.join(DEFAULTS.gcs.stagingDir, 'conflicts') }
+        : stateLayout(resolveStateDir(flags));
+    } catch (err) {
+      throw new WorkspaceError((err as Error).message);
+    }
+    try {
+      const ttl = flags.metadataTtlSec;
+      const { store } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
+        stagingDir: layout.stagingDir,
+        conflictsDir: layout.conflictsDir,
+        onConflict: (c) =>
+          log?.error({ path: c.path, reason: c.reason, kept: c.localFile, expectedGeneration: c.expectedGeneration, currentGeneration: c.currentGeneration }, 'gcs: local version not uploaded; kept in the conflict area'),
+      });
+      return { store };
+    } catch (err) {
+      if (err instanceof GcsSetupError) throw new WorkspaceError(`${label}: backend: ${err.message}`);
+      throw new WorkspaceError(`${label}: backend: ${(err as Error).message}`);
+    }
   }
   if (!fs.existsSync(b.path)) throw new WorkspaceError(`${label}: backend.path: directory ${b.path} does not exist`);
   const real = fs.realpathSync(b.path);
@@ -98,6 +128,11 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
   if (opts.source !== undefined && opts.policy !== undefined) {
     throw new WorkspaceError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
   }
+  const gcs = gcsSource(opts.source);
+  if (gcs && opts.policy === undefined) {
+    const { store } = await openStore(gcs, '--source', opts, opts.log);
+    return { backend: store, store, stages: [], demo: false, ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
+  }
   if (opts.policy === undefined) {
     const ws = openLocalWorkspace(opts);
     return { ...ws, store: ws.backend, stages: [], ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
@@ -110,7 +145,7 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     throw err;
   }
   const label = opts.policy;
-  const { store, sourceDir } = openStore(config.backend, label);
+  const { store, sourceDir } = await openStore(config.backend, label, opts, opts.log);
   const state = opts.state !== undefined ? path.resolve(opts.state) : config.state;
   // The journal's directory inside the served tree must never be visible nor writable.
   const reserved: string[] = [];

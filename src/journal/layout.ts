@@ -9,6 +9,9 @@ import path from 'node:path';
  *   workspace.json           how the last mount named the workspace (--source/--policy), so
  *                            commands given only --state can open it too
  *   daemon.json, daemon.sock the live daemon's control socket (rollback/gc through the mount)
+ *   staging/                 (GCS) writes staged locally until they are uploaded
+ *   conflicts/               (GCS) local versions another writer's change kept out of the
+ *                            bucket (or whose upload failed), each with a .json note
  */
 
 export const SEGMENT_RE = /^(\d{6,})\.log$/;
@@ -21,6 +24,8 @@ export interface StateLayout {
   daemonInfo: string;
   daemonSocket: string;
   workspaceInfo: string;
+  stagingDir: string;
+  conflictsDir: string;
 }
 
 export function stateLayout(root: string): StateLayout {
@@ -32,6 +37,8 @@ export function stateLayout(root: string): StateLayout {
     daemonInfo: path.join(root, 'daemon.json'),
     daemonSocket: path.join(root, 'daemon.sock'),
     workspaceInfo: path.join(root, 'workspace.json'),
+    stagingDir: path.join(root, 'staging'),
+    conflictsDir: path.join(root, 'conflicts'),
   };
 }
 

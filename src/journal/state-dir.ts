@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { DEFAULTS, defaultStateDir } from '../config/defaults.js';
+import { gcsLocation, gcsSource } from '../config/gcs-url.js';
 import { ConfigError, loadMountFile, type BackendConfig } from '../config/load.js';
 import type { WorkspaceFlags } from '../config/workspace.js';
 import { stateLayout } from './layout.js';
@@ -27,7 +28,7 @@ function within(p: string, dir: string): boolean {
 }
 
 function backendLocation(b: BackendConfig): string {
-  if (b.type === 'gcs') return `gs://${b.bucket}/${b.prefix ?? ''}`;
+  if (b.type === 'gcs') return gcsLocation(b);
   return fs.existsSync(b.path) ? fs.realpathSync(b.path) : path.resolve(b.path);
 }
 
@@ -48,6 +49,8 @@ export function resolveStateDir(flags: WorkspaceFlags): string {
     }
     return config.state ?? defaultStateDir(backendLocation(config.backend));
   }
+  const gcs = gcsSource(flags.source);
+  if (gcs) return defaultStateDir(gcsLocation(gcs));
   const src = path.resolve(flags.source ?? DEFAULTS.demoWorkspaceDir);
   return defaultStateDir(fs.existsSync(src) ? fs.realpathSync(src) : src);
 }
@@ -79,7 +82,7 @@ export interface RememberedWorkspace {
 export function rememberWorkspace(stateDir: string, flags: WorkspaceFlags): void {
   const w: RememberedWorkspace = flags.policy !== undefined
     ? { policy: path.resolve(flags.policy) }
-    : { source: path.resolve(flags.source ?? DEFAULTS.demoWorkspaceDir) };
+    : { source: gcsSource(flags.source) ? (flags.source as string) : path.resolve(flags.source ?? DEFAULTS.demoWorkspaceDir) };
   fs.writeFileSync(stateLayout(stateDir).workspaceInfo, JSON.stringify(w, null, 2) + '\n', { mode: 0o600 });
 }
 

@@ -153,6 +153,13 @@ export class Vfs {
       await this.giveToCaller(path, caller);
       return file;
     });
+    const raced = this.openFiles.get(path);
+    if (raced) {
+      // Another O_CREAT of the same path finished first: share its state (one backend file
+      // per path, so a store that stages writes per handle never splits them over two).
+      await file.close();
+      return this.open(path, (flags & ~(3 | C.O_TRUNC)) | C.O_RDWR, caller);
+    }
     // new or emptied: size 0; an existing file opened by a racing O_CREAT: unknown
     const of = new OpenFile(path, file, f.truncate || f.exclusive ? 0 : undefined);
     this.openFiles.add(of);
@@ -243,6 +250,8 @@ export class Vfs {
 
   async flush(fh: number, caller: Caller = NO_CALLER): Promise<void> {
     const of = this.handle(fh).of;
+    // A store that uploads at close does it here, where close(2) still waits for the outcome.
+    if (of.file.flush && of.file.writable) await of.file.flush();
     // close(2) waits for this flush; the release comes later, after close has returned. Ending
     // the write session here makes every close a session boundary, so a program that closes and
     // reopens a file starts a new session, and the journal can roll back to the point between.

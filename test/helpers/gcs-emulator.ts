@@ -1,4 +1,8 @@
-import { Storage } from '@google-cloud/storage';
+import path from 'node:path';
+import { Storage, type Bucket } from '@google-cloud/storage';
+import { afterAll, beforeAll, beforeEach } from 'vitest';
+import { createGcsBackend, type GcsBackend } from '../../src/backend/gcs.js';
+import { makeTemp, rmTemp } from './tmp.js';
 import { startGcsEmulator, type FaultSpec, type GcsEmulator } from '../../src/dev/gcs-emulator/index.js';
 
 /**
@@ -56,4 +60,36 @@ export function testBackendOptions(url: string, bucket: string, stagingDir: stri
     uploadChunkBytes: 256 * 1024,
     ...extra,
   };
+}
+
+/**
+ * For a test file: an emulator and a bucket for the whole file, and before each test a fresh
+ * GcsBackend under a prefix of its own (`ctx.prefix`). `ctx.raw` is the bucket as another tool
+ * sees it. Call at the top level of the file.
+ */
+export function gcsBackendPerTest(bucketName: string): GcsTestContext {
+  const ctx = { n: 0 } as GcsTestContext & { n: number };
+  beforeAll(async () => {
+    ctx.fx = await startEmulatorFixture();
+    [ctx.raw] = await ctx.fx.storage.createBucket(bucketName);
+    ctx.tmp = makeTemp(`gcs-${bucketName}`);
+  });
+  afterAll(async () => {
+    await ctx.fx?.stop();
+    if (ctx.tmp) rmTemp(ctx.tmp);
+  });
+  beforeEach(async () => {
+    ctx.prefix = `t${++ctx.n}`;
+    ctx.b = await createGcsBackend(testBackendOptions(ctx.fx.emu.url, bucketName, path.join(ctx.tmp, 'staging'), { prefix: ctx.prefix }));
+  });
+  return ctx;
+}
+
+export interface GcsTestContext {
+  fx: EmulatorFixture;
+  raw: Bucket;
+  /** a temp dir for the file (staging lives in it) */
+  tmp: string;
+  b: GcsBackend;
+  prefix: string;
 }

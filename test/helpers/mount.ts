@@ -27,6 +27,12 @@ export interface TestMount {
   alive(): boolean;
   /** log lines at level error or above (the daemon logs JSON lines on stderr) */
   errors(): string[];
+  /** how CLI commands name this workspace (`--source DIR`, or `--source gs://BUCKET` on GCS) */
+  workspaceArgs: string[];
+  /** environment CLI commands need for it (LEDGERFS_GCS_ENDPOINT on GCS) */
+  env: NodeJS.ProcessEnv;
+  /** GCS runs: the emulator and bucket behind the mount */
+  gcs?: { emulator: TestEmulator; bucket: string; env: NodeJS.ProcessEnv };
 }
 
 function isMounted(mnt: string): boolean {
@@ -63,6 +69,118 @@ export interface StartOptions {
   env?: NodeJS.ProcessEnv;
   /** do not pass `--source src` (e.g. `args: ['--policy', file]`, whose file names the backend) */
   omitSource?: boolean;
+  /** GCS runs: mount this emulator and bucket (another daemon's) instead of fresh ones */
+  gcs?: { emulator: TestEmulator; bucket: string };
+}
+
+/**
+ * LEDGERFS_TEST_BACKEND=gcs runs the mounted tests on the GCS backend: each mount gets its own
+ * emulator process on 127.0.0.1 (unless given one), a bucket, and `--source gs://BUCKET`. The
+ * test's `src` is then a second ledgerfs daemon mounting the same bucket with every cache off
+ * (metadata TTL 0, kernel timeouts 0, no journal): `populate` fills the bucket through it, and
+ * tests that look at (or change) the source look at (or change) the bucket.
+ */
+export const TEST_BACKEND: 'local' | 'gcs' = process.env.LEDGERFS_TEST_BACKEND === 'gcs' ? 'gcs' : 'local';
+export const onGcs = TEST_BACKEND === 'gcs';
+
+/** An emulator in a child process (tests block their own event loop with synchronous tools). */
+export interface TestEmulator {
+  url: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+export async function startTestEmulator(buckets: string[], port = 0): Promise<TestEmulator> {
+  // --exit-with-stdin: the emulator ends with this worker however it ends (stdin is our pipe)
+  const child = spawn(process.execPath, [path.join(REPO, 'dist/dev/gcs-emulator/main.js'), '--port', String(port), '--exit-with-stdin', ...buckets.flatMap((b) => ['--bucket', b])], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
+  let out = '';
+  let err = '';
+  child.stderr?.on('data', (d: Buffer) => (err += d.toString()));
+  const exited = new Promise<void>((r) => child.on('exit', () => r()));
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`emulator did not start: ${err}`)), 15_000);
+    child.stdout?.on('data', (d: Buffer) => {
+      out += d.toString();
+      const line = out.split('\n')[0];
+      if (out.includes('\n') && line) {
+        clearTimeout(timer);
+        resolve((JSON.parse(line) as { url: string }).url);
+      }
+    });
+    child.on('exit', (code) => reject(new Error(`emulator exited (${code}): ${err}`)));
+  });
+  return {
+    url,
+    pid: child.pid as number,
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
+const shared = new Map<string, Promise<TestEmulator>>();
+const sharedPids = new Set<number>();
+
+function sharedEmulator(key: string, bucket: string): Promise<TestEmulator> {
+  let e = shared.get(key);
+  if (!e) {
+    e = startTestEmulator([bucket]);
+    void e.then((em) => sharedPids.add(em.pid), () => undefined);
+    shared.set(key, e);
+    if (shared.size === 1) {
+      process.once('exit', () => {
+        for (const pid of sharedPids) {
+          try {
+            process.kill(pid, 'SIGTERM');
+          } catch {
+            /* gone already */
+          }
+        }
+      });
+    }
+  }
+  return e;
+}
+
+interface Daemon {
+  daemon: ChildProcess;
+  logs(): string;
+  stop(): Promise<{ diedEarly: boolean }>;
+  alive(): boolean;
+}
+
+/** A `ledgerfs mount` child at `mnt`, waited for until mounted. */
+async function spawnDaemon(args: string[], mnt: string, env: NodeJS.ProcessEnv): Promise<Daemon> {
+  let log = '';
+  const daemon = spawn(process.execPath, [CLI, 'mount', ...bindingArgs(), ...args, mnt], { stdio: ['ignore', 'pipe', 'pipe'], env });
+  daemon.stdout?.on('data', (d: Buffer) => (log += d.toString()));
+  daemon.stderr?.on('data', (d: Buffer) => (log += d.toString()));
+  let exited = false;
+  let stopping = false;
+  const exitedP = new Promise<void>((r) => daemon.on('exit', () => ((exited = true), r())));
+  const logs = () => log;
+  const stop = async () => {
+    const diedEarly = exited && !stopping;
+    stopping = true;
+    if (!exited) daemon.kill('SIGTERM');
+    const timer = setTimeout(() => !exited && daemon.kill('SIGKILL'), 10_000);
+    await exitedP;
+    clearTimeout(timer);
+    forceUnmount(mnt);
+    return { diedEarly };
+  };
+  try {
+    await waitFor(() => exited || isMounted(mnt), 15_000, `mount at ${mnt}`, logs);
+    if (exited) throw new Error(`daemon exited before mounting\n${log}`);
+  } catch (err) {
+    await stop().catch(() => undefined);
+    throw err;
+  }
+  return { daemon, logs, stop, alive: () => !exited && !stopping };
 }
 
 /**
@@ -81,44 +199,67 @@ export async function startMount(opts: StartOptions = {}): Promise<TestMount> {
   const mnt = path.join(dir, 'mnt');
   fs.mkdirSync(src, { recursive: true });
   fs.mkdirSync(mnt);
-  opts.populate?.(src);
-  let log = '';
-  const source = opts.omitSource ? [] : ['--source', src];
-  const daemon = spawn(process.execPath, [CLI, 'mount', ...bindingArgs(), ...source, ...(opts.args ?? []), mnt], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    // the journal's default state dir goes under XDG_STATE_HOME: keep it in this temp dir
-    env: { ...process.env, XDG_STATE_HOME: path.join(dir, 'state-home'), ...opts.env },
-  });
-  daemon.stdout?.on('data', (d: Buffer) => (log += d.toString()));
-  daemon.stderr?.on('data', (d: Buffer) => (log += d.toString()));
-  let exited = false;
-  let stopping = false;
+  // the journal's default state dir goes under XDG_STATE_HOME: keep it in this temp dir
+  let env: NodeJS.ProcessEnv = { ...process.env, XDG_STATE_HOME: path.join(dir, 'state-home'), ...opts.env };
+  let source = opts.omitSource ? [] : ['--source', src];
+  const cleanups: Array<() => Promise<unknown>> = [];
+  const cleanup = async () => {
+    for (const c of cleanups.reverse()) await c().catch(() => undefined);
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  let gcs: TestMount['gcs'];
+  let main: Daemon;
+  try {
+    if ((onGcs || opts.gcs) && !opts.omitSource) {
+      const bucket = opts.gcs?.bucket ?? 'ledgerfs-test';
+      let emulator = opts.gcs?.emulator;
+      if (!emulator && opts.src) {
+        // A source the test names outlives the mount (restart tests mount it again): so does
+        // its bucket, until this worker exits.
+        emulator = await sharedEmulator(fs.realpathSync(opts.src), bucket);
+      } else if (!emulator) {
+        const own = await startTestEmulator([bucket]);
+        cleanups.push(() => own.stop());
+        emulator = own;
+      }
+      env = { ...env, LEDGERFS_GCS_ENDPOINT: emulator.url };
+      source = ['--source', `gs://${bucket}`];
+      // A source the test filled itself before mounting goes into the bucket through the mirror.
+      const seed = fs.readdirSync(src).length ? `${src}.seed-${process.pid}` : undefined;
+      if (seed) {
+        fs.renameSync(src, seed);
+        fs.mkdirSync(src);
+        cleanups.push(async () => fs.rmSync(seed, { recursive: true, force: true }));
+      }
+      const mirror = await spawnDaemon(
+        [...source, '--no-journal', '--metadata-ttl', '0', '--attr-timeout', '0', '--entry-timeout', '0', '--state', path.join(dir, 'mirror-state')],
+        src,
+        env,
+      );
+      cleanups.push(() => mirror.stop());
+      if (seed) execFileSync('cp', ['-a', `${seed}/.`, src]);
+      gcs = { emulator, bucket, env: { LEDGERFS_GCS_ENDPOINT: emulator.url } };
+      if (!(opts.args ?? []).includes('--metadata-ttl')) source.push('--metadata-ttl', process.env.LEDGERFS_TEST_GCS_TTL ?? '0.2');
+    }
+    opts.populate?.(src);
+    main = await spawnDaemon([...source, ...(opts.args ?? [])], mnt, env);
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
   let stopped = false;
-  const exitedP = new Promise<void>((r) => daemon.on('exit', () => ((exited = true), r())));
-  const logs = () => log;
   const stop = async () => {
     if (stopped) return;
     stopped = true;
-    const diedEarly = exited;
-    stopping = true;
-    if (!exited) daemon.kill('SIGTERM');
-    const timer = setTimeout(() => !exited && daemon.kill('SIGKILL'), 10_000);
-    await exitedP;
-    clearTimeout(timer);
-    forceUnmount(mnt);
-    fs.rmSync(dir, { recursive: true, force: true });
-    if (diedEarly) throw new Error(`the ledgerfs daemon died during the test (exit ${daemon.exitCode ?? daemon.signalCode})\n--- daemon log ---\n${log}`);
+    const { diedEarly } = await main.stop();
+    await cleanup();
+    if (diedEarly) throw new Error(`the ledgerfs daemon died during the test (exit ${main.daemon.exitCode ?? main.daemon.signalCode})\n--- daemon log ---\n${main.logs()}`);
   };
-  const alive = () => !exited && !stopping;
-  const errors = () => log.split('\n').filter((l) => /^\{.*"level":(50|60)/.test(l));
-  try {
-    await waitFor(() => exited || isMounted(mnt), 15_000, `mount at ${mnt}`, logs);
-    if (exited) throw new Error(`daemon exited before mounting\n${log}`);
-  } catch (err) {
-    await stop().catch(() => undefined);
-    throw err;
-  }
-  return { mnt, src, dir, daemon, logs, stop, alive, errors };
+  const errors = () => main.logs().split('\n').filter((l) => /^\{.*"level":(50|60)/.test(l));
+  return {
+    mnt, src, dir, daemon: main.daemon, logs: main.logs, stop, alive: main.alive, errors,
+    workspaceArgs: source.slice(0, 2), env: gcs?.env ?? {}, ...(gcs ? { gcs } : {}),
+  };
 }
 
 /**

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { onGcs, run, sh, startMount, type TestMount } from '../helpers/mount.js';
 
 const UTC = 'export TZ=UTC LC_ALL=C; ';
 
@@ -17,7 +17,9 @@ describe('mount: bulk workloads', () => {
     expect(errors, 'the daemon logged errors').toEqual([]);
   });
 
-  it('tar -x of 3000 small files matches extraction to a plain directory (content, modes, mtimes)', () => {
+  // The archive holds a hard link, which GCS cannot make (EPERM); test/gcs/caches.test.ts and
+  // scripts/bench-gcs cover tar -x of thousands of files there.
+  it.skipIf(onGcs)('tar -x of 3000 small files matches extraction to a plain directory (content, modes, mtimes)', () => {
     const work = path.join(m.dir, 'work');
     const tree = path.join(work, 'tree');
     for (let d = 0; d < 30; d++) {
@@ -100,7 +102,8 @@ EOF`,
     expect(fs.statSync(path.join(m.mnt, 'big.bin')).size).toBe(100 << 20);
   });
 
-  it('sparse file: truncate -s 1G then write at the end; size exact, holes read as zeros, little disk used', () => {
+  // GCS objects have no holes: the 1 GiB is uploaded as zeros (and the mirror reports no sparse blocks).
+  it.skipIf(onGcs)('sparse file: truncate -s 1G then write at the end; size exact, holes read as zeros, little disk used', () => {
     sh('truncate -s 1G sparse && printf END | dd of=sparse bs=1 seek=1073741824 conv=notrunc status=none', m.mnt);
     expect(sh('stat -c %s sparse', m.mnt).trim()).toBe(String(1073741824 + 3));
     expect(sh('tail -c 3 sparse', m.mnt)).toBe('END');

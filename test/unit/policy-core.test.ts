@@ -301,7 +301,7 @@ describe('policy stage: usage stays exact', () => {
 });
 
 describe('openWorkspace', () => {
-  it('refuses --source with --policy, a missing root and a gcs backend (not here yet)', async () => {
+  it('refuses --source with --policy, a missing root and an unreachable gcs bucket', async () => {
     const dir = makeTemp('policy');
     try {
       const file = path.join(dir, 'p.yaml');
@@ -309,8 +309,9 @@ describe('openWorkspace', () => {
       fs.writeFileSync(file, 'backend: {type: local, path: ./src}\nroots: [{path: /a, mode: rw}]');
       await expect(openWorkspace({ policy: file, source: dir })).rejects.toThrow(/cannot be used together/);
       await expect(openWorkspace({ policy: file })).rejects.toThrow(/roots\[0\]: \/a is not a directory in/);
-      fs.writeFileSync(file, 'backend: {type: gcs, bucket: b}\nroots: [{path: /a}]');
-      await expect(openWorkspace({ policy: file })).rejects.toThrow(/gcs backend is not available/);
+      // nothing listens on port 1: the bucket cannot be reached, and the error says which
+      fs.writeFileSync(file, 'backend: {type: gcs, bucket: b, apiEndpoint: "http://127.0.0.1:1"}\nroots: [{path: /a}]');
+      await expect(openWorkspace({ policy: file, state: path.join(dir, 'state') })).rejects.toThrow(/GCS bucket "b" could not be reached/);
     } finally {
       rmTemp(dir);
     }

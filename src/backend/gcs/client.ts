@@ -92,19 +92,23 @@ export class GcsRequests {
     }
   }
 
+  /**
+   * One page of objects.list. A plain JSON request through the client (its auth, endpoint and
+   * errors) rather than bucket.getFiles(), which builds a File object per item: for a page of
+   * 1,000 that costs several times the request itself.
+   */
   async list(q: { prefix: string; delimiter?: string; includeTrailingDelimiter?: boolean; maxResults?: number; pageToken?: string }): Promise<ListPage> {
-    const query = {
+    const qs = {
       prefix: q.prefix,
-      autoPaginate: false,
       ...(q.delimiter ? { delimiter: q.delimiter } : {}),
       ...(q.includeTrailingDelimiter ? { includeTrailingDelimiter: true } : {}),
       ...(q.maxResults ? { maxResults: q.maxResults } : {}),
       ...(q.pageToken ? { pageToken: q.pageToken } : {}),
     };
-    const [files, , resp] = await this.retry(() => this.bucket.getFiles(query));
-    const r = (resp ?? {}) as { prefixes?: string[]; nextPageToken?: string };
+    const [resp] = await this.retry(() => this.bucket.request({ uri: '/o', qs }));
+    const r = (resp ?? {}) as { items?: RawObjectMetadata[]; prefixes?: string[]; nextPageToken?: string };
     return {
-      items: files.map((f) => objectInfo(f.metadata as RawObjectMetadata)),
+      items: (r.items ?? []).map((m) => objectInfo(m)),
       prefixes: r.prefixes ?? [],
       ...(r.nextPageToken ? { nextPageToken: r.nextPageToken } : {}),
     };
@@ -112,8 +116,26 @@ export class GcsRequests {
 
   /** Bytes [start, end] (inclusive) of one generation. 404 if that generation is gone. */
   async readRange(key: string, generation: bigint, start: number, end: number): Promise<Buffer> {
-    const [buf] = await this.retry(() => this.file(key, generation).download({ start, end, validation: false }));
-    return buf;
+    // The stream into one buffer of the known size: file.download() gathers the chunks and
+    // concatenates them, which halved sequential reads through the mount.
+    return this.retry(
+      () =>
+        new Promise<Buffer>((resolve, reject) => {
+          const out = Buffer.allocUnsafe(end - start + 1);
+          let off = 0;
+          const rs = this.file(key, generation).createReadStream({ start, end, validation: false });
+          rs.on('error', reject);
+          rs.on('data', (d: Buffer) => {
+            if (off + d.length > out.length) {
+              rs.destroy(new Error(`read ${key}: more bytes than the range ${start}-${end} asked for`));
+              return;
+            }
+            d.copy(out, off);
+            off += d.length;
+          });
+          rs.on('end', () => resolve(off === out.length ? out : out.subarray(0, off)));
+        }),
+    );
   }
 
   /** One generation, whole, into a local file (checked against the object's crc32c). */

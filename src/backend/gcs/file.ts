@@ -17,6 +17,7 @@ export interface GcsFileHost {
   readonly req: GcsRequests;
   readonly attrDefaults: AttrDefaults;
   readonly stagingDir: string;
+  readonly conflictsDir: string;
   forget(f: GcsFile): void;
   reportConflict(c: GcsConflict): void;
 }
@@ -57,6 +58,11 @@ export class GcsFile implements BackendFile {
   private mtimeNs: bigint | undefined;
   private conflict: { error: VfsError; info: GcsConflict } | undefined;
   private closed = false;
+  /** attributes set while dirty, to go with the next upload */
+  private pendingMeta: Record<string, string> = {};
+  /** bumped by every local change: an upload clears `dirty` only if none came while it ran */
+  private changes = 0;
+  private uploading: Promise<void> | undefined;
 
   constructor(
     private readonly host: GcsFileHost,
@@ -83,6 +89,16 @@ export class GcsFile implements BackendFile {
     return this.base.generation;
   }
 
+  /** object name and generation while the handle reads the bucket's bytes (content caches key on it) */
+  get version(): string | undefined {
+    return this.hasLocalState || this.unlinked ? undefined : `${this.key}#${this.base.generation}`;
+  }
+
+  /** close(2): upload now, so the program's close sees a conflict or failure (and data is durable). */
+  async flush(): Promise<void> {
+    await this.sync();
+  }
+
   async read(buf: Buffer, length: number, position: number): Promise<number> {
     if (this.staging) await this.staging;
     if (this.staged) {
@@ -102,6 +118,7 @@ export class GcsFile implements BackendFile {
     const fd = (this.staged as { fd: number }).fd;
     const n = sys(`write ${this.path} (staging file)`, () => fs.writeSync(fd, buf, 0, length, position));
     this.dirty = true;
+    this.changes++;
     this.mtimeNs = nowNs();
     return n;
   }
@@ -112,11 +129,13 @@ export class GcsFile implements BackendFile {
     const fd = (this.staged as { fd: number }).fd;
     sys(`truncate ${this.path} (staging file)`, () => fs.ftruncateSync(fd, size));
     this.dirty = true;
+    this.changes++;
     this.mtimeNs = nowNs();
   }
 
   async stat(): Promise<Attr> {
-    const a = attrOf('file', this.path, this.base, this.host.attrDefaults);
+    const base = Object.keys(this.pendingMeta).length ? { ...this.base, metadata: { ...this.base.metadata, ...this.pendingMeta } } : this.base;
+    const a = attrOf('file', this.path, base, this.host.attrDefaults);
     if (this.staged) {
       const fd = this.staged.fd;
       a.size = sys(`fstat ${this.path}`, () => fs.fstatSync(fd)).size;
@@ -132,8 +151,7 @@ export class GcsFile implements BackendFile {
   async sync(): Promise<void> {
     if (this.conflict) throw this.conflict.error;
     if (this.staging) await this.staging;
-    if (!this.dirty || this.unlinked) return;
-    await this.upload();
+    await this.uploadNow();
   }
 
   async close(): Promise<void> {
@@ -149,7 +167,7 @@ export class GcsFile implements BackendFile {
       }
       if (this.dirty && !this.unlinked) {
         try {
-          await this.upload();
+          await this.uploadNow();
         } catch (err) {
           // Whatever went wrong, the bytes stay: a conflict has already been set aside; any
           // other failure at last close is set aside the same way, as 'upload-failed'.
@@ -182,6 +200,13 @@ export class GcsFile implements BackendFile {
   noteMetadata(info: ObjectInfo): void {
     if (info.generation !== this.base.generation) return;
     this.base = { ...this.base, metageneration: info.metageneration, metadata: info.metadata, updatedNs: info.updatedNs };
+  }
+
+  /** chmod/chown/utimens while this handle has changes to upload: they go with the upload. */
+  addPendingMeta(entries: Record<string, string>, mtimeNs: bigint | undefined): void {
+    this.pendingMeta = { ...this.pendingMeta, ...entries };
+    if (mtimeNs !== undefined) this.mtimeNs = mtimeNs;
+    this.changes++;
   }
 
   setMtime(ns: bigint): void {
@@ -235,10 +260,20 @@ export class GcsFile implements BackendFile {
     this.staged = { fd, file };
   }
 
+  /** One upload at a time (fsync and close(2) of two handles may ask together), if still dirty. */
+  private async uploadNow(): Promise<void> {
+    while (this.uploading) await this.uploading.catch(() => undefined);
+    if (this.conflict) throw this.conflict.error;
+    if (!this.dirty || this.unlinked) return;
+    this.uploading = this.upload().finally(() => (this.uploading = undefined));
+    await this.uploading;
+  }
+
   private async upload(): Promise<void> {
     const staged = this.staged as { fd: number; file: string };
+    const at = this.changes;
     const size = sys(`fstat ${this.path}`, () => fs.fstatSync(staged.fd)).size;
-    const metadata = { ...this.base.metadata, ...nodeMetaEntries({ mtimeNs: this.mtimeNs ?? nowNs() }) };
+    const metadata = { ...this.base.metadata, ...this.pendingMeta, ...nodeMetaEntries({ mtimeNs: this.mtimeNs ?? nowNs() }) };
     const spec = {
       ifGenerationMatch: this.base.generation,
       ...(this.base.generation > 0n ? { ifMetagenerationMatch: this.base.metageneration } : {}),
@@ -261,8 +296,12 @@ export class GcsFile implements BackendFile {
       }
     }
     this.base = info;
-    this.dirty = false;
-    this.mtimeNs = undefined;
+    if (this.changes === at) {
+      // nothing changed while the upload ran (otherwise the next sync/close uploads again)
+      this.dirty = false;
+      this.mtimeNs = undefined;
+      this.pendingMeta = {};
+    }
   }
 
   private async isOurs(cur: ObjectInfo, size: number, metadata: Record<string, string>): Promise<boolean> {
@@ -274,7 +313,7 @@ export class GcsFile implements BackendFile {
   /** Move the staged file to the conflicts area, report it, and remember the error. */
   private setAside(reason: GcsConflict['reason'], cur: ObjectInfo | undefined): VfsError {
     const staged = this.staged as { fd: number; file: string };
-    const dir = nodePath.join(this.host.stagingDir, 'conflicts');
+    const dir = this.host.conflictsDir;
     const flat = this.path.slice(1).replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
     const dest = nodePath.join(dir, `${new Date().toISOString().replace(/[:.]/g, '-')}-${flat}-${randomUUID().slice(0, 8)}`);
     try {

@@ -19,6 +19,8 @@ export interface GcsBackendOptions {
 
   implicitDirs?: boolean;
   stagingDir?: string;
+  /** where local versions that could not be uploaded are kept (default: <stagingDir>/conflicts) */
+  conflictsDir?: string;
   resumableThresholdBytes?: number;
   uploadChunkBytes?: number;
   retryAttempts?: number;
@@ -60,7 +62,7 @@ export interface GcsConflict {
   time: Date;
 }
 
-export type ResolvedGcsOptions = Required<Omit<GcsBackendOptions, 'type' | 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict'>> &
+export type ResolvedGcsOptions = Required<Omit<GcsBackendOptions, 'type' | 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict' | 'conflictsDir'>> & { conflictsDir: string } &
   Pick<GcsBackendOptions, 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict'>;
 
 const CHUNK_GRANULE = 256 * 1024;
@@ -72,6 +74,7 @@ export function resolveGcsOptions(o: GcsBackendOptions): ResolvedGcsOptions {
     prefix: normalizePrefix(o.prefix ?? ''),
     implicitDirs: o.implicitDirs ?? d.implicitDirs,
     stagingDir: o.stagingDir ?? d.stagingDir,
+    conflictsDir: o.conflictsDir ?? `${o.stagingDir ?? d.stagingDir}/conflicts`,
     resumableThresholdBytes: o.resumableThresholdBytes ?? d.resumableThresholdBytes,
     uploadChunkBytes: o.uploadChunkBytes ?? d.uploadChunkBytes,
     retryAttempts: o.retryAttempts ?? d.retryAttempts,

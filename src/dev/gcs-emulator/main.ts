@@ -2,7 +2,7 @@ import { pathToFileURL } from 'node:url';
 import { startGcsEmulator } from './server.js';
 
 /**
- * `node dist/dev/gcs-emulator/main.js [--port N] [--host H] [--bucket NAME]... [--verbose]`:
+ * `node dist/dev/gcs-emulator/main.js [--port N] [--host H] [--bucket NAME]... [--verbose] [--exit-with-stdin]`:
  * run the emulator in the foreground until SIGINT/SIGTERM. Prints one JSON line with the URL
  * once listening, so scripts can wait for it and read the port.
  */
@@ -10,6 +10,7 @@ export async function runGcsEmulatorCli(argv: string[]): Promise<void> {
   let port = 0;
   let host = '127.0.0.1';
   let verbose = false;
+  let lifeline = false;
   const buckets: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -22,8 +23,9 @@ export async function runGcsEmulatorCli(argv: string[]): Promise<void> {
     else if (a === '--host') host = next();
     else if (a === '--bucket') buckets.push(next());
     else if (a === '--verbose') verbose = true;
+    else if (a === '--exit-with-stdin') lifeline = true;
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: gcs-emulator [--port N] [--host 127.0.0.1] [--bucket NAME]... [--verbose]\n');
+      process.stdout.write('usage: gcs-emulator [--port N] [--host 127.0.0.1] [--bucket NAME]... [--verbose] [--exit-with-stdin]\n');
       return;
     } else throw new Error(`unknown argument ${a}`);
   }
@@ -44,7 +46,11 @@ export async function runGcsEmulatorCli(argv: string[]): Promise<void> {
     };
     process.on('SIGINT', stop);
     process.on('SIGTERM', stop);
+    // --exit-with-stdin: stop when the process that started us closes our stdin or dies (tests:
+    // no emulator outlives a killed test worker)
+    if (lifeline) process.stdin.on('end', stop).on('error', stop).resume();
   });
+  if (lifeline) process.stdin.destroy(); // let the process end now that the server is closed
 }
 
 // Run when executed directly (not when imported by the ledgerfs CLI).

@@ -1,0 +1,210 @@
+// The GCS run of the bench (scripts/bench-gcs): ledgerfs and `rclone mount` on the same GCS
+// emulator, plus the raw download speed of the client itself against it. Every column serves
+// the same bucket; "cold" is a fresh mount (empty caches), "warm" the same command right after.
+//
+//   ls -l big        a directory of 10,000 objects, cold and warm          (seconds, lower is better)
+//   stat tree        stat of every file of a 3,000-file tree, cold and warm (seconds)
+//   seq read         cat of a large object on a fresh mount                (MB/s)
+//   seq write        dd of a large file, to close (ledgerfs: durable in the bucket at close;
+//                    rclone --vfs-cache-mode writes: uploaded after close)  (MB/s)
+//   tar -x           of ~3,000 small files                                 (seconds)
+//   git add+commit   of the extracted tree                                 (seconds)
+//   raw download     @google-cloud/storage download of the large object    (MB/s, no FUSE)
+//
+// The emulator runs as a child process (tracked by PID) on 127.0.0.1; mounts go through
+// daemonTarget (targets.mjs), so cleanup is the same as the main bench's.
+import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { cleanupAllSync, daemonTarget } from './targets.mjs';
+import { BenchError, fmtBytes, parseSize, run, runOk, say, which } from './util.mjs';
+
+const MB = 1e6;
+const BUCKET = 'bench';
+
+function parseArgs(argv) {
+  const o = { objects: 10_000, files: 3_000, large: 1024 ** 3, rounds: 1, peers: ['ledgerfs', 'rclone'], keep: false, json: false };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const v = () => {
+      const x = argv[++i];
+      if (x === undefined) throw new BenchError(`${a} needs a value`);
+      return x;
+    };
+    if (a === '--quick') Object.assign(o, { objects: 10_000, files: 3_000, large: 64 * 1024 ** 2 });
+    else if (a === '--objects') o.objects = Number(v());
+    else if (a === '--files') o.files = Number(v());
+    else if (a === '--large') o.large = parseSize(v());
+    else if (a === '--rounds') o.rounds = Number(v());
+    else if (a === '--peers') o.peers = v().split(',');
+    else if (a === '--keep') o.keep = true;
+    else if (a === '--json') o.json = true;
+    else if (a === '--help' || a === '-h') {
+      process.stdout.write(
+        'usage: scripts/bench-gcs [--quick] [--objects N] [--files N] [--large SIZE] [--rounds N] [--peers ledgerfs,rclone] [--json] [--keep]\n' +
+          '  --quick: a 64 MiB large object instead of 1 GiB (sanity run)\n',
+      );
+      process.exit(0);
+    } else throw new BenchError(`unknown argument ${a}`);
+  }
+  return o;
+}
+
+async function startEmulator(repo) {
+  const child = spawn(process.execPath, [path.join(repo, 'dist/dev/gcs-emulator/main.js'), '--port', '0', '--bucket', BUCKET], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const url = await new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes('\n')) resolve(JSON.parse(out.split('\n')[0]).url);
+    });
+    child.on('exit', (c) => reject(new BenchError(`emulator exited (${c})`)));
+  });
+  return { url, pid: child.pid, stop: () => child.kill('SIGTERM') };
+}
+
+/** Upload objects through the client, `concurrency` at a time. */
+async function seed(bucket, items, concurrency = 48) {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < items.length) {
+        const [name, data] = items[next++];
+        await bucket.file(name).save(data, { resumable: false, validation: false });
+      }
+    }),
+  );
+}
+
+/** A ~n-file tree of small text files, locally, for tar -x and git (same shape as the main bench). */
+function localTree(dir, n) {
+  const words = ['ledger', 'fuse', 'node', 'write', 'read', 'stat', 'tree', 'file', 'journal', 'policy'];
+  let x = 42;
+  const rnd = () => ((x = (x * 1103515245 + 12345) >>> 0) / 2 ** 32);
+  for (let i = 0; i < n; i++) {
+    const d = path.join(dir, `a${i % 6}`, `b${i % 5}`);
+    fs.mkdirSync(d, { recursive: true });
+    let s = '';
+    const size = 64 + Math.floor(rnd() * 8128);
+    while (s.length < size) s += `${words[Math.floor(rnd() * words.length)]}${Math.floor(rnd() * 1000)} `;
+    fs.writeFileSync(path.join(d, `f${i}.txt`), s.slice(0, size));
+  }
+}
+
+function targetsFor(o, repo, emulatorUrl, work) {
+  const cli = path.join(repo, 'bin', 'ledgerfs.js');
+  const all = {
+    ledgerfs: daemonTarget({
+      name: 'ledgerfs',
+      describe: `LEDGERFS_GCS_ENDPOINT=URL node bin/ledgerfs.js mount --source gs://${BUCKET} --state DIR MNT (journal on)`,
+      env: { LEDGERFS_GCS_ENDPOINT: emulatorUrl },
+      argv: (_src, mnt) => [process.execPath, cli, 'mount', '--source', `gs://${BUCKET}`, '--state', path.join(work, 'state', path.basename(mnt)), mnt],
+    }),
+    rclone: daemonTarget({
+      name: 'rclone',
+      describe: 'rclone mount emu:bench MNT --vfs-cache-mode writes (gcs remote: endpoint = URL/storage/v1/, anonymous = true)',
+      problem: () => (which('rclone') ? null : 'rclone is not installed (apt-get install -y rclone)'),
+      env: { RCLONE_CONFIG_EMU_TYPE: 'gcs', RCLONE_CONFIG_EMU_ENDPOINT: `${emulatorUrl}/storage/v1/`, RCLONE_CONFIG_EMU_ANONYMOUS: 'true', RCLONE_CACHE_DIR: path.join(work, 'rclone-cache') },
+      argv: (_src, mnt) => ['rclone', 'mount', `emu:${BUCKET}`, mnt, '--vfs-cache-mode', 'writes', '--config', '/dev/null'],
+    }),
+  };
+  return o.peers.map((p) => {
+    const t = all[p];
+    if (!t) throw new BenchError(`unknown peer ${p} (ledgerfs, rclone)`);
+    return t;
+  });
+}
+
+async function timed(cmd, cwd) {
+  const r = await runOk('bash', ['-c', cmd], { cwd, captureStdout: false });
+  return r.seconds;
+}
+
+export async function mainGcs(argv) {
+  const o = parseArgs(argv);
+  const repo = path.resolve(import.meta.dirname, '../..');
+  if (!fs.existsSync(path.join(repo, 'dist/cli/main.js'))) throw new BenchError('ledgerfs is not built: run npx tsc -p .');
+  const { Storage } = await import('@google-cloud/storage');
+  const work = fs.mkdtempSync(path.join(os.tmpdir(), 'ledgerfs-bench-gcs-'));
+  const emu = await startEmulator(repo);
+  const onExit = () => {
+    cleanupAllSync();
+    emu.stop();
+  };
+  process.once('SIGINT', () => (onExit(), process.exit(130)));
+  process.once('SIGTERM', () => (onExit(), process.exit(143)));
+  const results = {}; // workload -> target -> [values]
+  const add = (w, t, v) => ((results[w] ??= {})[t] ??= []).push(v);
+  try {
+    const storage = new Storage({ apiEndpoint: emu.url, projectId: 'bench', retryOptions: { autoRetry: false } });
+    const bucket = storage.bucket(BUCKET);
+    say(`gcs bench: emulator ${emu.url}; seeding ${o.objects} objects, a ${o.files}-file tree and a ${fmtBytes(o.large)} object`);
+    const small = Buffer.from('x'.repeat(100));
+    const items = [];
+    for (let i = 0; i < o.objects; i++) items.push([`big/f${String(i).padStart(5, '0')}`, small]);
+    for (let i = 0; i < o.files; i++) items.push([`tree/d${i % 30}/s${i % 7}/f${i}`, small]);
+    await seed(bucket, items);
+    const large = path.join(work, 'large.bin');
+    fs.writeFileSync(large, crypto.randomBytes(Math.min(o.large, 64 * 1024 ** 2)));
+    while (fs.statSync(large).size < o.large) fs.appendFileSync(large, fs.readFileSync(large).subarray(0, Math.min(o.large - fs.statSync(large).size, 64 * 1024 ** 2)));
+    await bucket.upload(large, { destination: 'large.bin', resumable: true, validation: false });
+    const tarDir = path.join(work, 'tarsrc');
+    localTree(tarDir, o.files);
+    const tarball = path.join(work, 'tree.tar');
+    await runOk('tar', ['-cf', tarball, '-C', tarDir, '.']);
+
+    for (let round = 1; round <= o.rounds; round++) {
+      // raw client download speed: the ceiling for sequential reads
+      const t0 = process.hrtime.bigint();
+      await new Promise((res, rej) => bucket.file('large.bin').createReadStream({ validation: false }).on('error', rej).on('end', res).resume());
+      add('raw download (MB/s)', 'client', o.large / MB / (Number(process.hrtime.bigint() - t0) / 1e9));
+
+      for (const t of targetsFor(o, repo, emu.url, work)) {
+        const why = t.problem();
+        if (why) {
+          say(`  ${t.name}: skipped: ${why}`);
+          continue;
+        }
+        const mnt = path.join(work, 'mnt', `${t.name}-${round}`);
+        let h = await t.mount('', mnt, work);
+        try {
+          add('ls -l 10k cold (s)', t.name, await timed('ls -l big > /dev/null', h.path));
+          add('ls -l 10k warm (s)', t.name, await timed('ls -l big > /dev/null', h.path));
+          add('stat 3k tree cold (s)', t.name, await timed('find tree -type f -exec stat -c %s {} + > /dev/null', h.path));
+          add('stat 3k tree warm (s)', t.name, await timed('find tree -type f -exec stat -c %s {} + > /dev/null', h.path));
+        } finally {
+          await h.stop();
+        }
+        h = await t.mount('', mnt + 'b', work);
+        const tag = `${t.name}-${round}`; // every column writes into the same bucket
+        try {
+          add('seq read (MB/s)', t.name, o.large / MB / (await timed('cat large.bin > /dev/null', h.path)));
+          add('seq write to close (MB/s)', t.name, o.large / MB / (await timed(`dd if=${large} of=w-${tag}.bin bs=1M status=none`, h.path)));
+          add('tar -x 3k (s)', t.name, await timed(`mkdir x-${tag} && tar -xf ${tarball} -C x-${tag}`, h.path));
+          add('git add+commit 3k (s)', t.name, await timed(`cd x-${tag} && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench`, h.path));
+        } finally {
+          await h.stop();
+        }
+      }
+    }
+  } finally {
+    onExit();
+    if (!o.keep) fs.rmSync(work, { recursive: true, force: true });
+  }
+  const med = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+  const rows = Object.entries(results).map(([w, byT]) => ({ workload: w, ...Object.fromEntries(Object.entries(byT).map(([t, v]) => [t, med(v)])) }));
+  if (o.json) process.stdout.write(JSON.stringify({ config: o, results: rows }, null, 2) + '\n');
+  const fmt = (v) => (v === undefined ? '-' : v >= 100 ? v.toFixed(0) : v.toFixed(3));
+  const lines = rows.map((r) => {
+    const higher = /MB\/s/.test(r.workload);
+    const ratio = r.ledgerfs && r.rclone ? (higher ? r.ledgerfs / r.rclone : r.rclone / r.ledgerfs) : undefined;
+    return `${r.workload.padEnd(28)} ${fmt(r.ledgerfs ?? r.client).padStart(10)} ${fmt(r.rclone).padStart(10)} ${ratio ? ratio.toFixed(2).padStart(8) : '       -'}`;
+  });
+  process.stderr.write(`\n${'workload'.padEnd(28)} ${'ledgerfs'.padStart(10)} ${'rclone'.padStart(10)} ${'ratio'.padStart(8)}  (ratio > 1: ledgerfs faster)\n${lines.join('\n')}\n`);
+  const raw = results['raw download (MB/s)']?.client;
+  const read = results['seq read (MB/s)']?.ledgerfs;
+  if (raw && read) process.stderr.write(`ledgerfs sequential read / raw client download: ${(med(read) / med(raw)).toFixed(2)}\n`);
+  return 0;
+}

@@ -1,0 +1,61 @@
+import fs from 'node:fs';
+import { DEFAULTS } from '../config/defaults.js';
+import type { GcsBackendConfig } from '../config/load.js';
+import { createGcsBackend, type GcsBackend, type GcsConflict } from './gcs.js';
+import { ContentCache } from './layers/content-cache.js';
+import { MetadataCacheLayer } from './layers/metadata-cache.js';
+import { ReadCacheLayer } from './layers/read-cache.js';
+import type { Backend } from './types.js';
+
+export interface GcsStack {
+  /** what the workspace uses: metadata cache -> read cache -> GCS */
+  store: Backend;
+  gcs: GcsBackend;
+  metadata: MetadataCacheLayer;
+}
+
+export interface GcsStackOptions {
+  /** local staging of writes; its conflicts/ holds local versions that could not be uploaded */
+  stagingDir: string;
+  /** where local versions that could not be uploaded are kept (each with a .json note) */
+  conflictsDir: string;
+  onConflict?: (c: GcsConflict) => void;
+}
+
+/**
+ * The GCS backend with its cache layers, as a mount uses it: stat/listing cache outermost
+ * (every mutation passes through it), then read-ahead and the content cache, then the bucket.
+ */
+export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Promise<GcsStack> {
+  const c = { ...DEFAULTS.gcsCache, ...b.cache };
+  const gcs = await createGcsBackend({
+    bucket: b.bucket,
+    ...(b.prefix !== undefined ? { prefix: b.prefix } : {}),
+    ...(b.apiEndpoint !== undefined ? { apiEndpoint: b.apiEndpoint } : {}),
+    ...(b.keyFile !== undefined ? { keyFile: b.keyFile } : {}),
+    ...(b.implicitDirs !== undefined ? { implicitDirs: b.implicitDirs } : {}),
+    stagingDir: o.stagingDir,
+    conflictsDir: o.conflictsDir,
+    onConflict: (conflict) => {
+      noteConflict(conflict);
+      o.onConflict?.(conflict);
+    },
+  });
+  const content = c.contentBytes > 0 ? new ContentCache({ dir: c.contentDir, maxBytes: c.contentBytes, maxObjectBytes: c.contentMaxObjectBytes }) : undefined;
+  const read = new ReadCacheLayer(gcs, {
+    readAheadMinBytes: c.readAheadMinBytes,
+    readAheadMaxBytes: c.readAheadMaxBytes,
+    ...(content ? { content } : {}),
+  });
+  const metadata = new MetadataCacheLayer(read, { ttlMs: c.metadataTtlSec * 1000, maxEntries: c.metadataMaxEntries });
+  return { store: metadata, gcs, metadata };
+}
+
+/** A note next to a conflicting local version saying what it is (the version is kept by the backend). */
+function noteConflict(c: GcsConflict): void {
+  try {
+    fs.writeFileSync(`${c.localFile}.json`, JSON.stringify({ ...c, time: c.time.toISOString() }, null, 2) + '\n', { mode: 0o600 });
+  } catch {
+    /* the bytes are kept all the same; the note is a convenience */
+  }
+}

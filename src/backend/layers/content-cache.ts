@@ -1,0 +1,146 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
+
+export interface ContentCacheOptions {
+  /** a directory of its own is made under it for this process, and removed at close */
+  dir: string;
+  /** bytes kept at most; the least recently used objects go first */
+  maxBytes: number;
+  /** objects larger than this are never kept */
+  maxObjectBytes: number;
+}
+
+interface Entry {
+  file: string;
+  size: number;
+}
+
+/**
+ * A local disk cache of whole objects, keyed by their version (object name + generation: a new
+ * generation is a new key, so nothing is ever stale, old versions just age out). Bounded in
+ * bytes with LRU eviction. Each process keeps its own directory (removed at close), so daemons
+ * sharing a machine never evict each other's files under them.
+ */
+export class ContentCache {
+  readonly dir: string;
+  private readonly entries: LRUCache<string, Entry>;
+  private readonly maxObjectBytes: number;
+  hits = 0;
+
+  constructor(o: ContentCacheOptions) {
+    this.dir = path.join(o.dir, `${process.pid}-${randomUUID().slice(0, 8)}`);
+    removeOrphans(o.dir);
+    this.maxObjectBytes = Math.min(o.maxObjectBytes, o.maxBytes);
+    this.entries = new LRUCache<string, Entry>({
+      maxSize: Math.max(1, o.maxBytes),
+      sizeCalculation: (e) => Math.max(1, e.size),
+      // an open reader keeps its file descriptor: unlinking under it is safe
+      dispose: (e) => fs.rm(e.file, { force: true }, () => undefined),
+    });
+  }
+
+  /** The local file holding `version`, if kept. */
+  get(version: string): string | undefined {
+    const e = this.entries.get(version);
+    if (e) this.hits++;
+    return e?.file;
+  }
+
+  /** Whether `version` is kept (without counting a hit). */
+  has(version: string): boolean {
+    return this.entries.has(version);
+  }
+
+  /** Start keeping `version` (of `size` bytes) as it is read front to back; undefined if it may not be kept. */
+  fill(version: string, size: number): CacheFill | undefined {
+    if (size <= 0 || size > this.maxObjectBytes || this.entries.has(version)) return undefined;
+    try {
+      fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 }); // made on first use: commands that only list make none
+      return new CacheFill(this, version, size, path.join(this.dir, `${randomUUID()}.part`));
+    } catch {
+      return undefined; // a cache that cannot write is no cache, not an error
+    }
+  }
+
+  /** @internal CacheFill hands over a complete file. */
+  commit(version: string, file: string, size: number): void {
+    if (this.entries.has(version)) {
+      fs.rm(file, { force: true }, () => undefined);
+      return;
+    }
+    this.entries.set(version, { file, size });
+  }
+
+  close(): void {
+    this.entries.clear();
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** An object being written to the cache in order; abandoned at the first gap or error. */
+export class CacheFill {
+  private fd: number | undefined;
+  private written = 0;
+
+  constructor(
+    private readonly cache: ContentCache,
+    private readonly version: string,
+    private readonly size: number,
+    private readonly file: string,
+  ) {
+    this.fd = fs.openSync(file, 'wx', 0o600);
+  }
+
+  /**
+   * Bytes read from the store at `offset`; they are kept if they continue the file. The write
+   * is asynchronous (the thread pool's, not the event loop's time: a synchronous write of each
+   * window halved sequential reads); callers chain the calls so they stay in order.
+   */
+  async add(offset: number, data: Buffer): Promise<void> {
+    const fd = this.fd;
+    if (fd === undefined || offset !== this.written) {
+      if (offset > this.written) this.abandon();
+      return;
+    }
+    try {
+      await new Promise<void>((resolve, reject) => fs.write(fd, data, 0, data.length, offset, (err) => (err ? reject(err) : resolve())));
+      if (this.fd !== fd) return; // abandoned meanwhile
+      this.written += data.length;
+      if (this.written >= this.size) {
+        this.fd = undefined;
+        fs.closeSync(fd);
+        this.cache.commit(this.version, this.file, this.size);
+      }
+    } catch {
+      this.abandon();
+    }
+  }
+
+  abandon(): void {
+    if (this.fd === undefined) return;
+    fs.closeSync(this.fd);
+    this.fd = undefined;
+    fs.rm(this.file, { force: true }, () => undefined);
+  }
+}
+
+/** Directories of processes that ended without closing their cache (kill -9): removed. */
+function removeOrphans(root: string): void {
+  let names: string[];
+  try {
+    names = fs.readdirSync(root);
+  } catch {
+    return;
+  }
+  for (const n of names) {
+    const pid = Number(/^(\d+)-/.exec(n)?.[1]);
+    if (!pid || pid === process.pid) continue;
+    try {
+      process.kill(pid, 0);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ESRCH') fs.rmSync(path.join(root, n), { recursive: true, force: true });
+    }
+  }
+}

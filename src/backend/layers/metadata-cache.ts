@@ -1,0 +1,319 @@
+import { LRUCache } from 'lru-cache';
+import { VfsError } from '../../vfs/errors.js';
+import { isWithin, parentOf, rebase } from '../../vfs/paths.js';
+import type { Attr, Backend, BackendFile, DirEntry, NodeType, OpenMode, TimeSpec } from '../types.js';
+import { ForwardingFile, ForwardingLayer } from './forward.js';
+
+export interface MetadataCacheOptions {
+  /** how long an answer from the store is trusted, ms (changes made by other clients show up after this) */
+  ttlMs: number;
+  /** entries kept at most (attributes and listings each) */
+  maxEntries: number;
+}
+
+/** A writable handle open through the layer: its path follows renames; gone once unlinked. */
+interface Writer {
+  path: string;
+  gone: boolean;
+}
+
+/** What the cache knows about a path: its attributes, or that nothing is there. */
+type Known = { attr: Attr; target?: string } | { missing: true };
+
+/**
+ * Stat/type and listing caches around a backend whose lookups are remote (GCS): attributes,
+ * negative entries ("nothing at this path") and directory listings, each trusted for `ttlMs`.
+ * A listing (with readdirPlus) fills the attributes of every entry, so `ls -l` of a directory is
+ * one listing, not one lookup per entry; a cached listing also answers lookups of names it does
+ * not contain (ENOENT) without asking the store.
+ *
+ * Every mutation through the layer updates or drops what it touches, and bumps an epoch so that
+ * a lookup that was in flight while it ran does not store a stale answer afterwards. Files open
+ * for writing are never answered from the cache (their size and mtime change with every write).
+ * Changes made by other clients of the store are seen after at most `ttlMs`.
+ */
+export class MetadataCacheLayer extends ForwardingLayer {
+  private readonly nodes: LRUCache<string, Known>;
+  private readonly lists: LRUCache<string, Map<string, NodeType>>;
+  /** writable handles open (or opening) through this layer; their paths follow renames */
+  private readonly writers = new Set<Writer>();
+  private epoch = 0;
+  /** lookups answered by the store (for tests and the bench) */
+  misses = 0;
+  hits = 0;
+
+  constructor(inner: Backend, opts: MetadataCacheOptions) {
+    super(inner);
+    const ttl = Math.max(1, opts.ttlMs);
+    this.nodes = new LRUCache({ max: opts.maxEntries, ttl, updateAgeOnGet: false });
+    this.lists = new LRUCache({ max: Math.max(16, Math.floor(opts.maxEntries / 64)), ttl, updateAgeOnGet: false });
+    if (opts.ttlMs <= 0) this.enabled = false;
+    const { setxattr, removexattr } = inner;
+    if (setxattr) this.setxattr = (p, n, v, f) => this.change([p], false, () => setxattr.call(inner, p, n, v, f));
+    if (removexattr) this.removexattr = (p, n) => this.change([p], false, () => removexattr.call(inner, p, n));
+  }
+
+  private enabled = true;
+
+  // ---- reads ---------------------------------------------------------------------------------
+
+  /** The cached answer for `path`, or undefined when the store must be asked. */
+  private known(path: string): Known | undefined {
+    if (!this.enabled || this.isWriting(path)) return undefined;
+    const k = this.nodes.get(path);
+    if (k) return k;
+    if (path === '/') return undefined;
+    const list = this.lists.get(parentOf(path));
+    if (list && !list.has(path.slice(path.lastIndexOf('/') + 1))) return { missing: true };
+    return undefined;
+  }
+
+  private remember(path: string, k: Known, epoch: number): void {
+    if (this.enabled && epoch === this.epoch && !this.isWriting(path)) this.nodes.set(path, k);
+  }
+
+  private isWriting(path: string): boolean {
+    for (const w of this.writers) if (w.path === path) return true;
+    return false;
+  }
+
+  override async stat(path: string): Promise<Attr> {
+    const a = await this.tryStat(path);
+    if (!a) throw new VfsError('ENOENT', `${path} does not exist`);
+    return a;
+  }
+
+  override async tryStat(path: string): Promise<Attr | null> {
+    const k = this.known(path);
+    if (k) {
+      this.hits++;
+      return 'missing' in k ? null : { ...k.attr };
+    }
+    this.misses++;
+    const epoch = this.epoch;
+    let attr: Attr | null;
+    try {
+      attr = this.inner.tryStat ? await this.inner.tryStat(path) : await this.inner.stat(path);
+    } catch (err) {
+      if (err instanceof VfsError && err.code === 'ENOENT') attr = null;
+      else if (err instanceof VfsError && err.code === 'ENOTDIR') return null;
+      else throw err;
+    }
+    this.remember(path, attr ? { attr } : { missing: true }, epoch);
+    return attr ? { ...attr } : null;
+  }
+
+  override async readdir(path: string): Promise<DirEntry[]> {
+    const cached = this.enabled ? this.lists.get(path) : undefined;
+    if (cached) {
+      this.hits++;
+      return [...cached].map(([name, type]) => ({ name, type }));
+    }
+    this.misses++;
+    const epoch = this.epoch;
+    const dir = path === '/' ? '' : path;
+    let entries: DirEntry[];
+    if (this.inner.readdirPlus) {
+      const plus = await this.inner.readdirPlus(path);
+      for (const e of plus) if (e.attr) this.remember(`${dir}/${e.name}`, { attr: e.attr }, epoch);
+      entries = plus.map(({ name, type }) => ({ name, type }));
+    } else {
+      entries = await this.inner.readdir(path);
+    }
+    if (this.enabled && epoch === this.epoch) this.lists.set(path, new Map(entries.map((e) => [e.name, e.type])));
+    return entries;
+  }
+
+  override async readdirPlus(path: string): Promise<Array<DirEntry & { attr?: Attr }>> {
+    const dir = path === '/' ? '' : path;
+    const entries = await this.readdir(path);
+    return entries.map((e) => {
+      const k = this.known(`${dir}/${e.name}`);
+      return k && 'attr' in k ? { ...e, attr: { ...k.attr } } : e;
+    });
+  }
+
+  override async readlink(path: string): Promise<string> {
+    const k = this.known(path);
+    if (k && 'attr' in k && k.target !== undefined) return k.target;
+    const epoch = this.epoch;
+    const target = await this.inner.readlink(path);
+    if (k && 'attr' in k) this.remember(path, { attr: k.attr, target }, epoch);
+    return target;
+  }
+
+  // ---- invalidation --------------------------------------------------------------------------
+
+  /** Forget `path` (and with `below`, everything under it); in-flight lookups will not store. */
+  private forget(path: string, below = false): void {
+    this.epoch++;
+    this.nodes.delete(path);
+    if (below) {
+      for (const k of [...this.nodes.keys()]) if (isWithin(k, path)) this.nodes.delete(k);
+      for (const k of [...this.lists.keys()]) if (isWithin(k, path)) this.lists.delete(k);
+    }
+  }
+
+  /** Keep a cached listing of the parent exact: the mutation's outcome is known. */
+  private entry(path: string, type: NodeType | null): void {
+    if (path === '/') return;
+    const list = this.lists.get(parentOf(path));
+    if (!list) return;
+    const name = path.slice(path.lastIndexOf('/') + 1);
+    if (type) list.set(name, type);
+    else list.delete(name);
+  }
+
+  /** Run a mutation: forget before (so no reader trusts the old answer while it runs) and after. */
+  private async change<T>(paths: string[], below: boolean, fn: () => Promise<T>): Promise<T> {
+    for (const p of paths) this.forget(p, below);
+    try {
+      return await fn();
+    } catch (err) {
+      // the outcome is unknown (a failure may come after the change): forget the parents' listings too
+      for (const p of paths) {
+        this.forget(p, below);
+        if (p !== '/') this.lists.delete(parentOf(p));
+      }
+      throw err;
+    } finally {
+      for (const p of paths) this.forget(p, below);
+    }
+  }
+
+  // ---- mutations -----------------------------------------------------------------------------
+
+  override async open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
+    if (!mode.write) return this.inner.open(path, mode, createMode);
+    const hint = mode.create && this.knownAbsent(path) ? { ...mode, knownAbsent: true } : mode;
+    const token: Writer = { path, gone: false };
+    this.writers.add(token);
+    let file: BackendFile;
+    try {
+      file = await this.change([path], false, () => this.inner.open(path, hint, createMode));
+    } catch (err) {
+      this.doneWriting(token);
+      throw err;
+    }
+    if (mode.create) this.entry(path, 'file');
+    return new WritingFile(file, token, this);
+  }
+
+  /** Known (within the TTL) that nothing is at `path` and its parent is a directory. */
+  private knownAbsent(path: string): boolean {
+    const k = this.known(path);
+    if (!k || !('missing' in k) || path === '/') return false;
+    const parent = parentOf(path);
+    if (parent === '/' || this.lists.has(parent)) return true; // a listing exists only for a directory
+    const p = this.known(parent);
+    return p !== undefined && 'attr' in p && p.attr.type === 'dir';
+  }
+
+  /**
+   * A writable handle closed: its path may be cached again, with `attr` (what the file is now,
+   * when the closed handle could still say it without asking the store).
+   */
+  doneWriting(token: Writer, attr?: Attr): void {
+    this.writers.delete(token);
+    this.forget(token.path);
+    if (attr && !token.gone && this.enabled && !this.isWriting(token.path)) this.nodes.set(token.path, { attr });
+  }
+
+  override async mkdir(path: string, mode: number): Promise<void> {
+    await this.change([path], false, () => this.inner.mkdir(path, mode));
+    this.entry(path, 'dir');
+    // A new directory is empty: lookups in it (tar, cp -r create right after) need not ask.
+    if (this.enabled) this.lists.set(path, new Map());
+  }
+
+  override async rmdir(path: string): Promise<void> {
+    await this.change([path], true, () => this.inner.rmdir(path));
+    this.entry(path, null);
+    this.lists.delete(path);
+  }
+
+  override async unlink(path: string): Promise<void> {
+    await this.change([path], false, () => this.inner.unlink(path));
+    this.entry(path, null);
+    this.gone(path);
+  }
+
+  /** Files open at `path` no longer have a name: their close must not cache one. */
+  private gone(path: string): void {
+    for (const w of this.writers) if (w.path === path) w.gone = true;
+  }
+
+  override async rename(from: string, to: string): Promise<void> {
+    const type = (this.nodes.get(from) as { attr?: Attr } | undefined)?.attr?.type;
+    await this.change([from, to], true, () => this.inner.rename(from, to));
+    if (from !== to) this.gone(to); // renamed over
+    // writable handles follow the file (the backend retargets them)
+    for (const w of this.writers) if (isWithin(w.path, from)) w.path = rebase(w.path, from, to);
+    this.entry(from, null);
+    if (type) this.entry(to, type);
+    else if (to !== '/') this.lists.delete(parentOf(to));
+  }
+
+  override async symlink(target: string, path: string): Promise<void> {
+    await this.change([path], false, () => this.inner.symlink(target, path));
+    this.entry(path, 'symlink');
+  }
+
+  override async link(existing: string, newPath: string): Promise<void> {
+    await this.change([existing, newPath], false, () => this.inner.link(existing, newPath));
+    this.entry(newPath, 'file');
+  }
+
+  override chmod(path: string, mode: number): Promise<void> {
+    return this.change([path], false, () => this.inner.chmod(path, mode));
+  }
+
+  override chown(path: string, uid: number, gid: number): Promise<void> {
+    return this.change([path], false, () => this.inner.chown(path, uid, gid));
+  }
+
+  override utimens(path: string, times: TimeSpec): Promise<void> {
+    return this.change([path], false, () => this.inner.utimens(path, times));
+  }
+
+  override truncate(path: string, size: number): Promise<void> {
+    return this.change([path], false, () => this.inner.truncate(path, size));
+  }
+
+  /** Drop everything (tests; a rollback that went around the layer). */
+  clear(): void {
+    this.epoch++;
+    this.nodes.clear();
+    this.lists.clear();
+  }
+}
+
+/**
+ * A writable file opened through the cache layer: its path is not answered from the cache while
+ * it is open, and is forgotten again at close (the upload made a new generation).
+ */
+class WritingFile extends ForwardingFile {
+  private closed = false;
+
+  constructor(
+    f: BackendFile,
+    private readonly token: Writer,
+    private readonly layer: MetadataCacheLayer,
+  ) {
+    super(f);
+  }
+
+  override async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    let attr: Attr | undefined;
+    try {
+      await this.f.close();
+      // After a successful close the GCS file knows the generation it uploaded: its stat is
+      // local. (A local backend's closed file cannot answer: nothing is primed then.)
+      attr = await this.f.stat().catch(() => undefined);
+    } finally {
+      this.layer.doneWriting(this.token, attr);
+    }
+  }
+}

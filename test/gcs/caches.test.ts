@@ -1,0 +1,49 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sh, startMount, type TestMount } from '../helpers/mount.js';
+import { startGcsFixture, type GcsFixture } from './fixture.js';
+
+/**
+ * The cache layers around the GCS backend, measured on a real mount against the emulator by
+ * its request counter: `ls -l` of a big directory is a listing (pages of 1,000), not a lookup
+ * per entry; a warm stat of a tree asks nothing at all.
+ */
+describe('gcs: metadata caches keep ls -l and stat off the network per entry', () => {
+  let g: GcsFixture;
+  let m: TestMount;
+  beforeAll(async () => {
+    g = await startGcsFixture();
+    const flat = Array.from({ length: 10_000 }, (_, i) => `big/f${String(i).padStart(5, '0')}`);
+    const tree = Array.from({ length: 3_000 }, (_, i) => `tree/d${i % 30}/s${i % 7}/f${i}`);
+    await g.seed([...flat, ...tree], 'x', 48);
+    m = await startMount({ gcs: { emulator: g.emulator, bucket: g.bucket }, args: ['--no-journal', '--metadata-ttl', '60'] });
+  }, 300_000);
+  afterAll(async () => {
+    await m?.stop();
+    await g?.stop();
+  });
+
+  it('ls -l of 10,000 objects: about one request per 1,000 entries cold, none warm', async () => {
+    const r0 = await g.requests();
+    expect(sh('ls -l big | wc -l', m.mnt).trim()).toBe('10001'); // "total" + 10,000 entries
+    const cold = (await g.requests()) - r0;
+    expect(cold).toBeLessThan(40);
+    const r1 = await g.requests();
+    expect(sh('ls -l big | wc -l', m.mnt).trim()).toBe('10001');
+    const warm = (await g.requests()) - r1;
+    console.log(`ls -l of 10,000 objects: ${cold} requests cold, ${warm} warm`);
+    expect(warm).toBeLessThanOrEqual(2);
+  }, 120_000);
+
+  it('stat of every file of a 3,000-file tree: listings cold, nothing warm', async () => {
+    const r0 = await g.requests();
+    expect(sh('find tree -type f -exec stat -c %s {} + | wc -l', m.mnt).trim()).toBe('3000');
+    const cold = (await g.requests()) - r0;
+    // one listing per directory (30 + 210), not one lookup per file
+    expect(cold).toBeLessThan(400);
+    const r1 = await g.requests();
+    expect(sh('find tree -type f -exec stat -c %s {} + | wc -l', m.mnt).trim()).toBe('3000');
+    const warm = (await g.requests()) - r1;
+    console.log(`stat of a 3,000-file tree: ${cold} requests cold, ${warm} warm`);
+    expect(warm).toBeLessThanOrEqual(2);
+  }, 120_000);
+});

@@ -1,0 +1,45 @@
+import { Storage } from '@google-cloud/storage';
+import { clientFor } from '../helpers/gcs-emulator.js';
+import { startTestEmulator, type TestEmulator } from '../helpers/mount.js';
+
+/** An emulator process with one bucket, a real client on it, and its request counter. */
+export interface GcsFixture {
+  emulator: TestEmulator;
+  bucket: string;
+  storage: Storage;
+  /** requests the emulator has answered so far (admin calls not counted) */
+  requests(): Promise<number>;
+  fault(spec: unknown): Promise<void>;
+  clearFaults(): Promise<void>;
+  /** upload `names` (each with `data`), `concurrency` at a time */
+  seed(names: string[], data?: string, concurrency?: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startGcsFixture(bucket = 'ledgerfs-gcs-test'): Promise<GcsFixture> {
+  const emulator = await startTestEmulator([bucket]);
+  const storage = clientFor(emulator.url, { retries: false });
+  const admin = async (method: string, what: string, body?: unknown) => {
+    const r = await fetch(`${emulator.url}/_emulator/${what}`, { method, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+    if (!r.ok) throw new Error(`admin ${method} ${what}: ${r.status} ${await r.text()}`);
+    return r.status === 204 ? undefined : r.json();
+  };
+  return {
+    emulator,
+    bucket,
+    storage,
+    requests: async () => ((await admin('GET', 'stats')) as { requests: number }).requests,
+    fault: async (spec) => void (await admin('POST', 'faults', spec)),
+    clearFaults: async () => void (await admin('DELETE', 'faults')),
+    seed: async (names, data = 'x', concurrency = 32) => {
+      let next = 0;
+      const b = storage.bucket(bucket);
+      await Promise.all(
+        Array.from({ length: concurrency }, async () => {
+          while (next < names.length) await b.file(names[next++] as string).save(data, { resumable: false });
+        }),
+      );
+    },
+    stop: () => emulator.stop(),
+  };
+}

@@ -1,0 +1,116 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { py, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { startGcsFixture, type GcsFixture } from './fixture.js';
+
+/**
+ * Two hosts on one bucket, played by two daemons with their own state directories on one
+ * emulator. Close-to-open across daemons: a change by one shows in the other after the metadata
+ * TTL (plus the kernel's attribute timeout); two writers of one file never both win: the later
+ * upload is refused by its generation precondition, its close(2) fails with ESTALE, and its
+ * bytes are kept in its journal's conflict area.
+ */
+describe('gcs: two daemons on one bucket', () => {
+  let g: GcsFixture;
+  let a: TestMount;
+  let b: TestMount;
+  const TTL = 0.5;
+  beforeEach(async () => {
+    g = await startGcsFixture();
+    await g.seed(['shared.txt'], 'original\n');
+    const args = (state: string) => ['--metadata-ttl', String(TTL), '--attr-timeout', String(TTL), '--entry-timeout', String(TTL), '--state', state];
+    a = await startMount({ gcs: { emulator: g.emulator, bucket: g.bucket }, args: args(path.join(fs.mkdtempSync('/tmp/ledgerfs-state-'), 's')) });
+    b = await startMount({ gcs: { emulator: g.emulator, bucket: g.bucket }, args: args(path.join(fs.mkdtempSync('/tmp/ledgerfs-state-'), 's')) });
+  });
+  afterEach(async () => {
+    const dirs = [a, b].map((m) => stateOf(m));
+    await a?.stop();
+    await b?.stop();
+    await g?.stop();
+    for (const d of dirs) if (d) fs.rmSync(path.dirname(d), { recursive: true, force: true });
+  });
+
+  const stateOf = (m: TestMount | undefined) => {
+    const args = (m?.daemon.spawnargs ?? []) as string[];
+    const i = args.indexOf('--state');
+    return i >= 0 ? args[i + 1] : undefined;
+  };
+
+  async function eventually(fn: () => boolean, ms: number): Promise<number> {
+    const t0 = Date.now();
+    while (!fn()) {
+      if (Date.now() - t0 > ms) throw new Error(`not within ${ms} ms`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return Date.now() - t0;
+  }
+
+  it('a write by one is visible to the other after the TTL; so are a new file and a removal', async () => {
+    expect(sh('cat shared.txt', b.mnt)).toBe('original\n'); // b has it cached now
+    sh('printf "changed by a\\n" > shared.txt && printf new > fresh.txt', a.mnt);
+    const limit = 1000 * (2 * TTL) + 2000; // TTL of our cache + the kernel's, and some slack
+    await eventually(() => sh('cat shared.txt', b.mnt) === 'changed by a\n', limit);
+    await eventually(() => fs.existsSync(path.join(b.mnt, 'fresh.txt')), limit);
+    expect(sh('cat fresh.txt', b.mnt)).toBe('new');
+    sh('rm fresh.txt', b.mnt);
+    await eventually(() => !fs.existsSync(path.join(a.mnt, 'fresh.txt')), limit);
+  });
+
+  it('two concurrent writers of one file: one close fails with ESTALE, its bytes are kept in its conflict area', async () => {
+    const out = py(
+      `
+import errno, json, os, sys
+fa = open(sys.argv[1] + '/shared.txt', 'r+b')
+fb = open(sys.argv[2] + '/shared.txt', 'r+b')
+# both write (and stage the generation they opened) before either closes; a write that came
+# only after the other's upload would itself fail with ESTALE (its generation is gone)
+fa.write(b'written by A\\n'); fa.flush()
+fb.write(b'written by B, the loser\\n'); fb.flush()
+res = {}
+for name, f in (('a', fa), ('b', fb)):
+    try:
+        f.close(); res[name] = 'ok'
+    except OSError as e:
+        res[name] = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps(res))
+`,
+      a.dir,
+      [a.mnt, b.mnt],
+    );
+    expect(JSON.parse(out)).toEqual({ a: 'ok', b: 'ESTALE' });
+    // the bucket has A's version, both mounts show it
+    expect(sh('cat shared.txt', a.mnt)).toBe('written by A\n');
+    // B's version is kept, with a note saying what it is
+    const conflicts = path.join(stateOf(b) as string, "conflicts");
+    const files = fs.readdirSync(conflicts);
+    const data = files.filter((f) => !f.endsWith('.json'));
+    expect(data).toHaveLength(1);
+    expect(fs.readFileSync(path.join(conflicts, data[0] as string), 'utf8')).toBe('written by B, the loser\n');
+    const note = JSON.parse(fs.readFileSync(path.join(conflicts, `${data[0]}.json`), 'utf8')) as { reason: string; path: string };
+    expect(note).toMatchObject({ reason: 'changed-remotely', path: '/shared.txt' });
+    await eventually(() => /local version not uploaded; kept in the conflict area/.test(b.logs()), 5000);
+    // nothing went into A's conflict area
+    expect(fs.existsSync(path.join(stateOf(a) as string, 'conflicts'))).toBe(false);
+  });
+
+  it('two O_CREAT|O_EXCL of one new name on two daemons: exactly one wins', () => {
+    const out = py(
+      `
+import errno, json, os, sys
+res = []
+for d in sys.argv[1:]:
+    try:
+        fd = os.open(d + '/only-one', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, d.encode()); os.close(fd); res.append('ok')
+    except OSError as e:
+        res.append(errno.errorcode.get(e.errno, str(e.errno)))
+print(json.dumps(res))
+`,
+      a.dir,
+      [a.mnt, b.mnt],
+    );
+    expect(JSON.parse(out)).toEqual(['ok', 'EEXIST']);
+    expect(sh('cat only-one', b.mnt)).toBe(a.mnt);
+  });
+});

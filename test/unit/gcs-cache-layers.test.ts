@@ -1,0 +1,231 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { GcsBackend } from '../../src/backend/gcs.js';
+import { ContentCache } from '../../src/backend/layers/content-cache.js';
+import { MetadataCacheLayer } from '../../src/backend/layers/metadata-cache.js';
+import { ReadCacheLayer } from '../../src/backend/layers/read-cache.js';
+import type { Backend, BackendFile } from '../../src/backend/types.js';
+import { gcsBackendPerTest } from '../helpers/gcs-emulator.js';
+import { expectCode } from '../helpers/tmp.js';
+
+// The cache layers around the GCS backend, against the emulator; what reaches GCS is read from
+// the emulator's request counter. `ctx.raw` is the bucket as another host sees it.
+
+const ctx = gcsBackendPerTest('layers-test');
+let gcs: GcsBackend;
+let tmp: string;
+beforeEach(() => {
+  gcs = ctx.b;
+  tmp = ctx.tmp;
+});
+
+const put = (name: string, data: string | Buffer) => ctx.raw.file(`${ctx.prefix}/${name}`).save(data, { resumable: false });
+const requests = async () => (await ctx.fx.stats()).requests;
+/** requests `fn` makes */
+async function cost(fn: () => Promise<unknown>): Promise<number> {
+  const r0 = await requests();
+  await fn();
+  return (await requests()) - r0;
+}
+
+async function readAll(f: BackendFile, chunk = 64 * 1024): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for (let pos = 0; ; ) {
+    const buf = Buffer.alloc(chunk);
+    const got = await f.read(buf, buf.length, pos);
+    if (got === 0) break;
+    parts.push(buf.subarray(0, got));
+    pos += got;
+  }
+  return Buffer.concat(parts);
+}
+
+async function writeFile(b: Backend, p: string, data: string): Promise<void> {
+  const f = await b.open(p, { write: true, create: true, truncate: true }, 0o644);
+  await f.write(Buffer.from(data), data.length, 0);
+  await f.close();
+}
+
+describe('MetadataCacheLayer', () => {
+  let c: MetadataCacheLayer;
+  beforeEach(() => {
+    c = new MetadataCacheLayer(gcs, { ttlMs: 400, maxEntries: 1000 });
+  });
+
+  it('answers a repeated stat, and a repeated miss, without asking GCS', async () => {
+    await put('a.txt', 'hello');
+    expect(await cost(() => c.stat('/a.txt'))).toBeGreaterThan(0);
+    expect(await cost(() => c.stat('/a.txt'))).toBe(0);
+    expect((await c.stat('/a.txt')).size).toBe(5);
+    await expectCode(c.stat('/nope'), 'ENOENT');
+    expect(await cost(() => expectCode(c.stat('/nope'), 'ENOENT'))).toBe(0);
+  });
+
+  it('a listing fills every entry\'s attributes and answers lookups of names it lacks', async () => {
+    await Promise.all(['d/x', 'd/y', 'd/sub/z'].map((k) => put(k, k)));
+    expect((await c.readdir('/d')).map((e) => e.name).sort()).toEqual(['sub', 'x', 'y']);
+    const free = await cost(async () => {
+      expect((await c.stat('/d/x')).size).toBe(3);
+      expect((await c.stat('/d/sub')).type).toBe('dir');
+      await expectCode(c.stat('/d/absent'), 'ENOENT');
+      expect(await c.readdir('/d')).toHaveLength(3);
+    });
+    expect(free).toBe(0);
+  });
+
+  it('every mutation through the layer updates what it cached; nothing stale is served', async () => {
+    await put('d/x', 'x');
+    await c.readdir('/d');
+    await expectCode(c.stat('/d/new'), 'ENOENT');
+    await writeFile(c, '/d/new', 'fresh');
+    expect((await c.stat('/d/new')).size).toBe(5);
+    expect((await c.readdir('/d')).map((e) => e.name).sort()).toEqual(['new', 'x']);
+    await c.mkdir('/d/dir', 0o755);
+    await c.symlink('x', '/d/link');
+    expect((await c.readdir('/d')).map((e) => `${e.name}:${e.type}`).sort()).toEqual(['dir:dir', 'link:symlink', 'new:file', 'x:file']);
+    expect(await c.readlink('/d/link')).toBe('x');
+    await c.chmod('/d/x', 0o600);
+    expect((await c.stat('/d/x')).mode & 0o777).toBe(0o600);
+    await c.rename('/d/new', '/d/dir/moved');
+    await expectCode(c.stat('/d/new'), 'ENOENT');
+    expect((await c.stat('/d/dir/moved')).size).toBe(5);
+    await c.rename('/d/dir', '/e');
+    await expectCode(c.stat('/d/dir/moved'), 'ENOENT');
+    expect((await c.readdir('/e')).map((e) => e.name)).toEqual(['moved']);
+    await c.unlink('/d/x');
+    await expectCode(c.stat('/d/x'), 'ENOENT');
+    expect((await c.readdir('/d')).map((e) => e.name)).toEqual(['link']);
+  });
+
+  it('a file open for writing is never answered from the cache; its new size shows at once', async () => {
+    await put('w.txt', 'abc');
+    await c.stat('/w.txt');
+    const f = await c.open('/w.txt', { write: true });
+    await f.write(Buffer.from('abcdef'), 6, 0);
+    expect((await c.stat('/w.txt')).size).toBe(6);
+    await f.close();
+    expect((await c.stat('/w.txt')).size).toBe(6);
+  });
+
+  it('a new directory is known empty, and a closed file\'s new attributes are known: tar-like creates ask less', async () => {
+    await c.mkdir('/t', 0o755);
+    expect(await cost(() => expectCode(c.stat('/t/f'), 'ENOENT'))).toBe(0);
+    await writeFile(c, '/t/f', 'data');
+    expect(await cost(async () => expect((await c.stat('/t/f')).size).toBe(4))).toBe(0);
+    expect((await c.readdir('/t')).map((e) => e.name)).toEqual(['f']);
+  });
+
+  it('a file unlinked or renamed over while open is not brought back by its close', async () => {
+    await put('u.txt', 'u');
+    const f = await c.open('/u.txt', { write: true });
+    await f.write(Buffer.from('more'), 4, 0);
+    await c.unlink('/u.txt');
+    await f.close();
+    await expectCode(c.stat('/u.txt'), 'ENOENT');
+    await put('v.txt', 'v');
+    await put('w.txt', 'www');
+    const g = await c.open('/v.txt', { write: true });
+    await g.write(Buffer.from('vv'), 2, 0);
+    await c.rename('/w.txt', '/v.txt');
+    await g.close();
+    expect((await c.stat('/v.txt')).size).toBe(3);
+  });
+
+  it('a change by another client shows after the TTL, not before', async () => {
+    await put('o.txt', 'one');
+    expect((await c.stat('/o.txt')).size).toBe(3);
+    await expectCode(c.stat('/other'), 'ENOENT');
+    await put('o.txt', 'three');
+    await put('other', 'x');
+    expect((await c.stat('/o.txt')).size).toBe(3);
+    await expectCode(c.stat('/other'), 'ENOENT');
+    await new Promise((r) => setTimeout(r, 450));
+    expect((await c.stat('/o.txt')).size).toBe(5);
+    expect((await c.stat('/other')).size).toBe(1);
+  });
+
+  it('a lookup in flight while a mutation runs does not store its stale answer', async () => {
+    await put('r.txt', 'r');
+    const slow = c.stat('/r.txt'); // in flight
+    await c.unlink('/r.txt');
+    await slow.catch(() => undefined);
+    await expectCode(c.stat('/r.txt'), 'ENOENT');
+  });
+});
+
+describe('ReadCacheLayer and ContentCache', () => {
+  let cache: ContentCache;
+  let r: ReadCacheLayer;
+  beforeEach(() => {
+    cache = new ContentCache({ dir: path.join(tmp, 'content'), maxBytes: 10_000, maxObjectBytes: 8_000 });
+    r = new ReadCacheLayer(gcs, { readAheadMinBytes: 256 * 1024, readAheadMaxBytes: 1024 * 1024, content: cache });
+  });
+  afterEach(() => cache.close());
+
+  it('sequential reads fetch ahead in growing ranged reads, not one request per read', async () => {
+    const data = Buffer.alloc(3 * 1024 * 1024 + 5, 0).map((_, i) => i % 251);
+    await put('big.bin', data);
+    const f = await r.open('/big.bin', { write: false });
+    let got: Buffer = Buffer.alloc(0);
+    const reads = await cost(async () => {
+      got = await readAll(f, 64 * 1024);
+    });
+    await f.close();
+    expect(got.equals(data)).toBe(true);
+    // 49 reads of 64 KiB; windows of 256 KiB, 512 KiB, then 1 MiB
+    expect(reads).toBeLessThanOrEqual(6);
+  });
+
+  it('random reads go to GCS as asked and still read right', async () => {
+    const data = Buffer.from('0123456789'.repeat(1000));
+    await put('rand.bin', data);
+    const f = await r.open('/rand.bin', { write: false });
+    const buf = Buffer.alloc(10);
+    expect(await f.read(buf, 10, 5000)).toBe(10);
+    expect(buf.toString()).toBe('0123456789');
+    expect(await f.read(buf, 10, 123)).toBe(10);
+    expect(buf.toString()).toBe('3456789012');
+    await f.close();
+  });
+
+  it('an object read once is read from the local cache next time, until its generation changes', async () => {
+    await put('c.txt', 'cached content');
+    const f1 = await r.open('/c.txt', { write: false });
+    expect((await readAll(f1)).toString()).toBe('cached content');
+    await f1.close();
+    // the copy is written in the background; wait for it
+    for (let i = 0; i < 100 && !cache.has(f1.version as string); i++) await new Promise((res) => setTimeout(res, 10));
+    const f2 = await r.open('/c.txt', { write: false });
+    expect(await cost(async () => expect((await readAll(f2)).toString()).toBe('cached content'))).toBe(0);
+    await f2.close();
+    expect(cache.hits).toBe(1);
+    await put('c.txt', 'new generation');
+    const f3 = await r.open('/c.txt', { write: false });
+    expect((await readAll(f3)).toString()).toBe('new generation');
+    await f3.close();
+  });
+
+  it('keeps at most its byte limit, evicting the least recently used object', async () => {
+    for (const k of ['a', 'b', 'c']) {
+      await put(k, k.repeat(4000));
+      const f = await r.open(`/${k}`, { write: false });
+      await readAll(f);
+      await f.close();
+    }
+    await new Promise((res) => setTimeout(res, 50)); // evicted files are removed asynchronously
+    const files = fs.readdirSync(cache.dir);
+    expect(files).toHaveLength(2);
+    const f = await r.open('/a', { write: false });
+    expect(await cost(() => readAll(f))).toBeGreaterThan(0); // 'a' went first
+    await f.close();
+  });
+
+  it('objects above the per-object limit are not kept', async () => {
+    await put('huge', 'h'.repeat(9000));
+    const f = await r.open('/huge', { write: false });
+    await readAll(f);
+    await f.close();
+    expect(fs.existsSync(cache.dir) ? fs.readdirSync(cache.dir) : []).toEqual([]); // made on first use
+  });
+});
