@@ -85,6 +85,9 @@ export interface BackendCapabilities {
   symlinks: boolean;
   /** the store keeps owners (chown means something) */
   owners: boolean;
+  /** the store itself gives a directory made in a setgid directory the setgid bit, as POSIX
+   * file systems do (the core adds it where the store does not) */
+  setgidDirs: boolean;
 }
 
 export interface Backend {

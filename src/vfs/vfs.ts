@@ -76,7 +76,7 @@ export class Vfs {
     return fh;
   }
 
-  private async giveToCaller(path: string, caller: Caller): Promise<void> {
+  private async giveToCaller(path: string, caller: Caller, dirMode?: number): Promise<void> {
     if (!this.ownByCaller || caller.uid === undefined || !this.backend.capabilities.owners) return;
     // A local node the daemon made for a caller with the daemon's own ids already has the right
     // owner, and its group from a setgid parent (the backing file system did that): no stat and
@@ -84,8 +84,11 @@ export class Vfs {
     if (this.backend.kind === 'local' && caller.uid === DAEMON_UID && caller.gid === DAEMON_GID) return;
     let gid = caller.gid ?? 0;
     const parent = await this.backend.stat(parentOf(path));
-    if (parent.mode & 0o2000 /* S_ISGID */) gid = parent.gid;
+    const setgid = (parent.mode & 0o2000) /* S_ISGID */ !== 0;
+    if (setgid) gid = parent.gid;
     await this.backend.chown(path, caller.uid, gid);
+    // a directory made in a setgid directory is setgid too (what the file system would do)
+    if (setgid && dirMode !== undefined && !this.backend.capabilities.setgidDirs) await this.backend.chmod(path, dirMode | 0o2000);
   }
 
   // ---- metadata ------------------------------------------------------------------------------
@@ -297,7 +300,7 @@ export class Vfs {
     checkPath(path);
     await this.mutate({ op: 'mkdir', path, mode, caller }, async () => {
       await this.backend.mkdir(path, mode & 0o7777);
-      await this.giveToCaller(path, caller);
+      await this.giveToCaller(path, caller, mode & 0o7777);
     });
   }
 

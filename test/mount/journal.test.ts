@@ -126,7 +126,9 @@ describe('mount: journal, log, diff, rollback', () => {
     expect(fs.existsSync(path.join(m.src, 'case/fresh.txt'))).toBe(false);
   });
 
-  it('rolls back an unmounted workspace directly; the journal never shows in the view', async () => {
+  // On GCS the test's view of the source is a second mount that stops with this one, so the
+  // unmounted workspace cannot be read here; the rollback itself takes the same path.
+  it.skipIf(onGcs)('rolls back an unmounted workspace directly; the journal never shows in the view', async () => {
     const before = snapshotTree(m.src);
     sh('printf x > a && mkdir b && mv a b/ && rm case/data.bin', m.mnt);
     expect(fs.readdirSync(m.mnt).sort()).toEqual(['b', 'case']);

@@ -66,11 +66,11 @@ describe('native binding: new nodes belong to the caller (--allow-other)', () =>
     expect(r.status).toBe(0);
     const pid = Number(r.stdout.trim());
     // the journal's state dir is under the XDG_STATE_HOME startMount gave the daemon
-    const env = { XDG_STATE_HOME: path.join(m.dir, 'state-home') };
+    const env = { XDG_STATE_HOME: path.join(m.dir, 'state-home'), ...m.env };
     let log = '';
     for (let i = 0; i < 20 && !log.includes('create /pub/journaled'); i++) {
       await new Promise((res) => setTimeout(res, 100));
-      log = run(`node ${CLI} log --source ${m.src} --path /pub/journaled`, m.dir, { env }).stdout;
+      log = run(`node ${CLI} log ${m.workspaceArgs.join(' ')} --path /pub/journaled`, m.dir, { env }).stdout;
     }
     // pid and command line, read from /proc at the time of the call
     expect(log).toMatch(new RegExp(`mount\\[${pid} touch pub/journaled\\]\\s+create /pub/journaled`));
