@@ -6,6 +6,13 @@
       "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
                  "<!@(pkg-config --cflags fuse3)"],
       "libraries": ["<!@(pkg-config --libs fuse3)", "-lpthread"]
+    },
+    {
+      "target_name": "ledgerfs_fuse3_ll",
+      "sources": ["ledgerfs_fuse3_ll.c"],
+      "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
+                 "<!@(pkg-config --cflags fuse3)"],
+      "libraries": ["<!@(pkg-config --libs fuse3)"]
     }
   ]
 }
