@@ -180,6 +180,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       const p = nodes.path(ino);
       if (valid & SET_MODE) await ops.chmod(c, need(p), mode);
       if (valid & (SET_UID | SET_GID)) await ops.chown(c, need(p), valid & SET_UID ? uid : KEEP_ID, valid & SET_GID ? gid : KEEP_ID);
+      // only a regular file's handle comes with a size change
       if (valid & SET_SIZE) await (fh >= 0 ? ops.ftruncate(c, fh, size) : ops.truncate(c, need(p), size));
       if (valid & (SET_ATIME | SET_MTIME | SET_ATIME_NOW | SET_MTIME_NOW)) {
         const times: TimeSpec = {
@@ -188,7 +189,9 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         };
         await ops.utimens(c, need(p), times);
       }
-      const a = await attrOf(c, ino, fh);
+      // by path: the kernel also passes a directory's handle here (futimens on a directory fd),
+      // which is not a core file handle
+      const a = await attrOf(c, ino, -1);
       writeRecord(f64, i64, 0, a, ino);
       reply(id, 0);
     } catch (e) {
