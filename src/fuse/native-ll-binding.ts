@@ -189,8 +189,8 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         };
         await ops.utimens(c, need(p), times);
       }
-      // by path: the kernel also passes a directory's handle here (futimens on a directory fd),
-      // which is not a core file handle
+      // by path (or a handle of the node when unlinked): a handle passed here may be a
+      // directory's, which is not a core file handle
       const a = await attrOf(c, ino, -1);
       writeRecord(f64, i64, 0, a, ino);
       reply(id, 0);

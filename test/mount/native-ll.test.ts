@@ -65,26 +65,6 @@ print(sorted(os.listdir('.')), sorted(os.listdir('../src')))
     }
   });
 
-  it('fchmod/futimens through a directory descriptor (the kernel passes the directory handle to SETATTR)', async () => {
-    const m = await startMount({ args: LL, populate: (src) => fs.mkdirSync(path.join(src, 'dir')) });
-    try {
-      const out = py(`
-import os
-fd = os.open('dir', os.O_RDONLY | os.O_DIRECTORY)
-os.fchmod(fd, 0o700)
-os.utime(fd, ns=(1_000_000_000_123_456_000, 1_500_000_000_654_321_000))
-st = os.fstat(fd)
-print(oct(st.st_mode & 0o7777), st.st_mtime_ns)
-os.close(fd)
-`, m.mnt);
-      expect(out).toBe('0o700 1500000000654321000\n');
-      const st = fs.statSync(path.join(m.src, 'dir'), { bigint: true });
-      expect([st.mode & 0o7777n, st.mtimeNs]).toEqual([0o700n, 1500000000654321000n]);
-    } finally {
-      await m.stop();
-    }
-  });
-
   it('after the kernel forgets its ids (drop_caches), lookups, renames and readdirplus still work, and ids are given back', async () => {
     const m = await startMount({
       args: LL,
