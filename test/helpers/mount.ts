@@ -66,7 +66,7 @@ export interface StartOptions {
 }
 
 /**
- * LEDGERFS_TEST_BINDING=native|fuse-native runs every mounted test against that kernel binding
+ * LEDGERFS_TEST_BINDING=native|native-ll|fuse-native runs every mounted test against that kernel binding
  * (`--binding`); unset, the daemon uses its default (DEFAULTS.binding).
  */
 export const TEST_BINDING = process.env.LEDGERFS_TEST_BINDING || undefined;
