@@ -26,6 +26,9 @@
 #include <unistd.h>
 #include <uv.h>
 
+#define ADDON_NAME "ledgerfs_fuse3_ll"
+#include "ledgerfs_common.h"
+
 /* Op codes, in the order of `const enum Op` in src/fuse/native-ll-binding.ts. */
 enum op {
   OP_LOOKUP, OP_FORGET, OP_BATCH_FORGET, OP_GETATTR, OP_SETATTR, OP_READLINK, OP_MKDIR,
@@ -40,16 +43,14 @@ enum op {
 
 struct mnt {
   napi_env env;
-  napi_ref handler, resource;
-  napi_async_context actx;
+  struct js_target js;
   uv_poll_t poll;
   struct fuse_session *se;
   struct fuse_buf fbuf;     /* the receive buffer (libfuse allocates its size) */
   int stolen;               /* the request just processed kept fbuf.mem (WRITE data in JS) */
   int closed, closed_reported, destroyed;
   napi_value fn, recv;      /* valid inside on_poll only */
-  double attr_timeout, entry_timeout, negative_timeout;
-  unsigned max_write;
+  struct mount_limits lim;
   char *recv_pool[POOL_MAX]; int n_recv;  /* spare receive buffers, libfuse's size */
   char *read_pool[POOL_MAX]; int n_read;  /* spare READ reply buffers, max_write bytes */
   uint64_t requests, batches, max_batch;
@@ -130,43 +131,15 @@ static void pool_put(struct mnt *m, int pool, char *mem) {
 
 /* JS must not see memory that goes back to a pool or to libfuse: detach its Buffer. */
 static void slot_release_mem(napi_env env, struct slot *s) {
-  if (s->bufref) {
-    napi_value b, ab = NULL;
-    if (napi_get_reference_value(env, s->bufref, &b) == napi_ok && b) {
-      napi_typedarray_type t;
-      size_t len, off;
-      void *data;
-      if (napi_get_typedarray_info(env, b, &t, &len, &data, &ab, &off) == napi_ok) napi_detach_arraybuffer(env, ab);
-    }
-    napi_delete_reference(env, s->bufref);
-    s->bufref = NULL;
-  }
+  detach_buffer(env, &s->bufref);
   pool_put(s->m, s->pool, s->mem);
   s->mem = NULL;
 }
 
 /* ---- records ------------------------------------------------------------------------------ */
 
-static void fill_stat_from(struct stat *st, const char *rec) {
-  const double *f = (const double *)rec;
-  const int64_t *t = (const int64_t *)rec + 9;
-  memset(st, 0, sizeof *st);
-  st->st_mode = (mode_t)f[0];
-  st->st_uid = (uid_t)f[1];
-  st->st_gid = (gid_t)f[2];
-  st->st_size = (off_t)f[3];
-  st->st_ino = (ino_t)f[4];
-  st->st_nlink = (nlink_t)f[5];
-  st->st_blocks = (blkcnt_t)f[6];
-  st->st_blksize = (blksize_t)f[7];
-  st->st_rdev = (dev_t)f[8];
-  struct timespec *ts[3] = {&st->st_atim, &st->st_mtim, &st->st_ctim};
-  for (int i = 0; i < 3; i++) {
-    int64_t ns = t[i], sec = ns / 1000000000, rem = ns % 1000000000;
-    if (rem < 0) { rem += 1000000000; sec -= 1; }
-    ts[i]->tv_sec = sec;
-    ts[i]->tv_nsec = rem;
-  }
+static void fill_stat_rec(struct stat *st, const char *rec) {
+  fill_stat_from(st, (const double *)rec, (const int64_t *)rec + 9);
 }
 
 /* nodeid 0 = a negative entry (cached for the negative timeout) */
@@ -176,11 +149,11 @@ static void fill_entry(struct mnt *m, struct fuse_entry_param *e, const char *re
   e->ino = (fuse_ino_t)f[12];
   e->generation = (uint64_t)f[13];
   if (e->ino) {
-    fill_stat_from(&e->attr, rec);
-    e->attr_timeout = m->attr_timeout;
-    e->entry_timeout = m->entry_timeout;
+    fill_stat_rec(&e->attr, rec);
+    e->attr_timeout = m->lim.attr_timeout;
+    e->entry_timeout = m->lim.entry_timeout;
   } else {
-    e->entry_timeout = m->negative_timeout;
+    e->entry_timeout = m->lim.negative_timeout;
   }
 }
 
@@ -224,13 +197,7 @@ static void call_js(struct mnt *m, uint32_t i, int op, fuse_req_t req, double in
     fuse_reply_err(slots[k].req, EIO);
     slot_free(k);
   }
-  bool pending = false;
-  napi_is_exception_pending(env, &pending);
-  if (pending) {
-    napi_value err;
-    napi_get_and_clear_last_exception(env, &err);
-    napi_fatal_exception(env, err);
-  }
+  rethrow_pending(env);
 }
 
 /* a slot for `req`; on failure the request is answered (EAGAIN) and UINT32_MAX returned */
@@ -331,8 +298,8 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
   START(OP_READ);
   struct slot *s = &slots[i];
   s->size = size;
-  if (size <= m->max_write) {
-    s->mem = m->n_read ? m->read_pool[--m->n_read] : malloc(m->max_write);
+  if (size <= m->lim.max_write) {
+    s->mem = m->n_read ? m->read_pool[--m->n_read] : malloc(m->lim.max_write);
     s->pool = POOL_READ;
   } else {
     s->mem = malloc(size);
@@ -430,9 +397,9 @@ static void ll_access(fuse_req_t req, fuse_ino_t ino, int mask) {
 
 static void ll_init(void *userdata, struct fuse_conn_info *conn) {
   struct mnt *m = userdata;
-  if (m->max_write && m->max_write < conn->max_write) conn->max_write = m->max_write;
+  if (m->lim.max_write && m->lim.max_write < conn->max_write) conn->max_write = m->lim.max_write;
   /* must equal the max_read mount option (libfuse refuses the session otherwise) */
-  conn->max_read = m->max_write;
+  conn->max_read = m->lim.max_write;
   /* The kernel clears setuid/setgid on write and chown itself, as on a local disk: the core
    * does not implement FUSE's killpriv contract. */
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
@@ -454,25 +421,6 @@ static const struct fuse_lowlevel_ops ll_ops = {
 };
 
 /* ---- replies (JS thread, any time after the request) -------------------------------------- */
-
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    if ((call) != napi_ok) return throw_last(env, #call);              \
-  } while (0)
-
-static napi_value throw_last(napi_env env, const char *what) {
-  const napi_extended_error_info *info = NULL;
-  napi_get_last_error_info(env, &info);
-  bool pending = false;
-  napi_is_exception_pending(env, &pending);
-  if (!pending) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "ledgerfs_fuse3_ll: %s failed: %s", what,
-             info && info->error_message ? info->error_message : "unknown");
-    napi_throw_error(env, NULL, msg);
-  }
-  return NULL;
-}
 
 /* Pack names[off..] into one readdir reply of at most s->size bytes; records (128 bytes each, as
  * the scratch) describe names[off], names[off + 1], ... as far as they go. Returns how many
@@ -604,10 +552,10 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
   int rc = (int)code, sent = 0;
   if (rc < 0) {
     slot_release_mem(env, s);
-    if (s->op == OP_LOOKUP && rc == -ENOENT && m->negative_timeout > 0) {
+    if (s->op == OP_LOOKUP && rc == -ENOENT && m->lim.negative_timeout > 0) {
       struct fuse_entry_param e;
       memset(&e, 0, sizeof e);
-      e.entry_timeout = m->negative_timeout;
+      e.entry_timeout = m->lim.negative_timeout;
       fuse_reply_entry(req, &e);
     } else {
       fuse_reply_err(req, -rc);
@@ -631,8 +579,8 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
       }
       case OP_GETATTR: case OP_SETATTR: {
         struct stat st;
-        fill_stat_from(&st, scratch);
-        fuse_reply_attr(req, &st, m->attr_timeout);
+        fill_stat_rec(&st, scratch);
+        fuse_reply_attr(req, &st, m->lim.attr_timeout);
         break;
       }
       case OP_OPEN: case OP_OPENDIR: {
@@ -689,21 +637,7 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
 static void report_closed(struct mnt *m) {
   if (m->closed_reported) return;
   m->closed_reported = 1;
-  napi_env env = m->env;
-  napi_value argv[12], ret, undef;
-  napi_get_undefined(env, &undef);
-  for (int k = 0; k < 12; k++) argv[k] = undef;
-  napi_create_double(env, -1, &argv[0]);
-  napi_create_int32(env, OP_CLOSED, &argv[1]);
-  if (napi_call_function(env, m->recv, m->fn, 12, argv, &ret) != napi_ok) {
-    bool pending = false;
-    napi_is_exception_pending(env, &pending);
-    if (pending) {
-      napi_value err;
-      napi_get_and_clear_last_exception(env, &err);
-      napi_fatal_exception(env, err);
-    }
-  }
+  call_closed(m->env, m->recv, m->fn, OP_CLOSED);
 }
 
 /* Every queued request, in one callback scope: promise jobs run once, after the batch. */
@@ -714,11 +648,11 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   napi_handle_scope hs;
   napi_open_handle_scope(env, &hs);
   napi_value resource;
-  napi_get_reference_value(env, m->handler, &m->fn);
-  napi_get_reference_value(env, m->resource, &resource);
+  napi_get_reference_value(env, m->js.handler, &m->fn);
+  napi_get_reference_value(env, m->js.resource, &resource);
   napi_get_undefined(env, &m->recv);
   napi_callback_scope cs;
-  napi_open_callback_scope(env, resource, m->actx, &cs);
+  napi_open_callback_scope(env, resource, m->js.actx, &cs);
   uint64_t batch = 0;
   for (;;) {
     if (!m->fbuf.mem && m->n_recv) m->fbuf.mem = m->recv_pool[--m->n_recv];
@@ -749,27 +683,6 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   napi_close_handle_scope(env, hs);
 }
 
-static bool get_prop(napi_env env, napi_value obj, const char *key, napi_value *out) {
-  bool has = false;
-  if (napi_has_named_property(env, obj, key, &has) != napi_ok || !has) return false;
-  napi_get_named_property(env, obj, key, out);
-  napi_valuetype t;
-  napi_typeof(env, *out, &t);
-  return t != napi_undefined && t != napi_null;
-}
-static double get_num(napi_env env, napi_value obj, const char *key, double dflt) {
-  napi_value v;
-  double d = dflt;
-  if (get_prop(env, obj, key, &v)) napi_get_value_double(env, v, &d);
-  return d;
-}
-static bool get_bool(napi_env env, napi_value obj, const char *key) {
-  napi_value v;
-  bool b = false;
-  if (get_prop(env, obj, key, &v)) napi_get_value_bool(env, v, &b);
-  return b;
-}
-
 static void mnt_free(struct mnt *m) {
   free(m->fbuf.mem);
   for (int k = 0; k < m->n_recv; k++) free(m->recv_pool[k]);
@@ -777,8 +690,6 @@ static void mnt_free(struct mnt *m) {
   free(m);
 }
 static void on_closed_handle(uv_handle_t *h) { mnt_free(h->data); }
-/* the mount's memory outlives the external only until destroy() closed the uv handle */
-static void mnt_finalize(napi_env env, void *data, void *hint) { (void)env; (void)data; (void)hint; }
 
 /* mount(mountpoint, handler, options, xattrs) -> handle */
 static napi_value js_mount(napi_env env, napi_callback_info info) {
@@ -787,28 +698,19 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
   if (argc < 4) { napi_throw_type_error(env, NULL, "mount(mountpoint, handler, options, xattrs)"); return NULL; }
   if (!scratch) { napi_throw_error(env, NULL, "setScratch() first"); return NULL; }
-  char mountpoint[4096], fsname[256] = "ledgerfs";
+  char mountpoint[4096];
   size_t len;
   CHECK(napi_get_value_string_utf8(env, argv[0], mountpoint, sizeof mountpoint, &len));
-  napi_value v;
-  if (get_prop(env, argv[2], "fsName", &v)) napi_get_value_string_utf8(env, v, fsname, sizeof fsname, &len);
-  for (char *p = fsname; *p; p++) if (*p == ',' || *p == '\\') *p = '_'; /* option syntax */
   bool xattrs = false;
   napi_get_value_bool(env, argv[3], &xattrs);
 
   struct mnt *m = calloc(1, sizeof *m);
   if (!m) { napi_throw_error(env, NULL, "out of memory"); return NULL; }
   m->env = env;
-  m->attr_timeout = get_num(env, argv[2], "attrTimeoutSec", 1);
-  m->entry_timeout = get_num(env, argv[2], "entryTimeoutSec", 1);
-  m->negative_timeout = get_num(env, argv[2], "negativeTimeoutSec", 0);
-  m->max_write = (unsigned)get_num(env, argv[2], "maxWriteBytes", 1 << 20);
-
-  char opts[1024];
-  snprintf(opts, sizeof opts, "fsname=%s,subtype=ledgerfs,default_permissions,max_read=%u%s", fsname,
-           m->max_write, get_bool(env, argv[2], "allowOther") ? ",allow_other" : "");
-  char *args_v[] = {"ledgerfs", "-o", opts, "-d", NULL};
-  struct fuse_args args = FUSE_ARGS_INIT(get_bool(env, argv[2], "debug") ? 4 : 3, args_v);
+  mount_limits_init(env, argv[2], &m->lim);
+  struct mount_args ma;
+  mount_args_init(env, argv[2], m->lim.max_write, &ma);
+  struct fuse_args args = FUSE_ARGS_INIT(ma.argc, ma.argv);
   struct fuse_lowlevel_ops ops = ll_ops;
   if (xattrs) {
     ops.setxattr = ll_setxattr; ops.getxattr = ll_getxattr;
@@ -835,30 +737,12 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
     return NULL;
   }
   m->poll.data = m;
-  napi_value resource, name;
-  napi_create_object(env, &resource);
-  napi_create_string_utf8(env, "ledgerfs:fuse3-ll", NAPI_AUTO_LENGTH, &name);
-  napi_async_init(env, resource, name, &m->actx);
-  napi_create_reference(env, resource, 1, &m->resource);
-  napi_create_reference(env, argv[1], 1, &m->handler);
+  js_target_init(env, &m->js, "ledgerfs:fuse3-ll", argv[1]);
   uv_poll_start(&m->poll, UV_READABLE, on_poll);
-  napi_value handle;
-  CHECK(napi_create_external(env, m, mnt_finalize, NULL, &handle));
-  return handle;
+  return mount_handle(env, m);
 }
 
-/* the mount behind the handle in a call's first argument; NULL with an exception pending */
-static struct mnt *arg_mnt(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  struct mnt *m = NULL;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
-      napi_get_value_external(env, argv[0], (void **)&m) != napi_ok) {
-    throw_last(env, "mount handle");
-    return NULL;
-  }
-  return m;
-}
+static struct mnt *arg_mnt(napi_env env, napi_callback_info info) { return arg_external(env, info); }
 
 /*
  * destroy(handle): after the session ended (handler got OP_CLOSED). Requests JS has not
@@ -886,9 +770,7 @@ static napi_value js_destroy(napi_env env, napi_callback_info info) {
   fuse_session_unmount(m->se);
   fuse_session_destroy(m->se);
   m->se = NULL;
-  napi_delete_reference(env, m->handler);
-  napi_delete_reference(env, m->resource);
-  napi_async_destroy(env, m->actx);
+  js_target_free(env, &m->js);
   return NULL;
 }
 
@@ -901,32 +783,13 @@ static napi_value js_unref(napi_env env, napi_callback_info info) {
 
 /* setScratch(arrayBuffer): the attribute record and the forget pairs (see RECORD/FORGET_AT) */
 static napi_value js_set_scratch(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  void *data;
-  size_t len;
-  CHECK(napi_get_arraybuffer_info(env, argv[0], &data, &len));
-  if (len < FORGET_AT + FORGET_CHUNK * 16) { napi_throw_range_error(env, NULL, "scratch too small"); return NULL; }
-  if (scratch_ref) napi_delete_reference(env, scratch_ref);
-  CHECK(napi_create_reference(env, argv[0], 1, &scratch_ref));
-  scratch = data;
+  char *data = keep_scratch(env, info, FORGET_AT + FORGET_CHUNK * 16, &scratch_ref);
+  if (data) scratch = data;
   return NULL;
 }
 
 static napi_value init(napi_env env, napi_value exports) {
-  napi_property_descriptor props[] = {
-    {"mount", NULL, js_mount, NULL, NULL, NULL, napi_default, NULL},
-    {"destroy", NULL, js_destroy, NULL, NULL, NULL, napi_default, NULL},
-    {"reply", NULL, js_reply, NULL, NULL, NULL, napi_default, NULL},
-    {"unref", NULL, js_unref, NULL, NULL, NULL, napi_default, NULL},
-    {"setScratch", NULL, js_set_scratch, NULL, NULL, NULL, napi_default, NULL},
-  };
-  napi_define_properties(env, exports, sizeof props / sizeof *props, props);
-  napi_value ver;
-  napi_create_string_utf8(env, fuse_pkgversion(), NAPI_AUTO_LENGTH, &ver);
-  napi_set_named_property(env, exports, "libfuseVersion", ver);
-  return exports;
+  return define_exports(env, exports, js_mount, js_destroy, js_reply, js_unref, js_set_scratch);
 }
 
 NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

@@ -17,7 +17,7 @@ import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const dir = join(root, 'native');
 const addons = ['ledgerfs_fuse3', 'ledgerfs_fuse3_ll'].map((n) => join(dir, 'build', 'Release', `${n}.node`));
-const sources = [join(dir, 'ledgerfs_fuse3.c'), join(dir, 'ledgerfs_fuse3_ll.c'), join(dir, 'binding.gyp')];
+const sources = ['ledgerfs_fuse3.c', 'ledgerfs_fuse3_ll.c', 'ledgerfs_common.h', 'binding.gyp'].map((f) => join(dir, f));
 const force = process.argv.includes('--force');
 const tag = 'build-native:';
 
