@@ -198,10 +198,13 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       reply(id, errno(e));
     }
   }
-  async function made(id: number, c: Caller, parent: number, name: string, make: (p: string) => Promise<void>) {
+  /** mkdir, symlink (`other`: the target) or link (`other`: the existing path), then its entry */
+  async function made(id: number, c: Caller, op: Op, parent: number, name: string, mode: number, other: string | null) {
     try {
       const p = need(nodes.childPath(parent, name));
-      await make(p);
+      if (op === Op.MKDIR) await ops.mkdir(c, p, mode);
+      else if (op === Op.SYMLINK) await ops.symlink(c, other as string, p);
+      else await ops.link(c, other as string, p);
       entry(id, parent, name, await ops.getattr(c, p));
     } catch (e) {
       reply(id, errno(e));
@@ -303,14 +306,14 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   function forgetBatch(count: number) {
     for (let k = 0; k < count; k++) nodes.forget(forgets[2 * k] as number, forgets[2 * k + 1] as number);
   }
-  async function value(id: number, p: () => Promise<unknown>) {
-    try { reply(id, 0, await p()); } catch (e) { reply(id, errno(e)); }
+  async function value(id: number, p: Promise<unknown>) {
+    try { reply(id, 0, await p); } catch (e) { reply(id, errno(e)); }
   }
   async function num(id: number, p: Promise<number>) {
     try { reply(id, await p); } catch (e) { reply(id, errno(e)); }
   }
-  async function done(id: number, p: () => Promise<void>) {
-    try { await p(); reply(id, 0); } catch (e) { reply(id, errno(e)); }
+  async function done(id: number, p: Promise<void>) {
+    try { await p; reply(id, 0); } catch (e) { reply(id, errno(e)); }
   }
   async function statfs(id: number, c: Caller, ino: number) {
     try { putStatfs(await ops.statfs(c, nodes.path(ino) ?? '/')); reply(id, 0); } catch (e) { reply(id, errno(e)); }
@@ -326,17 +329,17 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
     if (op === Op.BATCH_FORGET) return forgetBatch(a);
     const who: Caller = { uid, gid, pid };
     const nm = name as string;
-    const at = () => need(nodes.path(ino));
-    // `ops` may throw before returning a promise (e.g. an invalid path): answer that here.
+    // `ops` may throw before returning a promise (an invalid path; `need` of a node without
+    // one): answer that here.
     try {
       switch (op) {
         case Op.LOOKUP: return void lookup(id, who, ino, nm);
         case Op.GETATTR: return void getattr(id, who, ino, a);
         case Op.SETATTR: return void setattr(id, who, ino, a, b);
-        case Op.READLINK: return void value(id, () => ops.readlink(who, at()));
-        case Op.MKDIR: return void made(id, who, ino, nm, (p) => ops.mkdir(who, p, a));
-        case Op.SYMLINK: return void made(id, who, ino, nm, (p) => ops.symlink(who, name2 as string, p));
-        case Op.LINK: return void made(id, who, a, nm, (p) => ops.link(who, at(), p));
+        case Op.READLINK: return void value(id, ops.readlink(who, need(nodes.path(ino))));
+        case Op.MKDIR: return void made(id, who, Op.MKDIR, ino, nm, a, null);
+        case Op.SYMLINK: return void made(id, who, Op.SYMLINK, ino, nm, 0, name2);
+        case Op.LINK: return void made(id, who, Op.LINK, a, nm, 0, need(nodes.path(ino)));
         case Op.UNLINK: return void removed(id, who, ino, nm, false);
         case Op.RMDIR: return void removed(id, who, ino, nm, true);
         case Op.RENAME: return void rename(id, who, ino, nm, a, name2 as string, b);
@@ -344,19 +347,19 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         case Op.OPEN: return void open(id, who, ino, a);
         case Op.READ: return void num(id, ops.read(who, a, extra as Buffer, b, c));
         case Op.WRITE: return void num(id, ops.write(who, a, extra as Buffer, b, c));
-        case Op.FLUSH: return void done(id, () => ops.flush(who, a));
-        case Op.FSYNC: return void done(id, () => ops.fsync(who, a, b !== 0));
+        case Op.FLUSH: return void done(id, ops.flush(who, a));
+        case Op.FSYNC: return void done(id, ops.fsync(who, a, b !== 0));
         case Op.RELEASE: return void release(id, who, a);
         case Op.OPENDIR: return opendir(id, ino);
         // b: the entry index to start at, c: the reply's size, extra: readdirplus
         case Op.READDIR: return void readdir(id, who, a, b, c, extra === true);
         case Op.RELEASEDIR: dirs.delete(a); return void reply(id, 0);
         case Op.STATFS: return void statfs(id, who, ino);
-        case Op.ACCESS: return void done(id, () => ops.access(who, at(), a));
-        case Op.GETXATTR: return void (x ? value(id, () => x.get(who, at(), nm)) : reply(id, EIO));
-        case Op.SETXATTR: return void (x ? done(id, () => x.set(who, at(), nm, extra as Buffer, a)) : reply(id, EIO));
-        case Op.LISTXATTR: return void (x ? value(id, () => x.list(who, at())) : reply(id, EIO));
-        case Op.REMOVEXATTR: return void (x ? done(id, () => x.remove(who, at(), nm)) : reply(id, EIO));
+        case Op.ACCESS: return void done(id, ops.access(who, need(nodes.path(ino)), a));
+        case Op.GETXATTR: return void (x ? value(id, x.get(who, need(nodes.path(ino)), nm)) : reply(id, EIO));
+        case Op.SETXATTR: return void (x ? done(id, x.set(who, need(nodes.path(ino)), nm, extra as Buffer, a)) : reply(id, EIO));
+        case Op.LISTXATTR: return void (x ? value(id, x.list(who, need(nodes.path(ino)))) : reply(id, EIO));
+        case Op.REMOVEXATTR: return void (x ? done(id, x.remove(who, need(nodes.path(ino)), nm)) : reply(id, EIO));
         default: reply(id, EIO);
       }
     } catch (e) {
