@@ -138,7 +138,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
     }
     if (reply(id, fh >= 0 ? fh : 0) < 0) {
       // the kernel is gone (unmounted meanwhile): nobody will forget or release these
-      if (fh >= 0) void closeHandle(fh, {});
+      if (fh >= 0) void closeHandle(fh, {}).catch(() => undefined);
       nodes.forget(node.id, 1);
     }
   }
