@@ -27,6 +27,9 @@
 #include <sys/statvfs.h>
 #include <uv.h>
 
+#define ADDON_NAME "ledgerfs_fuse3"
+#include "ledgerfs_common.h"
+
 enum op {
   OP_GETATTR, OP_FGETATTR, OP_ACCESS, OP_STATFS, OP_READDIR, OP_READLINK,
   OP_OPEN, OP_CREATE, OP_READ, OP_WRITE, OP_FLUSH, OP_FSYNC, OP_RELEASE,
@@ -83,17 +86,14 @@ static void dirh_clear(struct dirh *d) {
 
 struct mnt {
   napi_env env;
-  napi_ref handler;
-  napi_ref resource;
-  napi_async_context actx;
+  struct js_target js;
   uv_async_t async;
   pthread_mutex_t lock;
   struct req *head, *tail;
   int loop_done, closed_reported, destroyed, thread_started;
   struct fuse *fuse;
   pthread_t thread;
-  double attr_timeout, entry_timeout, negative_timeout;
-  unsigned max_write;
+  struct mount_limits lim;
   int loop_result;
   /* JS-thread counters: requests dispatched, wake-ups that found requests, the largest batch */
   uint64_t requests, batches, max_batch;
@@ -308,12 +308,12 @@ static void *lf_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
   cfg->nullpath_ok = 1;
   /* unlinked-while-open files become .fuse_hidden*: the core aliases them (vfs/open-files.ts) */
   cfg->hard_remove = 0;
-  cfg->entry_timeout = m->entry_timeout;
-  cfg->attr_timeout = m->attr_timeout;
-  cfg->negative_timeout = m->negative_timeout;
-  if (m->max_write && m->max_write < conn->max_write) conn->max_write = m->max_write;
+  cfg->entry_timeout = m->lim.entry_timeout;
+  cfg->attr_timeout = m->lim.attr_timeout;
+  cfg->negative_timeout = m->lim.negative_timeout;
+  if (m->lim.max_write && m->lim.max_write < conn->max_write) conn->max_write = m->lim.max_write;
   /* must equal the max_read mount option (libfuse refuses the session otherwise) */
-  conn->max_read = m->max_write;
+  conn->max_read = m->lim.max_write;
   /* The kernel clears setuid/setgid on write and chown itself, as on a local disk: the core
    * does not implement FUSE's killpriv contract. */
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
@@ -355,47 +355,6 @@ static void *loop_thread(void *arg) {
 }
 
 /* ---- JS side ------------------------------------------------------------------------------ */
-
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    if ((call) != napi_ok) return throw_last(env, #call);              \
-  } while (0)
-
-static napi_value throw_last(napi_env env, const char *what) {
-  const napi_extended_error_info *info = NULL;
-  napi_get_last_error_info(env, &info);
-  bool pending = false;
-  napi_is_exception_pending(env, &pending);
-  if (!pending) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "ledgerfs_fuse3: %s failed: %s", what,
-             info && info->error_message ? info->error_message : "unknown");
-    napi_throw_error(env, NULL, msg);
-  }
-  return NULL;
-}
-
-/* 9 doubles (mode uid gid size ino nlink blocks blksize rdev) and 3 int64 ns times */
-static void fill_stat_from(struct stat *st, const double *f, const int64_t *t) {
-  memset(st, 0, sizeof *st);
-  st->st_mode = (mode_t)f[0];
-  st->st_uid = (uid_t)f[1];
-  st->st_gid = (gid_t)f[2];
-  st->st_size = (off_t)f[3];
-  st->st_ino = (ino_t)f[4];
-  st->st_nlink = (nlink_t)f[5];
-  st->st_blocks = (blkcnt_t)f[6];
-  st->st_blksize = (blksize_t)f[7];
-  st->st_rdev = (dev_t)f[8];
-  struct timespec *ts[3] = {&st->st_atim, &st->st_mtim, &st->st_ctim};
-  for (int i = 0; i < 3; i++) {
-    int64_t ns = t[i];
-    int64_t sec = ns / 1000000000, rem = ns % 1000000000;
-    if (rem < 0) { rem += 1000000000; sec -= 1; }
-    ts[i]->tv_sec = sec;
-    ts[i]->tv_nsec = rem;
-  }
-}
 
 static void fill_stat(struct stat *st) {
   fill_stat_from(st, scratch_f, scratch_t);
@@ -510,17 +469,8 @@ static int reply_names(napi_env env, struct req *r, napi_value list) {
 }
 
 static void release_buffer(napi_env env, struct req *r) {
-  if (!r->bufref) return;
-  napi_value b, ab = NULL;
-  if (napi_get_reference_value(env, r->bufref, &b) == napi_ok && b) {
-    napi_typedarray_type t;
-    size_t len, off;
-    void *data;
-    /* libfuse frees or reuses this memory once answered: JS must not see it any more */
-    if (napi_get_typedarray_info(env, b, &t, &len, &data, &ab, &off) == napi_ok) napi_detach_arraybuffer(env, ab);
-  }
-  napi_delete_reference(env, r->bufref);
-  r->bufref = NULL;
+  /* libfuse frees or reuses this memory once answered: JS must not see it any more */
+  detach_buffer(env, &r->bufref);
 }
 
 /* reply(id, code, payload?, attrs?) -> true if the request was still waiting */
@@ -629,12 +579,12 @@ static void on_async(uv_async_t *h) {
   napi_handle_scope hs;
   napi_open_handle_scope(env, &hs);
   napi_value fn, recv, resource;
-  napi_get_reference_value(env, m->handler, &fn);
-  napi_get_reference_value(env, m->resource, &resource);
+  napi_get_reference_value(env, m->js.handler, &fn);
+  napi_get_reference_value(env, m->js.resource, &resource);
   napi_get_undefined(env, &recv);
   /* one callback scope per batch: promise jobs and nextTicks run once, after all of it */
   napi_callback_scope cs;
-  napi_open_callback_scope(env, resource, m->actx, &cs);
+  napi_open_callback_scope(env, resource, m->js.actx, &cs);
   uint64_t batch = 0;
   while (list) {
     struct req *next = list->next; /* list may be answered (and gone) during dispatch */
@@ -652,41 +602,10 @@ static void on_async(uv_async_t *h) {
   }
   if (done && !m->closed_reported) {
     m->closed_reported = 1;
-    napi_value argv[12], ret, undef;
-    napi_get_undefined(env, &undef);
-    for (int i = 0; i < 12; i++) argv[i] = undef;
-    napi_create_double(env, -1, &argv[0]);
-    napi_create_int32(env, OP_CLOSED, &argv[1]);
-    if (napi_call_function(env, recv, fn, 12, argv, &ret) != napi_ok) {
-      napi_value err;
-      bool pending = false;
-      napi_is_exception_pending(env, &pending);
-      if (pending) { napi_get_and_clear_last_exception(env, &err); napi_fatal_exception(env, err); }
-    }
+    call_closed(env, recv, fn, OP_CLOSED);
   }
   napi_close_callback_scope(env, cs);
   napi_close_handle_scope(env, hs);
-}
-
-static bool get_prop(napi_env env, napi_value obj, const char *key, napi_value *out) {
-  bool has = false;
-  if (napi_has_named_property(env, obj, key, &has) != napi_ok || !has) return false;
-  napi_get_named_property(env, obj, key, out);
-  napi_valuetype t;
-  napi_typeof(env, *out, &t);
-  return t != napi_undefined && t != napi_null;
-}
-static double get_num(napi_env env, napi_value obj, const char *key, double dflt) {
-  napi_value v;
-  double d = dflt;
-  if (get_prop(env, obj, key, &v)) napi_get_value_double(env, v, &d);
-  return d;
-}
-static bool get_bool(napi_env env, napi_value obj, const char *key) {
-  napi_value v;
-  bool b = false;
-  if (get_prop(env, obj, key, &v)) napi_get_value_bool(env, v, &b);
-  return b;
 }
 
 static void mnt_free(struct mnt *m) {
@@ -698,10 +617,6 @@ static void on_closed_handle(uv_handle_t *h) {
   mnt_free(h->data);
 }
 
-/* the mount's memory outlives the external only until destroy() closed the uv handle */
-static void mnt_finalize(napi_env env, void *data, void *hint) {
-  (void)env; (void)data; (void)hint;
-}
 
 /* mount(mountpoint, handler, options, xattrs) -> handle */
 static napi_value js_mount(napi_env env, napi_callback_info info) {
@@ -709,12 +624,9 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
   napi_value argv[4];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
   if (argc < 4) { napi_throw_type_error(env, NULL, "mount(mountpoint, handler, options, xattrs)"); return NULL; }
-  char mountpoint[4096], fsname[256] = "ledgerfs";
+  char mountpoint[4096];
   size_t len;
   CHECK(napi_get_value_string_utf8(env, argv[0], mountpoint, sizeof mountpoint, &len));
-  napi_value v;
-  if (get_prop(env, argv[2], "fsName", &v)) napi_get_value_string_utf8(env, v, fsname, sizeof fsname, &len);
-  for (char *p = fsname; *p; p++) if (*p == ',' || *p == '\\') *p = '_'; /* option syntax */
   bool xattrs = false;
   napi_get_value_bool(env, argv[3], &xattrs);
 
@@ -722,16 +634,10 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
   if (!m) { napi_throw_error(env, NULL, "out of memory"); return NULL; }
   m->env = env;
   pthread_mutex_init(&m->lock, NULL);
-  m->attr_timeout = get_num(env, argv[2], "attrTimeoutSec", 1);
-  m->entry_timeout = get_num(env, argv[2], "entryTimeoutSec", 1);
-  m->negative_timeout = get_num(env, argv[2], "negativeTimeoutSec", 0);
-  m->max_write = (unsigned)get_num(env, argv[2], "maxWriteBytes", 1 << 20);
-
-  char opts[1024];
-  snprintf(opts, sizeof opts, "fsname=%s,subtype=ledgerfs,default_permissions,max_read=%u%s", fsname,
-           m->max_write, get_bool(env, argv[2], "allowOther") ? ",allow_other" : "");
-  char *args_v[] = {"ledgerfs", "-o", opts, "-d", NULL};
-  struct fuse_args args = FUSE_ARGS_INIT(get_bool(env, argv[2], "debug") ? 4 : 3, args_v);
+  mount_limits_init(env, argv[2], &m->lim);
+  struct mount_args ma;
+  mount_args_init(env, argv[2], m->lim.max_write, &ma);
+  struct fuse_args args = FUSE_ARGS_INIT(ma.argc, ma.argv);
 
   struct fuse_operations ops = lf_ops;
   if (xattrs) {
@@ -747,12 +653,7 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
     napi_throw_error(env, NULL, "fuse_mount failed (see stderr)");
     return NULL;
   }
-  napi_value resource, name;
-  napi_create_object(env, &resource);
-  napi_create_string_utf8(env, "ledgerfs:fuse3", NAPI_AUTO_LENGTH, &name);
-  napi_async_init(env, resource, name, &m->actx);
-  napi_create_reference(env, resource, 1, &m->resource);
-  napi_create_reference(env, argv[1], 1, &m->handler);
+  js_target_init(env, &m->js, "ledgerfs:fuse3", argv[1]);
   uv_loop_t *loop;
   napi_get_uv_event_loop(env, &loop);
   uv_async_init(loop, &m->async, on_async);
@@ -766,23 +667,10 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
     return NULL;
   }
   m->thread_started = 1;
-  napi_value handle;
-  CHECK(napi_create_external(env, m, mnt_finalize, NULL, &handle));
-  return handle;
+  return mount_handle(env, m);
 }
 
-/* the mount behind the handle in a call's first argument; NULL with an exception pending */
-static struct mnt *arg_mnt(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  struct mnt *m = NULL;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
-      napi_get_value_external(env, argv[0], (void **)&m) != napi_ok) {
-    throw_last(env, "mount handle");
-    return NULL;
-  }
-  return m;
-}
+static struct mnt *arg_mnt(napi_env env, napi_callback_info info) { return arg_external(env, info); }
 
 /* destroy(handle): after the loop ended (handler got OP_CLOSED): join, free, release the loop */
 static napi_value js_destroy(napi_env env, napi_callback_info info) {
@@ -800,9 +688,7 @@ static napi_value js_destroy(napi_env env, napi_callback_info info) {
   /* after an unmount from outside the kernel side is gone and this only closes the fd */
   fuse_unmount(m->fuse);
   fuse_destroy(m->fuse);
-  napi_delete_reference(env, m->handler);
-  napi_delete_reference(env, m->resource);
-  napi_async_destroy(env, m->actx);
+  js_target_free(env, &m->js);
   uv_close((uv_handle_t *)&m->async, on_closed_handle);
   return NULL;
 }
@@ -817,33 +703,16 @@ static napi_value js_unref(napi_env env, napi_callback_info info) {
 
 /* setScratch(arrayBuffer): 16 doubles then 3 int64 (attribute/statfs replies) */
 static napi_value js_set_scratch(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  void *data;
-  size_t len;
-  CHECK(napi_get_arraybuffer_info(env, argv[0], &data, &len));
-  if (len < 16 * 8 + 3 * 8) { napi_throw_range_error(env, NULL, "scratch too small"); return NULL; }
-  if (scratch_ref) napi_delete_reference(env, scratch_ref);
-  CHECK(napi_create_reference(env, argv[0], 1, &scratch_ref));
-  scratch_f = data;
-  scratch_t = (int64_t *)((char *)data + 16 * 8);
+  char *data = keep_scratch(env, info, 16 * 8 + 3 * 8, &scratch_ref);
+  if (data) {
+    scratch_f = (double *)data;
+    scratch_t = (int64_t *)(data + 16 * 8);
+  }
   return NULL;
 }
 
 static napi_value init(napi_env env, napi_value exports) {
-  napi_property_descriptor props[] = {
-    {"mount", NULL, js_mount, NULL, NULL, NULL, napi_default, NULL},
-    {"destroy", NULL, js_destroy, NULL, NULL, NULL, napi_default, NULL},
-    {"reply", NULL, js_reply, NULL, NULL, NULL, napi_default, NULL},
-    {"unref", NULL, js_unref, NULL, NULL, NULL, napi_default, NULL},
-    {"setScratch", NULL, js_set_scratch, NULL, NULL, NULL, napi_default, NULL},
-  };
-  napi_define_properties(env, exports, sizeof props / sizeof *props, props);
-  napi_value ver;
-  napi_create_string_utf8(env, fuse_pkgversion(), NAPI_AUTO_LENGTH, &ver);
-  napi_set_named_property(env, exports, "libfuseVersion", ver);
-  return exports;
+  return define_exports(env, exports, js_mount, js_destroy, js_reply, js_unref, js_set_scratch);
 }
 
 NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

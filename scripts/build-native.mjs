@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// Build ledgerfs' own libfuse3 binding (native/ledgerfs_fuse3.c, see native/README.md) with
-// node-gyp against Debian's libfuse3-dev. Run by `postinstall` after build-fuse-native.mjs.
+// Build ledgerfs' own libfuse3 bindings (native/ledgerfs_fuse3.c, the high-level `native`, and
+// native/ledgerfs_fuse3_ll.c, the low-level `native-ll`; see native/README.md) with node-gyp
+// against Debian's libfuse3-dev. Run by `postinstall` after build-fuse-native.mjs.
 //
 //   node scripts/build-native.mjs [--force]
 //
@@ -15,14 +16,14 @@ import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const dir = join(root, 'native');
-const addon = join(dir, 'build', 'Release', 'ledgerfs_fuse3.node');
-const sources = [join(dir, 'ledgerfs_fuse3.c'), join(dir, 'binding.gyp')];
+const addons = ['ledgerfs_fuse3', 'ledgerfs_fuse3_ll'].map((n) => join(dir, 'build', 'Release', `${n}.node`));
+const sources = ['ledgerfs_fuse3.c', 'ledgerfs_fuse3_ll.c', 'ledgerfs_common.h', 'binding.gyp'].map((f) => join(dir, f));
 const force = process.argv.includes('--force');
 const tag = 'build-native:';
 
 function skip(msg) {
   console.error(`${tag} NOT BUILT: ${msg}`);
-  console.error(`${tag} ledgerfs will use fuse-native (libfuse 2); --binding native is unavailable until this builds.`);
+  console.error(`${tag} ledgerfs will use fuse-native (libfuse 2); --binding native and native-ll are unavailable until this builds.`);
   process.exit(0);
 }
 const mtime = (p) => {
@@ -33,13 +34,15 @@ const mtime = (p) => {
   }
 };
 
+/** every addon loads; the libfuse version, or why one does not */
 function verify() {
-  const probe = `const a = require(${JSON.stringify(addon)}); process.stdout.write(a.libfuseVersion);`;
+  const probe = `for (const p of ${JSON.stringify(addons)}) process.stdout.write(require(p).libfuseVersion + '\\n');`;
   const r = spawnSync(process.execPath, ['-e', probe], { encoding: 'utf8' });
-  return r.status === 0 ? { ok: true, version: r.stdout } : { ok: false, why: (r.stderr || '').trim().split('\n')[0] };
+  return r.status === 0 ? { ok: true, version: r.stdout.split('\n')[0] } : { ok: false, why: (r.stderr || '').trim().split('\n')[0] };
 }
+const addon = addons.join(' and ');
 
-if (!force && mtime(addon) > Math.max(...sources.map(mtime))) {
+if (!force && Math.min(...addons.map(mtime)) > Math.max(...sources.map(mtime))) {
   const v = verify();
   if (v.ok) {
     console.error(`${tag} up to date (${addon}, libfuse ${v.version})`);
@@ -64,4 +67,4 @@ for (const w of `${r.stdout}\n${r.stderr}`.split('\n').filter((l) => /warning:/.
 const v = verify();
 if (!v.ok) skip(`built, but ${addon} does not load: ${v.why}`);
 console.error(`${tag} ok in ${((Date.now() - t0) / 1000).toFixed(1)} s: ${addon} (libfuse ${v.version})`);
-if (!existsSync(addon)) skip('no addon after the build');
+if (!addons.every((a) => existsSync(a))) skip('no addon after the build');

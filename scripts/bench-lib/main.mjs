@@ -82,7 +82,7 @@ Options:
                         {state} is a fresh directory in the work dir (for ledgerfs --state);
                         repeatable; the name is then usable in --peers
   Built-in but not in the default --peers: ledgerfs-nojournal (mount --no-journal),
-  libfuse3-ll (libfuse3's passthrough_ll example).
+  ledgerfs-native-ll (--binding native-ll), libfuse3-ll (libfuse3's passthrough_ll example).
   --dir DIR             where to make the work directory (default ${os.tmpdir()}); it needs free
                         space for about 2 x --size + --rand-size
   --keep                keep the work directory (trees, daemon logs) at the end

@@ -197,7 +197,8 @@ function ledgerfsTarget(name, fixedArgs, opts, repo) {
     problem: () => {
       if (!fs.existsSync(path.join(repo, 'dist', 'cli', 'main.js'))) return `ledgerfs is not built (${repo}/dist missing): run npx tsc -p .`;
       for (const f of splitArgs(fixedArgs)) if (!ledgerfsHas(cli, f)) return `this ledgerfs build has no ${f} flag`;
-      if (/--binding native/.test(fixedArgs) && !fs.existsSync(path.join(repo, 'native', 'build', 'Release', 'ledgerfs_fuse3.node'))) {
+      const addon = /--binding native-ll/.test(fixedArgs) ? 'ledgerfs_fuse3_ll.node' : 'ledgerfs_fuse3.node';
+      if (/--binding native/.test(fixedArgs) && !fs.existsSync(path.join(repo, 'native', 'build', 'Release', addon))) {
         return 'the native binding is not built: node scripts/build-native.mjs (apt-get install -y libfuse3-dev)';
       }
       return null;
@@ -282,6 +283,8 @@ export function makeTargets(opts) {
       (bin, src, mnt) => [bin, '-f', '-o', `source=${src}`, mnt]),
     ledgerfsTarget('ledgerfs', '', opts, repo),
     ledgerfsTarget('ledgerfs-native', '--binding native', opts, repo),
+    // not in the default --peers: the low-level binding (native/ledgerfs_fuse3_ll.c)
+    ledgerfsTarget('ledgerfs-native-ll', '--binding native-ll', opts, repo),
     // Not in the default --peers: the journal's cost is ledgerfs/ledgerfs-nojournal with
     // --peers ledgerfs-nojournal,ledgerfs (or add it to the default list).
     ledgerfsTarget('ledgerfs-nojournal', '--no-journal', opts, repo),

@@ -13,7 +13,8 @@ export const DEFAULTS = {
   entryTimeoutSec: 1,
   negativeTimeoutSec: 0,
   /** Which kernel binding `ledgerfs mount` uses (src/fuse/bindings.ts): `native` is the project's
-   * libfuse3 addon (native/), `fuse-native` the patched libfuse 2 module. fuse-native stays the
+   * libfuse3 addon (native/), `native-ll` its low-level variant driven from the JS thread,
+   * `fuse-native` the patched libfuse 2 module. fuse-native stays the
    * default until the whole mounted and property suite passes with native. */
   binding: 'fuse-native' as BindingName,
   /** Largest write request the kernel may send (needs big_writes on libfuse 2). */
@@ -187,8 +188,8 @@ export function defaultStateDir(location: string): string {
 /** The pattern of defaultStateDir, for help texts. */
 export const DEFAULT_STATE_DIR_PATTERN = path.join(DEFAULTS.journal.stateHome, '<source name>-<first 12 hex digits of sha256(source real path)>');
 
-export type BindingName = 'native' | 'fuse-native';
-export const BINDING_NAMES: readonly BindingName[] = ['native', 'fuse-native'];
+export type BindingName = 'native' | 'native-ll' | 'fuse-native';
+export const BINDING_NAMES: readonly BindingName[] = ['native', 'native-ll', 'fuse-native'];
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

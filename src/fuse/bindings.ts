@@ -3,6 +3,7 @@ import type { Logger } from '../log.js';
 import type { Binding } from './binding.js';
 import { FuseNativeBinding } from './fuse-native-binding.js';
 import { loadNativeAddon, NativeBinding } from './native-binding.js';
+import { loadNativeLlAddon, NativeLlBinding } from './native-ll-binding.js';
 
 export class BindingUnavailable extends Error {}
 
@@ -13,9 +14,10 @@ export class BindingUnavailable extends Error {}
 export function selectBinding(requested: BindingName | undefined, log: Logger): Binding {
   const name = requested ?? DEFAULTS.binding;
   if (name === 'fuse-native') return new FuseNativeBinding();
-  const addon = loadNativeAddon();
-  if (!(addon instanceof Error)) return new NativeBinding();
+  // native and native-ll are built together (scripts/build-native.mjs)
+  const addon = name === 'native-ll' ? loadNativeLlAddon() : loadNativeAddon();
+  if (!(addon instanceof Error)) return name === 'native-ll' ? new NativeLlBinding() : new NativeBinding();
   if (requested) throw new BindingUnavailable(addon.message);
-  log.warn({ reason: addon.message }, 'native binding unavailable; using fuse-native');
+  log.warn({ reason: addon.message }, `${name} binding unavailable; using fuse-native`);
   return new FuseNativeBinding();
 }

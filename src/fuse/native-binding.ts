@@ -99,7 +99,7 @@ function packPlus(entries: DirEntryAttr[]): ArrayBuffer {
   return plusBuf;
 }
 
-function timeArg(sec: number, nsec: number): bigint | 'now' | undefined {
+export function timeArg(sec: number, nsec: number): bigint | 'now' | undefined {
   if (nsec === UTIME_OMIT) return undefined;
   if (nsec === UTIME_NOW) return 'now';
   return BigInt(sec) * 1_000_000_000n + BigInt(nsec);
@@ -135,23 +135,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
     try { await p; reply(id, 0); } catch (e) { reply(id, kernelErrno(e)); }
   }
   async function rename(id: number, c: Caller, from: string, to: string, flags: number) {
-    try {
-      // RENAME_EXCHANGE (and anything unknown) is not something the core can do atomically.
-      if (flags & ~RENAME_NOREPLACE) return void reply(id, EINVAL);
-      if (flags & RENAME_NOREPLACE) {
-        // Checked here, not atomically in the backend: the kernel serialises renames into one
-        // directory (lock on the target dir), so only a change made beside the mount can race.
-        const exists = await ops.getattr(c, to).then(() => true, (e) => {
-          if (kernelErrno(e) === ENOENT) return false;
-          throw e;
-        });
-        if (exists) return void reply(id, EEXIST);
-      }
-      await ops.rename(c, from, to);
-      reply(id, 0);
-    } catch (e) {
-      reply(id, kernelErrno(e));
-    }
+    try { reply(id, await renameWithFlags(ops, c, from, to, flags)); } catch (e) { reply(id, kernelErrno(e)); }
   }
   const x = ops.xattr;
 
@@ -206,6 +190,23 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   }
 }
 
+/** renameat2 as far as the core can: 0, or the -errno to answer (rejects with the core's errors). */
+export async function renameWithFlags(ops: FsOps, c: Caller, from: string, to: string, flags: number): Promise<number> {
+  // RENAME_EXCHANGE (and anything unknown) is not something the core can do atomically.
+  if (flags & ~RENAME_NOREPLACE) return EINVAL;
+  if (flags & RENAME_NOREPLACE) {
+    // Checked here, not atomically in the backend: the kernel serialises renames into one
+    // directory (lock on the target dir), so only a change made beside the mount can race.
+    const exists = await ops.getattr(c, to).then(() => true, (e) => {
+      if (kernelErrno(e) === ENOENT) return false;
+      throw e;
+    });
+    if (exists) return EEXIST;
+  }
+  await ops.rename(c, from, to);
+  return 0;
+}
+
 /**
  * Let the kernel read ahead up to `bytes` per request (1 MiB: libfuse 3's max_pages). The FUSE
  * INIT reply caps the mount's readahead at the kernel's proposal (128 KiB) and only the bdi's
@@ -222,6 +223,53 @@ async function raiseReadahead(mountpoint: string, bytes: number): Promise<void> 
   await fs.promises.writeFile(`/sys/class/bdi/${major}:${minor}/read_ahead_kb`, String(Math.max(128, Math.floor(bytes / 1024))));
 }
 
+/** What both libfuse3 addons (native, native-ll) offer for a session's life. */
+export interface SessionAddon<H> {
+  mount(mountpoint: string, handler: H, options: Record<string, unknown>, xattrs: boolean): object;
+  destroy(handle: object): void;
+  unref(handle: object): void;
+}
+
+/**
+ * Mount through `addon` and keep the session until it ends: the addon reports the end through
+ * the handler (`onClosed`), unmounted by us or from outside; then it is destroyed.
+ */
+export function serveSession<H>(addon: SessionAddon<H>, mountpoint: string, makeHandler: (onClosed: () => void) => H,
+  options: MountOptions, xattrs: boolean): MountedFs {
+  let closedResolve!: () => void;
+  const loopEnded = new Promise<void>((r) => (closedResolve = r));
+  let handle: object | undefined;
+  let destroyed = false;
+  const onClosed = () => {
+    // The session ended (unmounted by us or from outside): free it and let the event loop go.
+    if (handle && !destroyed) {
+      destroyed = true;
+      addon.destroy(handle);
+    }
+    closedResolve();
+  };
+  handle = addon.mount(mountpoint, makeHandler(onClosed), { ...options }, xattrs);
+  void raiseReadahead(mountpoint, options.maxWriteBytes).catch(() => undefined);
+  return {
+    mountpoint,
+    unmount: async () => {
+      if (destroyed) return;
+      // Unmounting ends the kernel connection; the session then sees ENODEV and stops.
+      // A busy mount throws here and stays served: mount.ts retries, then detaches it lazily
+      // and finishes without waiting for the session, which then must not hold the process.
+      if (mountAt(mountpoint)) {
+        try {
+          await unmountPath(mountpoint);
+        } catch (err) {
+          if (handle && !destroyed) addon.unref(handle);
+          throw err;
+        }
+      }
+      await loopEnded;
+    },
+  };
+}
+
 export class NativeBinding implements Binding {
   readonly name = 'native';
   readonly knowsCaller = true;
@@ -230,38 +278,6 @@ export class NativeBinding implements Binding {
   async mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs> {
     const addon = loadNativeAddon();
     if (addon instanceof Error) throw addon;
-    let closedResolve!: () => void;
-    const loopEnded = new Promise<void>((r) => (closedResolve = r));
-    let handle: object | undefined;
-    let destroyed = false;
-    const onClosed = () => {
-      // The session loop ended (unmounted by us or from outside): join its threads, free it and
-      // let the event loop go.
-      if (handle && !destroyed) {
-        destroyed = true;
-        addon.destroy(handle);
-      }
-      closedResolve();
-    };
-    handle = addon.mount(mountpoint, makeHandler(addon, ops, onClosed), { ...options }, !!ops.xattr);
-    void raiseReadahead(mountpoint, options.maxWriteBytes).catch(() => undefined);
-    return {
-      mountpoint,
-      unmount: async () => {
-        if (destroyed) return;
-        // Unmounting ends the kernel connection; the loop thread then sees ENODEV and stops.
-        // A busy mount throws here and stays served: mount.ts retries, then detaches it lazily
-        // and finishes without waiting for the loop, which then must not hold the process.
-        if (mountAt(mountpoint)) {
-          try {
-            await unmountPath(mountpoint);
-          } catch (err) {
-            if (handle && !destroyed) addon.unref(handle);
-            throw err;
-          }
-        }
-        await loopEnded;
-      },
-    };
+    return serveSession(addon, mountpoint, (onClosed) => makeHandler(addon, ops, onClosed), options, !!ops.xattr);
   }
 }

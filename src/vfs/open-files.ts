@@ -12,6 +12,8 @@ export class OpenFile {
   path: string | null;
   file: BackendFile;
   handles = 0;
+  /** its last handle was released: the backend file is (being) closed, never hand it out again */
+  released = false;
   /** a write session is in progress: something was written since open or the last fsync */
   dirty = false;
   /**

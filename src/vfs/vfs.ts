@@ -129,7 +129,10 @@ export class Vfs {
     const hidden = this.openFiles.hidden(path);
     if (hidden && (!f.write || hidden.file.writable)) return this.newHandle(hidden, f.write);
     if (f.write && !this.pipeline.empty) await this.pipeline.openingForWrite(path, caller);
-    const of = await this.openState(path, f.write);
+    let of = await this.openState(path, f.write);
+    // The shared state may have lost its last handle while this open waited (a release in the
+    // same batch of requests): its backend file is closed, so take a fresh one.
+    while (of.released) of = await this.openState(path, f.write);
     const fh = this.newHandle(of, f.write);
     if (f.truncate && f.write) {
       try {
@@ -282,6 +285,7 @@ export class Vfs {
     const of = h.of;
     of.handles--;
     if (of.handles > 0) return;
+    of.released = true;
     this.openFiles.remove(of);
     try {
       if (of.dirty) {

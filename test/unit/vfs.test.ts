@@ -185,6 +185,19 @@ describe('Vfs over LocalBackend', () => {
     expect(count.opens()).toBe(2);
   });
 
+  it('an open racing the release of the last handle on the same path gets a working handle', async () => {
+    fs.writeFileSync(host('a'), 'data');
+    const first = await vfs.open('/a', RO);
+    // the open finds the shared state at once but takes its handle only after an await; the
+    // release (same batch of kernel requests) closes that state's backend file meanwhile
+    const opening = vfs.open('/a', RO);
+    await vfs.release(first);
+    const second = await opening;
+    expect(await readAll(vfs, second)).toBe('data');
+    await vfs.release(second);
+    expect(count.live()).toBe(0);
+  });
+
   it('unlink while open: handles keep reading and writing the old node; the name is free', async () => {
     fs.writeFileSync(host('a'), 'old');
     const fh = await vfs.open('/a', RW);

@@ -1,0 +1,795 @@
+/*
+ * ledgerfs' libfuse3 binding over the LOW-LEVEL API, driven entirely from Node's JS thread.
+ * See native/README.md ("native-ll"); src/fuse/native-ll-binding.ts is its only user.
+ *
+ * No threads: the session fd is non-blocking and watched by a uv_poll in Node's loop. The poll
+ * callback reads and processes every queued request (fuse_session_receive_buf/process_buf until
+ * EAGAIN) inside one N-API callback scope, so promise jobs run once per batch. Each ll callback
+ * calls the JS handler synchronously with a numeric request id; JS answers then or later with
+ * reply(id, code, payload), which sends the fuse_reply_* at once. Node ids (lookup counts,
+ * forget, paths) live in JS (src/fuse/node-table.ts): this file never maps an inode to a path.
+ * No per-request closures or timers; read/write data reaches JS as a Buffer over our own memory
+ * (the receive buffer of a WRITE, a pooled buffer for a READ), detached when answered.
+ */
+#define FUSE_USE_VERSION 312
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <node_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define ADDON_NAME "ledgerfs_fuse3_ll"
+#include "ledgerfs_common.h"
+
+/* Op codes, in the order of `const enum Op` in src/fuse/native-ll-binding.ts. */
+enum op {
+  OP_LOOKUP, OP_FORGET, OP_BATCH_FORGET, OP_GETATTR, OP_SETATTR, OP_READLINK, OP_MKDIR,
+  OP_UNLINK, OP_RMDIR, OP_SYMLINK, OP_RENAME, OP_LINK, OP_OPEN, OP_READ, OP_WRITE, OP_FLUSH,
+  OP_RELEASE, OP_FSYNC, OP_OPENDIR, OP_READDIR, OP_RELEASEDIR, OP_STATFS, OP_SETXATTR,
+  OP_GETXATTR, OP_LISTXATTR, OP_REMOVEXATTR, OP_ACCESS, OP_CREATE,
+};
+/* the handler gets this op when the session has ended (unmounted, by us or from outside) */
+#define OP_CLOSED (-1)
+#define UNKNOWN_INO 0xffffffffu
+#define POOL_MAX 8
+
+struct mnt {
+  napi_env env;
+  struct js_target js;
+  uv_poll_t poll;
+  struct fuse_session *se;
+  struct fuse_buf fbuf;     /* the receive buffer (libfuse allocates its size) */
+  int stolen;               /* the request just processed kept fbuf.mem (WRITE data in JS) */
+  int closed, closed_reported, destroyed;
+  napi_value fn, recv;      /* valid inside on_poll only */
+  struct mount_limits lim;
+  char *recv_pool[POOL_MAX]; int n_recv;  /* spare receive buffers, libfuse's size */
+  char *read_pool[POOL_MAX]; int n_read;  /* spare READ reply buffers, max_write bytes */
+  uint64_t requests, batches, max_batch;
+};
+
+/* ---- request ids: slots owned by the JS thread ------------------------------------------ */
+/* id = gen * 65536 + index; a stale or repeated reply finds a different generation. */
+#define SLOT_BITS 16
+#define MAX_SLOTS (1u << SLOT_BITS)
+enum pool { POOL_NONE, POOL_RECV, POOL_READ };
+struct slot {
+  fuse_req_t req;           /* NULL: free */
+  struct mnt *m;
+  int op;
+  uint32_t gen;
+  size_t size;              /* READ/READDIR/GETXATTR/LISTXATTR: what the kernel can take */
+  off_t off;                /* READDIR: the entry index to start at */
+  int plus;                 /* READDIR: readdirplus */
+  char *mem;                /* READ reply buffer or WRITE receive buffer, pooled at reply */
+  int pool;
+  napi_ref bufref;          /* the Buffer JS got over `mem` */
+};
+static struct slot *slots;
+static uint32_t nslots, *freelist, nfree;
+
+static int slot_alloc(uint32_t *out) {
+  if (!nfree) {
+    if (nslots >= MAX_SLOTS) return -1;
+    uint32_t n = nslots ? nslots * 2 : 64;
+    if (n > MAX_SLOTS) n = MAX_SLOTS;
+    struct slot *s = realloc(slots, n * sizeof *s);
+    if (!s) return -1;
+    slots = s;
+    uint32_t *f = realloc(freelist, n * sizeof *f);
+    if (!f) return -1;
+    freelist = f;
+    memset(slots + nslots, 0, (n - nslots) * sizeof *slots);
+    for (uint32_t k = n; k > nslots; k--) freelist[nfree++] = k - 1;
+    nslots = n;
+  }
+  *out = freelist[--nfree];
+  return 0;
+}
+static double slot_id(uint32_t i) { return (double)slots[i].gen * MAX_SLOTS + i; }
+static int slot_find(double id, uint32_t *out) {
+  if (!(id >= 0)) return -1;
+  uint64_t v = (uint64_t)id;
+  uint32_t i = v & (MAX_SLOTS - 1), g = (uint32_t)(v >> SLOT_BITS);
+  if (i >= nslots || !slots[i].req || slots[i].gen != g) return -1;
+  *out = i;
+  return 0;
+}
+static void slot_free(uint32_t i) {
+  struct slot *s = &slots[i];
+  uint32_t gen = (s->gen + 1) & 0x3fffffff;
+  memset(s, 0, sizeof *s);
+  s->gen = gen;
+  freelist[nfree++] = i;
+}
+
+/* Attribute scratch shared with JS (native-ll-binding.ts): one 128-byte record (9 doubles, 3
+ * int64 ns times, nodeid, generation) used for entry/attr/statfs replies and setattr input;
+ * from byte 256, FORGET_CHUNK (nodeid, nlookup) pairs of doubles for BATCH_FORGET. */
+#define RECORD 128
+#define FORGET_AT 256
+#define FORGET_CHUNK 512
+static char *scratch;
+static napi_ref scratch_ref;
+
+/* ---- buffers ------------------------------------------------------------------------------ */
+
+static void pool_put(struct mnt *m, int pool, char *mem) {
+  if (!mem) return;
+  if (!m->destroyed && pool == POOL_RECV && m->n_recv < POOL_MAX) m->recv_pool[m->n_recv++] = mem;
+  else if (!m->destroyed && pool == POOL_READ && m->n_read < POOL_MAX) m->read_pool[m->n_read++] = mem;
+  else free(mem);
+}
+
+/* JS must not see memory that goes back to a pool or to libfuse: detach its Buffer. */
+static void slot_release_mem(napi_env env, struct slot *s) {
+  detach_buffer(env, &s->bufref);
+  pool_put(s->m, s->pool, s->mem);
+  s->mem = NULL;
+}
+
+/* ---- records ------------------------------------------------------------------------------ */
+
+static void fill_stat_rec(struct stat *st, const char *rec) {
+  fill_stat_from(st, (const double *)rec, (const int64_t *)rec + 9);
+}
+
+/* nodeid 0 = a negative entry (cached for the negative timeout) */
+static void fill_entry(struct mnt *m, struct fuse_entry_param *e, const char *rec) {
+  const double *f = (const double *)rec;
+  memset(e, 0, sizeof *e);
+  e->ino = (fuse_ino_t)f[12];
+  e->generation = (uint64_t)f[13];
+  if (e->ino) {
+    fill_stat_rec(&e->attr, rec);
+    e->attr_timeout = m->lim.attr_timeout;
+    e->entry_timeout = m->lim.entry_timeout;
+  } else {
+    e->entry_timeout = m->lim.negative_timeout;
+  }
+}
+
+static void put_time(char *rec, int i, const struct timespec *ts) {
+  ((int64_t *)rec)[9 + i] = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+/* ---- calls into JS ------------------------------------------------------------------------ */
+
+static struct mnt *req_mnt(fuse_req_t req) { return fuse_req_userdata(req); }
+
+/*
+ * Hand one request to JS: handler(id, op, uid, gid, pid, ino, a, b, c, name, name2, extra).
+ * `i` is the request's slot (or UINT32_MAX for forgets, which need no answer).
+ */
+static void call_js(struct mnt *m, uint32_t i, int op, fuse_req_t req, double ino, double a, double b, double c,
+                    const char *name, const char *name2, napi_value extra) {
+  napi_env env = m->env;
+  const struct fuse_ctx *ctx = fuse_req_ctx(req);
+  napi_value argv[12], null;
+  napi_get_null(env, &null);
+  double id = i == UINT32_MAX ? -1 : slot_id(i);
+  napi_create_double(env, id, &argv[0]);
+  napi_create_int32(env, op, &argv[1]);
+  napi_create_uint32(env, ctx->uid, &argv[2]);
+  napi_create_uint32(env, ctx->gid, &argv[3]);
+  napi_create_uint32(env, ctx->pid, &argv[4]);
+  napi_create_double(env, ino, &argv[5]);
+  napi_create_double(env, a, &argv[6]);
+  napi_create_double(env, b, &argv[7]);
+  napi_create_double(env, c, &argv[8]);
+  if (name) napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &argv[9]); else argv[9] = null;
+  if (name2) napi_create_string_utf8(env, name2, NAPI_AUTO_LENGTH, &argv[10]); else argv[10] = null;
+  argv[11] = extra ? extra : null;
+  napi_value ret;
+  if (napi_call_function(env, m->recv, m->fn, 12, argv, &ret) == napi_ok) return;
+  /* the handler threw: answer EIO if it did not, then let the exception surface as uncaught */
+  uint32_t k;
+  if (i != UINT32_MAX && slot_find(id, &k) == 0) {
+    slot_release_mem(env, &slots[k]);
+    fuse_reply_err(slots[k].req, EIO);
+    slot_free(k);
+  }
+  rethrow_pending(env);
+}
+
+/* a slot for `req`; on failure the request is answered (EAGAIN) and UINT32_MAX returned */
+static uint32_t begin(fuse_req_t req, int op) {
+  uint32_t i;
+  if (slot_alloc(&i) != 0) {
+    fuse_reply_err(req, EAGAIN);
+    return UINT32_MAX;
+  }
+  slots[i].req = req;
+  slots[i].m = req_mnt(req);
+  slots[i].op = op;
+  return i;
+}
+
+#define START(o) struct mnt *m = req_mnt(req); uint32_t i = begin(req, (o)); if (i == UINT32_MAX) return
+
+static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  START(OP_LOOKUP);
+  call_js(m, i, OP_LOOKUP, req, (double)parent, 0, 0, 0, name, NULL, NULL);
+}
+static void ll_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  call_js(req_mnt(req), UINT32_MAX, OP_FORGET, req, (double)ino, (double)nlookup, 0, 0, NULL, NULL, NULL);
+  fuse_reply_none(req);
+}
+static void ll_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets) {
+  double *pairs = (double *)(scratch + FORGET_AT);
+  for (size_t at = 0; at < count; at += FORGET_CHUNK) {
+    size_t n = count - at < FORGET_CHUNK ? count - at : FORGET_CHUNK;
+    for (size_t k = 0; k < n; k++) {
+      pairs[2 * k] = (double)forgets[at + k].ino;
+      pairs[2 * k + 1] = (double)forgets[at + k].nlookup;
+    }
+    call_js(req_mnt(req), UINT32_MAX, OP_BATCH_FORGET, req, 0, (double)n, 0, 0, NULL, NULL, NULL);
+  }
+  fuse_reply_none(req);
+}
+static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  START(OP_GETATTR);
+  call_js(m, i, OP_GETATTR, req, (double)ino, fi ? (double)fi->fh : -1, 0, 0, NULL, NULL, NULL);
+}
+/* the new values go through the scratch record (mode uid gid size, atime mtime ns) */
+static void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi) {
+  START(OP_SETATTR);
+  double *f = (double *)scratch;
+  f[0] = attr->st_mode; f[1] = attr->st_uid; f[2] = attr->st_gid; f[3] = (double)attr->st_size;
+  put_time(scratch, 0, &attr->st_atim);
+  put_time(scratch, 1, &attr->st_mtim);
+  call_js(m, i, OP_SETATTR, req, (double)ino, to_set, fi ? (double)fi->fh : -1, 0, NULL, NULL, NULL);
+}
+static void ll_readlink(fuse_req_t req, fuse_ino_t ino) {
+  START(OP_READLINK);
+  call_js(m, i, OP_READLINK, req, (double)ino, 0, 0, 0, NULL, NULL, NULL);
+}
+static void ll_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
+  START(OP_MKDIR);
+  call_js(m, i, OP_MKDIR, req, (double)parent, mode, 0, 0, name, NULL, NULL);
+}
+static void ll_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  START(OP_UNLINK);
+  call_js(m, i, OP_UNLINK, req, (double)parent, 0, 0, 0, name, NULL, NULL);
+}
+static void ll_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  START(OP_RMDIR);
+  call_js(m, i, OP_RMDIR, req, (double)parent, 0, 0, 0, name, NULL, NULL);
+}
+static void ll_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {
+  START(OP_SYMLINK);
+  call_js(m, i, OP_SYMLINK, req, (double)parent, 0, 0, 0, name, link, NULL);
+}
+static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                      const char *newname, unsigned int flags) {
+  START(OP_RENAME);
+  call_js(m, i, OP_RENAME, req, (double)parent, (double)newparent, flags, 0, name, newname, NULL);
+}
+static void ll_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname) {
+  START(OP_LINK);
+  call_js(m, i, OP_LINK, req, (double)ino, (double)newparent, 0, 0, newname, NULL, NULL);
+}
+static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  START(OP_OPEN);
+  call_js(m, i, OP_OPEN, req, (double)ino, fi->flags, 0, 0, NULL, NULL, NULL);
+}
+static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi) {
+  START(OP_CREATE);
+  call_js(m, i, OP_CREATE, req, (double)parent, mode, fi->flags, 0, name, NULL, NULL);
+}
+
+/* a Buffer over `len` bytes at `data` for JS, referenced from the slot so reply can detach it */
+static napi_value view(struct mnt *m, uint32_t i, char *data, size_t len) {
+  napi_value b;
+  if (napi_create_external_buffer(m->env, len, len ? data : (char *)"", NULL, NULL, &b) != napi_ok) return NULL;
+  napi_create_reference(m->env, b, 1, &slots[i].bufref);
+  return b;
+}
+
+static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  START(OP_READ);
+  struct slot *s = &slots[i];
+  s->size = size;
+  if (size <= m->lim.max_write) {
+    s->mem = m->n_read ? m->read_pool[--m->n_read] : malloc(m->lim.max_write);
+    s->pool = POOL_READ;
+  } else {
+    s->mem = malloc(size);
+    s->pool = POOL_NONE;
+  }
+  if (!s->mem) { fuse_reply_err(req, ENOMEM); slot_free(i); return; }
+  napi_value b = view(m, i, s->mem, size);
+  if (!b) { slot_release_mem(m->env, s); fuse_reply_err(req, EIO); slot_free(i); return; }
+  call_js(m, i, OP_READ, req, (double)ino, (double)fi->fh, (double)size, (double)off, NULL, NULL, b);
+}
+/* The data lies in the receive buffer: the request keeps it (libfuse gets another for the next
+ * receive) until JS answers, so the write reaches the core without a copy. */
+static void ll_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
+  START(OP_WRITE);
+  struct slot *s = &slots[i];
+  s->size = size;
+  char *base = m->fbuf.mem;
+  if (base && buf >= base && buf < base + m->fbuf.size) {
+    s->mem = base;
+    s->pool = POOL_RECV;
+    m->stolen = 1;
+  }
+  napi_value b = view(m, i, (char *)buf, size);
+  if (!b) { slot_release_mem(m->env, s); fuse_reply_err(req, EIO); slot_free(i); return; }
+  call_js(m, i, OP_WRITE, req, (double)ino, (double)fi->fh, (double)size, (double)off, NULL, NULL, b);
+}
+static void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  START(OP_FLUSH);
+  call_js(m, i, OP_FLUSH, req, (double)ino, (double)fi->fh, 0, 0, NULL, NULL, NULL);
+}
+static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  START(OP_RELEASE);
+  call_js(m, i, OP_RELEASE, req, (double)ino, (double)fi->fh, 0, 0, NULL, NULL, NULL);
+}
+static void ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
+  START(OP_FSYNC);
+  call_js(m, i, OP_FSYNC, req, (double)ino, (double)fi->fh, datasync, 0, NULL, NULL, NULL);
+}
+static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  START(OP_OPENDIR);
+  call_js(m, i, OP_OPENDIR, req, (double)ino, 0, 0, 0, NULL, NULL, NULL);
+}
+static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi, int plus) {
+  START(OP_READDIR);
+  slots[i].size = size;
+  slots[i].off = off < 0 ? 0 : off;
+  slots[i].plus = plus;
+  napi_value p;
+  napi_get_boolean(m->env, plus, &p);
+  call_js(m, i, OP_READDIR, req, (double)ino, (double)fi->fh, (double)slots[i].off, (double)size, NULL, NULL, p);
+}
+static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  readdir_common(req, ino, size, off, fi, 0);
+}
+static void ll_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  readdir_common(req, ino, size, off, fi, 1);
+}
+static void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  START(OP_RELEASEDIR);
+  call_js(m, i, OP_RELEASEDIR, req, (double)ino, (double)fi->fh, 0, 0, NULL, NULL, NULL);
+}
+static void ll_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
+  /* directory entries go to the backend as they change; nothing is pending here */
+  fuse_reply_err(req, 0);
+}
+static void ll_statfs(fuse_req_t req, fuse_ino_t ino) {
+  START(OP_STATFS);
+  call_js(m, i, OP_STATFS, req, (double)ino, 0, 0, 0, NULL, NULL, NULL);
+}
+static void ll_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags) {
+  START(OP_SETXATTR);
+  napi_value b;
+  void *copy;
+  if (napi_create_buffer_copy(m->env, size, size ? value : "", &copy, &b) != napi_ok) { fuse_reply_err(req, ENOMEM); slot_free(i); return; }
+  call_js(m, i, OP_SETXATTR, req, (double)ino, flags, 0, 0, name, NULL, b);
+}
+static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
+  START(OP_GETXATTR);
+  slots[i].size = size;
+  call_js(m, i, OP_GETXATTR, req, (double)ino, (double)size, 0, 0, name, NULL, NULL);
+}
+static void ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  START(OP_LISTXATTR);
+  slots[i].size = size;
+  call_js(m, i, OP_LISTXATTR, req, (double)ino, (double)size, 0, 0, NULL, NULL, NULL);
+}
+static void ll_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name) {
+  START(OP_REMOVEXATTR);
+  call_js(m, i, OP_REMOVEXATTR, req, (double)ino, 0, 0, 0, name, NULL, NULL);
+}
+static void ll_access(fuse_req_t req, fuse_ino_t ino, int mask) {
+  START(OP_ACCESS);
+  call_js(m, i, OP_ACCESS, req, (double)ino, mask, 0, 0, NULL, NULL, NULL);
+}
+
+static void ll_init(void *userdata, struct fuse_conn_info *conn) {
+  struct mnt *m = userdata;
+  if (m->lim.max_write && m->lim.max_write < conn->max_write) conn->max_write = m->lim.max_write;
+  /* must equal the max_read mount option (libfuse refuses the session otherwise) */
+  conn->max_read = m->lim.max_write;
+  /* The kernel clears setuid/setgid on write and chown itself, as on a local disk: the core
+   * does not implement FUSE's killpriv contract. */
+  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+#ifdef FUSE_CAP_HANDLE_KILLPRIV_V2
+  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV_V2;
+#endif
+  /* The core keeps the kernel page cache out of the consistency story (writes go through). */
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+}
+
+static const struct fuse_lowlevel_ops ll_ops = {
+  .init = ll_init, .lookup = ll_lookup, .forget = ll_forget, .forget_multi = ll_forget_multi,
+  .getattr = ll_getattr, .setattr = ll_setattr, .readlink = ll_readlink, .mkdir = ll_mkdir,
+  .unlink = ll_unlink, .rmdir = ll_rmdir, .symlink = ll_symlink, .rename = ll_rename,
+  .link = ll_link, .open = ll_open, .read = ll_read, .write = ll_write, .flush = ll_flush,
+  .release = ll_release, .fsync = ll_fsync, .opendir = ll_opendir, .readdir = ll_readdir,
+  .readdirplus = ll_readdirplus, .releasedir = ll_releasedir, .fsyncdir = ll_fsyncdir,
+  .statfs = ll_statfs, .access = ll_access, .create = ll_create,
+};
+
+/* ---- replies (JS thread, any time after the request) -------------------------------------- */
+
+/* Pack names[off..] into one readdir reply of at most s->size bytes; records (128 bytes each, as
+ * the scratch) describe names[off], names[off + 1], ... as far as they go. Returns how many
+ * entries went out, or -errno. */
+static int reply_readdir(napi_env env, struct slot *s, napi_value list, napi_value attrs) {
+  bool is_array = false;
+  if (napi_is_array(env, list, &is_array) != napi_ok || !is_array) return -EIO;
+  uint32_t n = 0;
+  napi_get_array_length(env, list, &n);
+  char *rec = NULL;
+  size_t rec_len = 0;
+  if (attrs) {
+    bool is_ab = false;
+    napi_is_arraybuffer(env, attrs, &is_ab);
+    if (!is_ab || napi_get_arraybuffer_info(env, attrs, (void **)&rec, &rec_len) != napi_ok) rec = NULL;
+  }
+  char *buf = malloc(s->size ? s->size : 1);
+  if (!buf) return -ENOMEM;
+  size_t pos = 0;
+  int sent = 0;
+  char name[1024];
+  for (uint32_t i = (uint32_t)s->off; i < n; i++) {
+    napi_value v;
+    size_t len = 0;
+    if (napi_get_element(env, list, i, &v) != napi_ok || napi_get_value_string_utf8(env, v, name, sizeof name, &len) != napi_ok) {
+      free(buf);
+      return -EIO;
+    }
+    size_t k = i - (uint32_t)s->off;
+    const char *r = rec && (k + 1) * RECORD <= rec_len ? rec + k * RECORD : NULL;
+    size_t need;
+    if (s->plus) {
+      struct fuse_entry_param e;
+      memset(&e, 0, sizeof e);
+      if (r && ((const double *)r)[0] != 0) {
+        fill_entry(s->m, &e, r);
+      } else {
+        e.attr.st_ino = UNKNOWN_INO;
+      }
+      if (!e.ino) { e.entry_timeout = 0; e.attr_timeout = 0; }
+      need = fuse_add_direntry_plus(s->req, buf + pos, s->size - pos, name, &e, (off_t)i + 1);
+    } else {
+      struct stat st;
+      memset(&st, 0, sizeof st);
+      st.st_ino = UNKNOWN_INO;
+      if (r && ((const double *)r)[0] != 0) { st.st_ino = (ino_t)((const double *)r)[4]; st.st_mode = (mode_t)((const double *)r)[0]; }
+      need = fuse_add_direntry(s->req, buf + pos, s->size - pos, name, &st, (off_t)i + 1);
+    }
+    if (need > s->size - pos) break;
+    pos += need;
+    sent++;
+  }
+  fuse_reply_buf(s->req, buf, pos);
+  free(buf);
+  return sent;
+}
+
+static int reply_names(napi_env env, struct slot *s, napi_value list) {
+  bool is_array = false;
+  if (napi_is_array(env, list, &is_array) != napi_ok || !is_array) return fuse_reply_err(s->req, EIO), 0;
+  uint32_t n = 0;
+  napi_get_array_length(env, list, &n);
+  size_t total = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value v;
+    size_t len = 0;
+    if (napi_get_element(env, list, i, &v) != napi_ok || napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) {
+      return fuse_reply_err(s->req, EIO), 0;
+    }
+    total += len + 1;
+  }
+  if (s->size == 0) return fuse_reply_xattr(s->req, total), 0;
+  if (total > s->size) return fuse_reply_err(s->req, ERANGE), 0;
+  char *buf = malloc(total ? total : 1);
+  if (!buf) return fuse_reply_err(s->req, ENOMEM), 0;
+  size_t at = 0, len;
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value v;
+    napi_get_element(env, list, i, &v);
+    napi_get_value_string_utf8(env, v, buf + at, total - at, &len);
+    at += len + 1;
+  }
+  fuse_reply_buf(s->req, buf, total);
+  free(buf);
+  return 0;
+}
+
+static void reply_bytes(napi_env env, struct slot *s, napi_value v) {
+  void *data = NULL;
+  size_t len = 0;
+  bool isbuf = false;
+  napi_is_buffer(env, v, &isbuf);
+  if (!isbuf || napi_get_buffer_info(env, v, &data, &len) != napi_ok) { fuse_reply_err(s->req, EIO); return; }
+  if (s->size == 0) fuse_reply_xattr(s->req, len);
+  else if (len > s->size) fuse_reply_err(s->req, ERANGE);
+  else fuse_reply_buf(s->req, data, len);
+}
+
+static void reply_readlink(napi_env env, struct slot *s, napi_value v) {
+  size_t len = 0;
+  if (napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) { fuse_reply_err(s->req, EIO); return; }
+  char *buf = malloc(len + 1);
+  if (!buf) { fuse_reply_err(s->req, ENOMEM); return; }
+  napi_get_value_string_utf8(env, v, buf, len + 1, &len);
+  fuse_reply_readlink(s->req, buf);
+  free(buf);
+}
+
+/*
+ * reply(id, code, payload?, attrs?) -> -1 if the request was no longer waiting, else the number
+ * of entries sent (readdir) or 0. code < 0 is an errno; >= 0 a result (fh, byte count).
+ * Entry and attribute replies read the scratch record, written by JS just before.
+ */
+static napi_value js_reply(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4], result;
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  double id = -1, code = -EIO;
+  napi_get_value_double(env, argv[0], &id);
+  if (napi_get_value_double(env, argv[1], &code) != napi_ok) code = -EIO;
+  uint32_t i;
+  if (slot_find(id, &i) != 0) {
+    napi_create_int32(env, -1, &result);
+    return result;
+  }
+  struct slot *s = &slots[i];
+  struct mnt *m = s->m;
+  fuse_req_t req = s->req;
+  int rc = (int)code, sent = 0;
+  if (rc < 0) {
+    slot_release_mem(env, s);
+    if (s->op == OP_LOOKUP && rc == -ENOENT && m->lim.negative_timeout > 0) {
+      struct fuse_entry_param e;
+      memset(&e, 0, sizeof e);
+      e.entry_timeout = m->lim.negative_timeout;
+      fuse_reply_entry(req, &e);
+    } else {
+      fuse_reply_err(req, -rc);
+    }
+  } else {
+    switch (s->op) {
+      case OP_LOOKUP: case OP_MKDIR: case OP_SYMLINK: case OP_LINK: {
+        struct fuse_entry_param e;
+        fill_entry(m, &e, scratch);
+        fuse_reply_entry(req, &e);
+        break;
+      }
+      case OP_CREATE: {
+        struct fuse_entry_param e;
+        struct fuse_file_info fi;
+        fill_entry(m, &e, scratch);
+        memset(&fi, 0, sizeof fi);
+        fi.fh = (uint64_t)code;
+        fuse_reply_create(req, &e, &fi);
+        break;
+      }
+      case OP_GETATTR: case OP_SETATTR: {
+        struct stat st;
+        fill_stat_rec(&st, scratch);
+        fuse_reply_attr(req, &st, m->lim.attr_timeout);
+        break;
+      }
+      case OP_OPEN: case OP_OPENDIR: {
+        struct fuse_file_info fi;
+        memset(&fi, 0, sizeof fi);
+        fi.fh = (uint64_t)code;
+        fuse_reply_open(req, &fi);
+        break;
+      }
+      case OP_READ:
+        fuse_reply_buf(req, s->mem, (size_t)rc > s->size ? s->size : (size_t)rc);
+        slot_release_mem(env, s);
+        break;
+      case OP_WRITE:
+        slot_release_mem(env, s);
+        fuse_reply_write(req, (size_t)rc > s->size ? s->size : (size_t)rc);
+        break;
+      case OP_READDIR:
+        if (argc < 3) { fuse_reply_err(req, EIO); break; }
+        sent = reply_readdir(env, s, argv[2], argc > 3 ? argv[3] : NULL);
+        if (sent < 0) { fuse_reply_err(req, -sent); sent = 0; }
+        break;
+      case OP_STATFS: {
+        struct statvfs sv;
+        const double *f = (const double *)scratch;
+        memset(&sv, 0, sizeof sv);
+        sv.f_bsize = (unsigned long)f[0]; sv.f_frsize = (unsigned long)f[1];
+        sv.f_blocks = (fsblkcnt_t)f[2]; sv.f_bfree = (fsblkcnt_t)f[3]; sv.f_bavail = (fsblkcnt_t)f[4];
+        sv.f_files = (fsfilcnt_t)f[5]; sv.f_ffree = (fsfilcnt_t)f[6]; sv.f_favail = (fsfilcnt_t)f[7];
+        sv.f_namemax = (unsigned long)f[8];
+        fuse_reply_statfs(req, &sv);
+        break;
+      }
+      case OP_READLINK:
+        if (argc < 3) fuse_reply_err(req, EIO); else reply_readlink(env, s, argv[2]);
+        break;
+      case OP_GETXATTR:
+        if (argc < 3) fuse_reply_err(req, EIO); else reply_bytes(env, s, argv[2]);
+        break;
+      case OP_LISTXATTR:
+        if (argc < 3) fuse_reply_err(req, EIO); else reply_names(env, s, argv[2]);
+        break;
+      default:
+        fuse_reply_err(req, 0);
+    }
+  }
+  slot_free(i);
+  napi_create_int32(env, sent, &result);
+  return result;
+}
+
+/* ---- the session in Node's loop ----------------------------------------------------------- */
+
+static void report_closed(struct mnt *m) {
+  if (m->closed_reported) return;
+  m->closed_reported = 1;
+  call_closed(m->env, m->recv, m->fn, OP_CLOSED);
+}
+
+/* Every queued request, in one callback scope: promise jobs run once, after the batch. */
+static void on_poll(uv_poll_t *h, int status, int events) {
+  struct mnt *m = h->data;
+  if (m->destroyed || m->closed) return;
+  napi_env env = m->env;
+  napi_handle_scope hs;
+  napi_open_handle_scope(env, &hs);
+  napi_value resource;
+  napi_get_reference_value(env, m->js.handler, &m->fn);
+  napi_get_reference_value(env, m->js.resource, &resource);
+  napi_get_undefined(env, &m->recv);
+  napi_callback_scope cs;
+  napi_open_callback_scope(env, resource, m->js.actx, &cs);
+  uint64_t batch = 0;
+  for (;;) {
+    if (!m->fbuf.mem && m->n_recv) m->fbuf.mem = m->recv_pool[--m->n_recv];
+    int res = fuse_session_receive_buf(m->se, &m->fbuf);
+    if (res == -EINTR) continue;
+    if (res == -EAGAIN) break;
+    /* 0: the session exited (ENODEV: unmounted, by us or from outside); < 0: a read error */
+    if (res <= 0) { m->closed = 1; break; }
+    m->stolen = 0;
+    napi_handle_scope inner;
+    napi_open_handle_scope(env, &inner);
+    fuse_session_process_buf(m->se, &m->fbuf);
+    napi_close_handle_scope(env, inner);
+    if (m->stolen) m->fbuf.mem = NULL;
+    batch++;
+    if (fuse_session_exited(m->se)) { m->closed = 1; break; }
+  }
+  if (batch) {
+    m->requests += batch;
+    m->batches++;
+    if (batch > m->max_batch) m->max_batch = batch;
+  }
+  if (m->closed) {
+    uv_poll_stop(&m->poll);
+    report_closed(m);
+  }
+  napi_close_callback_scope(env, cs);
+  napi_close_handle_scope(env, hs);
+}
+
+static void mnt_free(struct mnt *m) {
+  free(m->fbuf.mem);
+  for (int k = 0; k < m->n_recv; k++) free(m->recv_pool[k]);
+  for (int k = 0; k < m->n_read; k++) free(m->read_pool[k]);
+  free(m);
+}
+static void on_closed_handle(uv_handle_t *h) { mnt_free(h->data); }
+
+/* mount(mountpoint, handler, options, xattrs) -> handle */
+static napi_value js_mount(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  if (argc < 4) { napi_throw_type_error(env, NULL, "mount(mountpoint, handler, options, xattrs)"); return NULL; }
+  if (!scratch) { napi_throw_error(env, NULL, "setScratch() first"); return NULL; }
+  char mountpoint[4096];
+  size_t len;
+  CHECK(napi_get_value_string_utf8(env, argv[0], mountpoint, sizeof mountpoint, &len));
+  bool xattrs = false;
+  napi_get_value_bool(env, argv[3], &xattrs);
+
+  struct mnt *m = calloc(1, sizeof *m);
+  if (!m) { napi_throw_error(env, NULL, "out of memory"); return NULL; }
+  m->env = env;
+  mount_limits_init(env, argv[2], &m->lim);
+  struct mount_args ma;
+  mount_args_init(env, argv[2], m->lim.max_write, &ma);
+  struct fuse_args args = FUSE_ARGS_INIT(ma.argc, ma.argv);
+  struct fuse_lowlevel_ops ops = ll_ops;
+  if (xattrs) {
+    ops.setxattr = ll_setxattr; ops.getxattr = ll_getxattr;
+    ops.listxattr = ll_listxattr; ops.removexattr = ll_removexattr;
+  }
+  m->se = fuse_session_new(&args, &ops, sizeof ops, m);
+  fuse_opt_free_args(&args);
+  if (!m->se) { mnt_free(m); napi_throw_error(env, NULL, "fuse_session_new failed (bad options? see stderr)"); return NULL; }
+  if (fuse_session_mount(m->se, mountpoint) != 0) {
+    fuse_session_destroy(m->se);
+    mnt_free(m);
+    napi_throw_error(env, NULL, "fuse_session_mount failed (see stderr)");
+    return NULL;
+  }
+  int fd = fuse_session_fd(m->se);
+  int fl = fcntl(fd, F_GETFL);
+  uv_loop_t *loop;
+  napi_get_uv_event_loop(env, &loop);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || uv_poll_init(loop, &m->poll, fd) != 0) {
+    fuse_session_unmount(m->se);
+    fuse_session_destroy(m->se);
+    mnt_free(m);
+    napi_throw_error(env, NULL, "cannot watch the FUSE session fd");
+    return NULL;
+  }
+  m->poll.data = m;
+  js_target_init(env, &m->js, "ledgerfs:fuse3-ll", argv[1]);
+  uv_poll_start(&m->poll, UV_READABLE, on_poll);
+  return mount_handle(env, m);
+}
+
+static struct mnt *arg_mnt(napi_env env, napi_callback_info info) { return arg_external(env, info); }
+
+/*
+ * destroy(handle): after the session ended (handler got OP_CLOSED). Requests JS has not
+ * answered yet get EIO (the kernel is gone; this frees them) and their ids go stale; the poll
+ * handle is closed while the fd is still ours, then the session unmounts (a no-op when already
+ * unmounted) and closes the fd.
+ */
+static napi_value js_destroy(napi_env env, napi_callback_info info) {
+  struct mnt *m = arg_mnt(env, info);
+  if (!m || m->destroyed) return NULL;
+  if (!m->closed) { napi_throw_error(env, NULL, "destroy() before the session ended"); return NULL; }
+  m->destroyed = 1;
+  for (uint32_t i = 0; i < nslots; i++) {
+    if (!slots[i].req || slots[i].m != m) continue;
+    slot_release_mem(env, &slots[i]);
+    fuse_reply_err(slots[i].req, EIO);
+    slot_free(i);
+  }
+  if (getenv("LEDGERFS_NATIVE_STATS")) {
+    fprintf(stderr, "ledgerfs_fuse3_ll: %llu requests in %llu JS wake-ups (%.2f per wake-up, largest batch %llu)\n",
+            (unsigned long long)m->requests, (unsigned long long)m->batches,
+            m->batches ? (double)m->requests / (double)m->batches : 0.0, (unsigned long long)m->max_batch);
+  }
+  uv_close((uv_handle_t *)&m->poll, on_closed_handle);
+  fuse_session_unmount(m->se);
+  fuse_session_destroy(m->se);
+  m->se = NULL;
+  js_target_free(env, &m->js);
+  return NULL;
+}
+
+/* unref(handle): a busy mount is being detached lazily; it must not keep the process alive */
+static napi_value js_unref(napi_env env, napi_callback_info info) {
+  struct mnt *m = arg_mnt(env, info);
+  if (m && !m->destroyed) uv_unref((uv_handle_t *)&m->poll);
+  return NULL;
+}
+
+/* setScratch(arrayBuffer): the attribute record and the forget pairs (see RECORD/FORGET_AT) */
+static napi_value js_set_scratch(napi_env env, napi_callback_info info) {
+  char *data = keep_scratch(env, info, FORGET_AT + FORGET_CHUNK * 16, &scratch_ref);
+  if (data) scratch = data;
+  return NULL;
+}
+
+static napi_value init(napi_env env, napi_value exports) {
+  return define_exports(env, exports, js_mount, js_destroy, js_reply, js_unref, js_set_scratch);
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

@@ -1,0 +1,382 @@
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
+import { errnoOf, kernelErrno } from '../vfs/errors.js';
+import type { Caller } from '../vfs/pipeline.js';
+import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
+import { renameWithFlags, serveSession } from './native-binding.js';
+import { NodeTable, type Node } from './node-table.js';
+
+/*
+ * The low-level libfuse3 binding (native/ledgerfs_fuse3_ll.c, see native/README.md): requests
+ * arrive by node id on the JS thread itself, with no libfuse thread in between. Node ids and
+ * their paths live in NodeTable; every op below maps onto the path-based FsOps and ends in
+ * exactly one addon.reply(id, code, payload). No closure, timer or reference per request.
+ */
+
+export const NATIVE_LL_ADDON = path.resolve(import.meta.dirname, '../../native/build/Release/ledgerfs_fuse3_ll.node');
+
+type Handler = (
+  id: number, op: number, uid: number, gid: number, pid: number, ino: number,
+  a: number, b: number, c: number, name: string | null, name2: string | null, extra: Buffer | boolean | null,
+) => void;
+
+interface Addon {
+  mount(mountpoint: string, handler: Handler, options: Record<string, unknown>, xattrs: boolean): object;
+  destroy(handle: object): void;
+  unref(handle: object): void;
+  /** -1: the request was no longer waiting; else entries sent (readdir) or 0 */
+  reply(id: number, code: number, payload?: unknown, records?: ArrayBuffer): number;
+  setScratch(buf: ArrayBuffer): void;
+  libfuseVersion: string;
+}
+
+/* Scratch shared with the addon: one 128-byte record (mode uid gid size ino nlink blocks blksize
+ * rdev as doubles, atime/mtime/ctime as int64 ns at slots 9-11, nodeid at 12, generation at 13)
+ * for entry/attr/statfs replies and setattr's new values; from byte 256, (nodeid, nlookup)
+ * pairs of BATCH_FORGET. */
+const RECORD = 128;
+const FORGET_AT = 256;
+const FORGET_CHUNK = 512;
+const scratch = new ArrayBuffer(FORGET_AT + FORGET_CHUNK * 16);
+const f64 = new Float64Array(scratch, 0, 16);
+const i64 = new BigInt64Array(scratch, 0, 16);
+const forgets = new Float64Array(scratch, FORGET_AT, FORGET_CHUNK * 2);
+
+let loaded: Addon | Error | undefined;
+/** The addon, or why it cannot be used (not built: the install said so). */
+export function loadNativeLlAddon(): Addon | Error {
+  if (loaded) return loaded;
+  try {
+    const addon = createRequire(import.meta.url)(NATIVE_LL_ADDON) as Addon;
+    addon.setScratch(scratch);
+    loaded = addon;
+  } catch (err) {
+    loaded = new Error(`the native-ll libfuse3 binding is not built (${(err as Error).message.split('\n')[0]}); ` +
+      'build it with: node scripts/build-native.mjs (needs apt-get install -y libfuse3-dev build-essential python3)');
+  }
+  return loaded;
+}
+
+// Op codes: the order of `enum op` in ledgerfs_fuse3_ll.c.
+const enum Op {
+  LOOKUP, FORGET, BATCH_FORGET, GETATTR, SETATTR, READLINK, MKDIR,
+  UNLINK, RMDIR, SYMLINK, RENAME, LINK, OPEN, READ, WRITE, FLUSH,
+  RELEASE, FSYNC, OPENDIR, READDIR, RELEASEDIR, STATFS, SETXATTR,
+  GETXATTR, LISTXATTR, REMOVEXATTR, ACCESS, CREATE,
+}
+const CLOSED = -1;
+
+// FUSE_SET_ATTR_* (fuse_lowlevel.h)
+const SET_MODE = 1 << 0;
+const SET_UID = 1 << 1;
+const SET_GID = 1 << 2;
+const SET_SIZE = 1 << 3;
+const SET_ATIME = 1 << 4;
+const SET_MTIME = 1 << 5;
+const SET_ATIME_NOW = 1 << 7;
+const SET_MTIME_NOW = 1 << 8;
+const KEEP_ID = 0xffffffff; // chown: (uid_t)-1 leaves it
+
+const ENOENT = -errnoOf('ENOENT');
+const EBADF = -errnoOf('EBADF');
+const EIO = -errnoOf('EIO');
+
+/** mode uid gid size ino nlink blocks blksize rdev, the 3 ns times, nodeid, generation */
+function writeRecord(f: Float64Array, t: BigInt64Array, o: number, a: Attr, nodeid: number): void {
+  f[o] = a.mode; f[o + 1] = a.uid; f[o + 2] = a.gid; f[o + 3] = a.size; f[o + 4] = a.ino;
+  f[o + 5] = a.nlink; f[o + 6] = a.blocks; f[o + 7] = 4096; f[o + 8] = 0;
+  t[o + 9] = a.atimeNs; t[o + 10] = a.mtimeNs; t[o + 11] = a.ctimeNs;
+  f[o + 12] = nodeid; f[o + 13] = 0;
+}
+function putStatfs(s: FsStats): void {
+  f64[0] = s.bsize; f64[1] = s.bsize; f64[2] = s.blocks; f64[3] = s.bfree; f64[4] = s.bavail;
+  f64[5] = s.files; f64[6] = s.ffree; f64[7] = s.ffree; f64[8] = s.namemax;
+}
+
+/* Readdirplus records for the entries a reply may hold; one growing buffer. */
+let plusBuf = new ArrayBuffer(RECORD * 64);
+function plusRecords(n: number): { buf: ArrayBuffer; f: Float64Array; t: BigInt64Array } {
+  if (plusBuf.byteLength < n * RECORD) plusBuf = new ArrayBuffer(n * RECORD * 2);
+  return { buf: plusBuf, f: new Float64Array(plusBuf), t: new BigInt64Array(plusBuf) };
+}
+/** the smallest readdirplus entry: fuse_entry_out (128) + fuse_dirent (24) + an 8-byte name */
+const MIN_PLUS_ENTRY = 160;
+
+/** A directory handle: one listing, taken when the kernel reads from offset 0. */
+interface DirHandle {
+  ino: number;
+  names: string[] | null;
+  attrs: (Attr | null)[] | null;
+}
+
+class Gone extends Error {}
+/** the path of a node that must have one (else the request answers ENOENT) */
+function need(p: string | null): string {
+  if (p === null) throw new Gone();
+  return p;
+}
+const errno = (e: unknown) => (e instanceof Gone ? ENOENT : kernelErrno(e));
+
+function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
+  const reply = addon.reply;
+  const nodes = new NodeTable();
+  /** the node of each open file handle (release closes it there) */
+  const fhNode = new Map<number, Node>();
+  const dirs = new Map<number, DirHandle>();
+  let nextDir = 1;
+  const x = ops.xattr;
+
+  /** answer an entry reply for `name` in `parent` with `attr`; the kernel holds one reference more */
+  function entry(id: number, parent: number, name: string, attr: Attr, fh = -1): void {
+    const node = nodes.ref(parent, name);
+    if (!node) return void reply(id, ENOENT);
+    writeRecord(f64, i64, 0, attr, node.id);
+    if (fh >= 0) {
+      nodes.opened(node, fh);
+      fhNode.set(fh, node);
+    }
+    if (reply(id, fh >= 0 ? fh : 0) < 0) {
+      // the kernel is gone (unmounted meanwhile): nobody will forget or release these
+      if (fh >= 0) void closeHandle(fh, {}).catch(() => undefined);
+      nodes.forget(node.id, 1);
+    }
+  }
+  function closeHandle(fh: number, c: Caller): Promise<void> {
+    const node = fhNode.get(fh);
+    if (node) {
+      fhNode.delete(fh);
+      nodes.closed(node, fh);
+    }
+    return ops.release(c, fh);
+  }
+  /** attributes by node: its path, else (unlinked while open) one of its open handles */
+  function attrOf(c: Caller, ino: number, fh: number): Promise<Attr> {
+    if (fh >= 0) return ops.fgetattr(c, nodes.path(ino), fh);
+    const p = nodes.path(ino);
+    if (p !== null) return ops.getattr(c, p);
+    const open = nodes.get(ino)?.openHandles;
+    if (open?.length) return ops.fgetattr(c, null, open[open.length - 1] as number);
+    return Promise.reject(new Gone());
+  }
+
+  async function lookup(id: number, c: Caller, parent: number, name: string) {
+    try { entry(id, parent, name, await ops.getattr(c, need(nodes.childPath(parent, name)))); } catch (e) { reply(id, errno(e)); }
+  }
+  async function getattr(id: number, c: Caller, ino: number, fh: number) {
+    try {
+      const a = await attrOf(c, ino, fh);
+      writeRecord(f64, i64, 0, a, ino);
+      reply(id, 0);
+    } catch (e) {
+      reply(id, errno(e));
+    }
+  }
+  async function setattr(id: number, c: Caller, ino: number, valid: number, fh: number) {
+    // the new values sit in the scratch only until the next request: read them first
+    const mode = f64[0] as number, uid = f64[1] as number, gid = f64[2] as number, size = f64[3] as number;
+    const atime = i64[9] as bigint, mtime = i64[10] as bigint;
+    try {
+      const p = nodes.path(ino);
+      if (valid & SET_MODE) await ops.chmod(c, need(p), mode);
+      if (valid & (SET_UID | SET_GID)) await ops.chown(c, need(p), valid & SET_UID ? uid : KEEP_ID, valid & SET_GID ? gid : KEEP_ID);
+      // only a regular file's handle comes with a size change
+      if (valid & SET_SIZE) await (fh >= 0 ? ops.ftruncate(c, fh, size) : ops.truncate(c, need(p), size));
+      if (valid & (SET_ATIME | SET_MTIME | SET_ATIME_NOW | SET_MTIME_NOW)) {
+        const times: TimeSpec = {
+          atimeNs: valid & SET_ATIME_NOW ? 'now' : valid & SET_ATIME ? atime : undefined,
+          mtimeNs: valid & SET_MTIME_NOW ? 'now' : valid & SET_MTIME ? mtime : undefined,
+        };
+        await ops.utimens(c, need(p), times);
+      }
+      // by path (or a handle of the node when unlinked): a handle passed here may be a
+      // directory's, which is not a core file handle
+      const a = await attrOf(c, ino, -1);
+      writeRecord(f64, i64, 0, a, ino);
+      reply(id, 0);
+    } catch (e) {
+      reply(id, errno(e));
+    }
+  }
+  /** mkdir, symlink (`other`: the target) or link (`other`: the existing path), then its entry */
+  async function made(id: number, c: Caller, op: Op, parent: number, name: string, mode: number, other: string | null) {
+    try {
+      const p = need(nodes.childPath(parent, name));
+      if (op === Op.MKDIR) await ops.mkdir(c, p, mode);
+      else if (op === Op.SYMLINK) await ops.symlink(c, other as string, p);
+      else await ops.link(c, other as string, p);
+      entry(id, parent, name, await ops.getattr(c, p));
+    } catch (e) {
+      reply(id, errno(e));
+    }
+  }
+  async function create(id: number, c: Caller, parent: number, name: string, mode: number, flags: number) {
+    let fh = -1;
+    try {
+      const p = need(nodes.childPath(parent, name));
+      fh = await ops.create(c, p, mode, flags);
+      const a = await ops.fgetattr(c, p, fh);
+      entry(id, parent, name, a, fh);
+    } catch (e) {
+      if (fh >= 0) await ops.release(c, fh).catch(() => undefined);
+      reply(id, errno(e));
+    }
+  }
+  async function open(id: number, c: Caller, ino: number, flags: number) {
+    try {
+      const fh = await ops.open(c, need(nodes.path(ino)), flags);
+      const node = nodes.get(ino);
+      if (node) {
+        nodes.opened(node, fh);
+        fhNode.set(fh, node);
+      }
+      if (reply(id, fh) < 0) await closeHandle(fh, c);
+    } catch (e) {
+      reply(id, errno(e));
+    }
+  }
+  async function release(id: number, c: Caller, fh: number) {
+    try { await closeHandle(fh, c); reply(id, 0); } catch (e) { reply(id, errno(e)); }
+  }
+  async function removed(id: number, c: Caller, parent: number, name: string, dir: boolean) {
+    try {
+      const p = need(nodes.childPath(parent, name));
+      await (dir ? ops.rmdir(c, p) : ops.unlink(c, p));
+      nodes.removed(parent, name);
+      reply(id, 0);
+    } catch (e) {
+      reply(id, errno(e));
+    }
+  }
+  async function rename(id: number, c: Caller, parent: number, name: string, newParent: number, newName: string, flags: number) {
+    try {
+      const rc = await renameWithFlags(ops, c, need(nodes.childPath(parent, name)), need(nodes.childPath(newParent, newName)), flags);
+      if (rc === 0) nodes.moved(parent, name, newParent, newName);
+      reply(id, rc);
+    } catch (e) {
+      reply(id, errno(e));
+    }
+  }
+  function opendir(id: number, ino: number) {
+    if (nodes.path(ino) === null) return void reply(id, ENOENT);
+    const fh = nextDir;
+    nextDir = nextDir >= 0x7fffffff ? 1 : nextDir + 1;
+    dirs.set(fh, { ino, names: null, attrs: null });
+    if (reply(id, fh) < 0) dirs.delete(fh);
+  }
+  async function readdir(id: number, c: Caller, fh: number, off: number, size: number, plus: boolean) {
+    try {
+      const d = dirs.get(fh);
+      if (!d) return void reply(id, EBADF);
+      if (off === 0 || !d.names || (plus && !d.attrs && ops.readdirPlus)) {
+        const p = need(nodes.path(d.ino));
+        if (plus && ops.readdirPlus) {
+          const entries: DirEntryAttr[] = await ops.readdirPlus(c, p);
+          d.names = entries.map((e) => e.name);
+          d.attrs = entries.map((e) => e.attr);
+        } else {
+          d.names = await ops.readdir(c, p);
+          d.attrs = null;
+        }
+      }
+      if (!plus || !d.attrs) return void reply(id, 0, d.names);
+      // ids for the entries this reply may hold; each one sent is a lookup, the rest are dropped
+      const n = Math.min(d.names.length - off, Math.floor(size / MIN_PLUS_ENTRY) + 1);
+      const { buf, f, t } = plusRecords(Math.max(n, 0));
+      const offered: (Node | undefined)[] = [];
+      for (let k = 0; k < n; k++) {
+        const name = d.names[off + k] as string;
+        const a = d.attrs[off + k];
+        const node = a && name !== '.' && name !== '..' ? nodes.ref(d.ino, name, 0) : undefined;
+        offered.push(node);
+        if (a && node) writeRecord(f, t, k * 16, a, node.id);
+        else f[k * 16] = 0;
+      }
+      const sent = reply(id, 0, d.names, buf);
+      for (let k = 0; k < n; k++) {
+        const node = offered[k];
+        if (!node) continue;
+        if (k < sent) node.lookups++;
+        else nodes.release(node);
+      }
+    } catch (e) {
+      reply(id, errno(e));
+    }
+  }
+  function forgetBatch(count: number) {
+    for (let k = 0; k < count; k++) nodes.forget(forgets[2 * k] as number, forgets[2 * k + 1] as number);
+  }
+  async function value(id: number, p: Promise<unknown>) {
+    try { reply(id, 0, await p); } catch (e) { reply(id, errno(e)); }
+  }
+  async function num(id: number, p: Promise<number>) {
+    try { reply(id, await p); } catch (e) { reply(id, errno(e)); }
+  }
+  async function done(id: number, p: Promise<void>) {
+    try { await p; reply(id, 0); } catch (e) { reply(id, errno(e)); }
+  }
+  async function statfs(id: number, c: Caller, ino: number) {
+    try { putStatfs(await ops.statfs(c, nodes.path(ino) ?? '/')); reply(id, 0); } catch (e) { reply(id, errno(e)); }
+  }
+
+  return (id, op, uid, gid, pid, ino, a, b, c, name, name2, extra) => {
+    if (op === CLOSED) {
+      // how many node ids the kernel still held (FORGET gives them back; see native-ll.test.ts)
+      if (process.env.LEDGERFS_NATIVE_STATS) process.stderr.write(`native-ll: ${nodes.size} node ids known at unmount\n`);
+      return onClosed();
+    }
+    if (op === Op.FORGET) return nodes.forget(ino, a);
+    if (op === Op.BATCH_FORGET) return forgetBatch(a);
+    const who: Caller = { uid, gid, pid };
+    const nm = name as string;
+    // `ops` may throw before returning a promise (an invalid path; `need` of a node without
+    // one): answer that here.
+    try {
+      switch (op) {
+        case Op.LOOKUP: return void lookup(id, who, ino, nm);
+        case Op.GETATTR: return void getattr(id, who, ino, a);
+        case Op.SETATTR: return void setattr(id, who, ino, a, b);
+        case Op.READLINK: return void value(id, ops.readlink(who, need(nodes.path(ino))));
+        case Op.MKDIR: return void made(id, who, Op.MKDIR, ino, nm, a, null);
+        case Op.SYMLINK: return void made(id, who, Op.SYMLINK, ino, nm, 0, name2);
+        case Op.LINK: return void made(id, who, Op.LINK, a, nm, 0, need(nodes.path(ino)));
+        case Op.UNLINK: return void removed(id, who, ino, nm, false);
+        case Op.RMDIR: return void removed(id, who, ino, nm, true);
+        case Op.RENAME: return void rename(id, who, ino, nm, a, name2 as string, b);
+        case Op.CREATE: return void create(id, who, ino, nm, a, b);
+        case Op.OPEN: return void open(id, who, ino, a);
+        case Op.READ: return void num(id, ops.read(who, a, extra as Buffer, b, c));
+        case Op.WRITE: return void num(id, ops.write(who, a, extra as Buffer, b, c));
+        case Op.FLUSH: return void done(id, ops.flush(who, a));
+        case Op.FSYNC: return void done(id, ops.fsync(who, a, b !== 0));
+        case Op.RELEASE: return void release(id, who, a);
+        case Op.OPENDIR: return opendir(id, ino);
+        // b: the entry index to start at, c: the reply's size, extra: readdirplus
+        case Op.READDIR: return void readdir(id, who, a, b, c, extra === true);
+        case Op.RELEASEDIR: dirs.delete(a); return void reply(id, 0);
+        case Op.STATFS: return void statfs(id, who, ino);
+        case Op.ACCESS: return void done(id, ops.access(who, need(nodes.path(ino)), a));
+        case Op.GETXATTR: return void (x ? value(id, x.get(who, need(nodes.path(ino)), nm)) : reply(id, EIO));
+        case Op.SETXATTR: return void (x ? done(id, x.set(who, need(nodes.path(ino)), nm, extra as Buffer, a)) : reply(id, EIO));
+        case Op.LISTXATTR: return void (x ? value(id, x.list(who, need(nodes.path(ino)))) : reply(id, EIO));
+        case Op.REMOVEXATTR: return void (x ? done(id, x.remove(who, need(nodes.path(ino)), nm)) : reply(id, EIO));
+        default: reply(id, EIO);
+      }
+    } catch (e) {
+      reply(id, errno(e));
+    }
+  };
+}
+
+export class NativeLlBinding implements Binding {
+  readonly name = 'native-ll';
+  readonly knowsCaller = true;
+  /** no .fuse_hidden renames: an unlinked open file is an UNLINK, its handles keep working */
+  readonly hidesReleasedFiles = false;
+
+  async mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs> {
+    const addon = loadNativeLlAddon();
+    if (addon instanceof Error) throw addon;
+    return serveSession(addon, mountpoint, (onClosed) => makeHandler(addon, ops, onClosed), options, !!ops.xattr);
+  }
+}

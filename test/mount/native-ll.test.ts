@@ -1,0 +1,98 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { py, sh, startMount } from '../helpers/mount.js';
+
+/*
+ * What only the low-level binding (native-ll) has to get right itself: node ids. The kernel
+ * names files by id; the adapter keeps id -> (parent id, name) and computes paths by walking up
+ * (src/fuse/node-table.ts). These tests mount with `--binding native-ll` whatever
+ * LEDGERFS_TEST_BINDING says, with long kernel cache lifetimes so cached ids really are reused.
+ */
+const LL = ['--binding', 'native-ll', '--entry-timeout', '60', '--attr-timeout', '60'];
+
+describe('native-ll binding: node ids', () => {
+  it('a directory rename moves its subtree: children answer by their new path through cached entries', async () => {
+    const m = await startMount({
+      args: LL,
+      populate: (src) => {
+        fs.mkdirSync(path.join(src, 'd/sub'), { recursive: true });
+        fs.writeFileSync(path.join(src, 'd/sub/f'), 'data\n');
+      },
+    });
+    try {
+      // cache d, d/sub and d/sub/f in the kernel (60 s), then move d: the kernel keeps the ids
+      expect(sh('cat d/sub/f && stat -c %s d/sub/f', m.mnt)).toBe('data\n5\n');
+      sh('mv d d2', m.mnt);
+      expect(sh('echo more >> d2/sub/f && cat d2/sub/f', m.mnt)).toBe('data\nmore\n');
+      expect(sh('stat -c %s d2/sub/f && ls d2/sub', m.mnt)).toBe('10\nf\n');
+      expect(fs.readFileSync(path.join(m.src, 'd2/sub/f'), 'utf8')).toBe('data\nmore\n');
+      expect(fs.existsSync(path.join(m.src, 'd'))).toBe(false);
+      // the old name is free: a new d is a different directory, and d/sub is not there
+      sh('mkdir d && echo new > d/g', m.mnt);
+      expect(sh('ls d; test -e d/sub || echo no-sub', m.mnt)).toBe('g\nno-sub\n');
+      // a rename into another directory, then one of the parent: both follow
+      sh('mkdir -p x && mv d2/sub x/sub && mv x y', m.mnt);
+      expect(sh('cat y/sub/f', m.mnt)).toBe('data\nmore\n');
+      expect(fs.readFileSync(path.join(m.src, 'y/sub/f'), 'utf8')).toBe('data\nmore\n');
+    } finally {
+      await m.stop();
+    }
+  });
+
+  it('unlink of an open file is a plain UNLINK: no hidden name, and fstat/read/write keep working', async () => {
+    const m = await startMount({ args: LL, populate: (src) => fs.writeFileSync(path.join(src, 'f'), 'abc') });
+    try {
+      const out = py(`
+import os
+fd = os.open('f', os.O_RDWR)
+os.unlink('f')
+print(sorted(os.listdir('.')), sorted(os.listdir('../src')))
+st = os.fstat(fd)
+print(st.st_nlink, st.st_size)
+os.lseek(fd, 0, os.SEEK_END)
+os.write(fd, b'def')
+os.lseek(fd, 0, os.SEEK_SET)
+print(os.read(fd, 100).decode(), os.fstat(fd).st_size)
+os.ftruncate(fd, 2)
+print(os.fstat(fd).st_size)
+os.close(fd)
+print(sorted(os.listdir('.')), sorted(os.listdir('../src')))
+`, m.mnt);
+      expect(out).toBe("[] []\n0 3\nabcdef 6\n2\n[] []\n");
+    } finally {
+      await m.stop();
+    }
+  });
+
+  it('after the kernel forgets its ids (drop_caches), lookups, renames and readdirplus still work, and ids are given back', async () => {
+    const m = await startMount({
+      args: LL,
+      env: { LEDGERFS_NATIVE_STATS: '1' },
+      populate: (src) => {
+        fs.mkdirSync(path.join(src, 'many'));
+        for (let i = 0; i < 300; i++) fs.writeFileSync(path.join(src, 'many', `f${i}`), `${i}\n`);
+      },
+    });
+    try {
+      // ls -l: readdirplus hands out ids (each a lookup); stat looks the rest up
+      expect(sh('ls -l many | wc -l', m.mnt)).toBe('301\n');
+      expect(sh('cat many/f7 many/f299', m.mnt)).toBe('7\n299\n');
+      // dentries and inodes out: the kernel sends FORGET / BATCH_FORGET for every id
+      sh('sync; echo 2 > /proc/sys/vm/drop_caches', m.mnt);
+      expect(sh('cat many/f7 many/f299 && stat -c %s many/f123', m.mnt)).toBe('7\n299\n4\n');
+      sh('mv many/f7 many/seven && mv many moved', m.mnt);
+      expect(sh('cat moved/seven && ls moved | wc -l', m.mnt)).toBe('7\n300\n');
+      sh('echo 2 > /proc/sys/vm/drop_caches', m.mnt);
+      expect(sh('ls -l moved | grep -c " f" && cat moved/f8', m.mnt)).toBe('299\n8\n');
+      sh('echo 2 > /proc/sys/vm/drop_caches', m.mnt);
+      expect(fs.readFileSync(path.join(m.src, 'moved/seven'), 'utf8')).toBe('7\n');
+    } finally {
+      await m.stop();
+    }
+    // what the daemon still knew at unmount: the root and a few ids, not 300+ (a leak would)
+    const known = /native-ll: (\d+) node ids known at unmount/.exec(m.logs());
+    expect(known, m.logs()).not.toBeNull();
+    expect(Number(known?.[1])).toBeLessThan(50);
+  });
+});
