@@ -14,9 +14,10 @@ export const DEFAULTS = {
   negativeTimeoutSec: 0,
   /** Which kernel binding `ledgerfs mount` uses (src/fuse/bindings.ts): `native` is the project's
    * libfuse3 addon (native/), `native-ll` its low-level variant driven from the JS thread,
-   * `fuse-native` the patched libfuse 2 module. fuse-native stays the
-   * default until the whole mounted and property suite passes with native. */
-  binding: 'fuse-native' as BindingName,
+   * `fuse-native` the patched libfuse 2 module. native-ll is the default: it passes the whole
+   * mounted, sandboxed and property suite and beat fuse-native on every line of scripts/bench
+   * (2026-11-22, quiet run); fuse-native is the fallback when the addon was not built. */
+  binding: 'native-ll' as BindingName,
   /** Largest write request the kernel may send (needs big_writes on libfuse 2). */
   maxWriteBytes: 1024 * 1024,
   logLevel: 'info' as const,
