@@ -27,9 +27,21 @@ interface Entry {
 
 const cache = new Map<number, Entry>();
 
-/** Shell-like quoting, so the line can be read (and mostly pasted) by a person. */
+/**
+ * Shell-like quoting, so the line can be read (and mostly pasted) by a person. Always one line:
+ * it ends up in one-line-per-entry places (/.ledgerfs/denials, log output), and `python3 -c`
+ * scripts carry newlines; those arguments take bash's $'...' form with escapes.
+ */
 function quote(arg: string): string {
-  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
+  if (/^[A-Za-z0-9_@%+=:,./-]+$/.test(arg)) return arg;
+  if (!/[\x00-\x1f\x7f]/.test(arg)) return `'${arg.replace(/'/g, `'\\''`)}'`;
+  const esc = arg.replace(/[\\'\x00-\x1f\x7f]/g, (c) => {
+    if (c === '\n') return '\\n';
+    if (c === '\t') return '\\t';
+    if (c === '\\' || c === "'") return `\\${c}`;
+    return `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`;
+  });
+  return `$'${esc}'`;
 }
 
 function cut(s: string): string {

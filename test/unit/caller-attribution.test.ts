@@ -110,3 +110,21 @@ describe('per-process attribution (a binding that names the caller)', () => {
     expect(callerProcess(undefined)).toBeUndefined();
   });
 });
+
+describe('caller command lines', () => {
+  it('stay on one line: arguments with newlines or control characters take the $\'...\' form', async () => {
+    const child = spawn('python3', ['-c', "import time\ntime.sleep(30) # it's\tdone"], { stdio: 'ignore' });
+    try {
+      // the child's cmdline is its own once exec has happened
+      for (let i = 0; i < 100 && !fs.readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').startsWith('python3'); i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      clearCallerCache();
+      const who = callerProcess(child.pid);
+      expect(who?.cmd?.endsWith("python3 -c $'import time\\ntime.sleep(30) # it\\'s\\tdone'"), who?.cmd).toBe(true);
+      expect(who?.cmd).not.toMatch(/[\n\t]/);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});
