@@ -44,13 +44,6 @@ export interface MountCliOptions {
 export async function mountCommand(mountpointArg: string, o: MountCliOptions): Promise<number> {
   const log = createLogger(o.logLevel);
   const mountpoint = path.resolve(mountpointArg);
-  let binding;
-  try {
-    binding = selectBinding(o.binding, log);
-  } catch (err) {
-    if (err instanceof BindingUnavailable) throw new CliError(err.message);
-    throw err;
-  }
   if (o.source && o.policy) {
     throw new CliError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
   }
@@ -71,6 +64,13 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
     throw err;
   }
   const source = ws.backend.location;
+  let binding;
+  try {
+    binding = selectBinding(o.binding, log, ws.store.kind);
+  } catch (err) {
+    if (err instanceof BindingUnavailable) throw new CliError(err.message);
+    throw err;
+  }
   if (ws.sourceDir && (mountpoint === ws.sourceDir || mountpoint.startsWith(ws.sourceDir + path.sep))) {
     throw new CliError(`mount point ${mountpoint} lies inside the source ${ws.sourceDir}; pick a directory outside it`);
   }

@@ -11,8 +11,8 @@ export class BindingUnavailable extends Error {}
  * The binding to mount with. A binding asked for by name must be there; the default falls back
  * to fuse-native (with a warning) when the native addon was not built at install.
  */
-export function selectBinding(requested: BindingName | undefined, log: Logger): Binding {
-  const name = requested ?? DEFAULTS.binding;
+export function selectBinding(requested: BindingName | undefined, log: Logger, backendKind = 'local'): Binding {
+  const name = requested ?? (backendKind === 'gcs' ? DEFAULTS.bindingForGcs : DEFAULTS.binding);
   if (name === 'fuse-native') return new FuseNativeBinding();
   // native and native-ll are built together (scripts/build-native.mjs)
   const addon = name === 'native-ll' ? loadNativeLlAddon() : loadNativeAddon();
