@@ -85,9 +85,15 @@ export interface BackendCapabilities {
   symlinks: boolean;
   /** the store keeps owners (chown means something) */
   owners: boolean;
-  /** the store itself gives a directory made in a setgid directory the setgid bit, as POSIX
-   * file systems do (the core adds it where the store does not) */
-  setgidDirs: boolean;
+  /**
+   * the store makes new nodes as a POSIX file system does: owned by the process that made them
+   * (the daemon), the group of a setgid parent, and the setgid bit on directories made in one.
+   * Where it does not, the core does it when it gives a node to its caller.
+   */
+  posixNewNodes: boolean;
+  /** a file unlinked while open stays readable through handles opened before (POSIX); where not,
+   * mounts default to a binding that turns such an unlink into a rename (DEFAULTS.bindingHidingUnlinked) */
+  openFilesSurviveUnlink: boolean;
 }
 
 export interface Backend {

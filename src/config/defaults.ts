@@ -18,11 +18,10 @@ export const DEFAULTS = {
    * mounted, sandboxed and property suite and beat fuse-native on every line of scripts/bench
    * (2026-11-22, quiet run); fuse-native is the fallback when the addon was not built. */
   binding: 'native-ll' as BindingName,
-  /** ...except on GCS: with native-ll a file unlinked while open is really deleted at once, and
-   * an open handle that had not written it reads ranges of an object that is gone. The other
-   * bindings turn that unlink into a rename to a hidden name, which the core keeps readable.
-   * Until the core keeps a local copy for open handles before deleting, GCS stays on fuse-native. */
-  bindingForGcs: 'fuse-native' as BindingName,
+  /** ...except over a store whose files do not survive an unlink while open (GCS: the object is
+   * gone for a handle that had not written it). native-ll sends that unlink as it comes; this
+   * binding turns it into a rename to a hidden name, which the core keeps readable. */
+  bindingHidingUnlinked: 'fuse-native' as BindingName,
   /** Largest write request the kernel may send (needs big_writes on libfuse 2). */
   maxWriteBytes: 1024 * 1024,
   logLevel: 'info' as const,

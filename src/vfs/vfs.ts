@@ -78,17 +78,18 @@ export class Vfs {
 
   private async giveToCaller(path: string, caller: Caller, dirMode?: number): Promise<void> {
     if (!this.ownByCaller || caller.uid === undefined || !this.backend.capabilities.owners) return;
-    // A local node the daemon made for a caller with the daemon's own ids already has the right
-    // owner, and its group from a setgid parent (the backing file system did that): no stat and
-    // chown per create for the common case of a mount used by the user who runs it.
-    if (this.backend.kind === 'local' && caller.uid === DAEMON_UID && caller.gid === DAEMON_GID) return;
+    // A node a POSIX store made for a caller with the daemon's own ids is already right (owner,
+    // group from a setgid parent): no stat and chown per create for the common case of a mount
+    // used by the user who runs it.
+    const posix = this.backend.capabilities.posixNewNodes;
+    if (posix && caller.uid === DAEMON_UID && caller.gid === DAEMON_GID) return;
     let gid = caller.gid ?? 0;
     const parent = await this.backend.stat(parentOf(path));
     const setgid = (parent.mode & 0o2000) /* S_ISGID */ !== 0;
     if (setgid) gid = parent.gid;
     await this.backend.chown(path, caller.uid, gid);
     // a directory made in a setgid directory is setgid too (what the file system would do)
-    if (setgid && dirMode !== undefined && !this.backend.capabilities.setgidDirs) await this.backend.chmod(path, dirMode | 0o2000);
+    if (setgid && dirMode !== undefined && !posix) await this.backend.chmod(path, dirMode | 0o2000);
   }
 
   // ---- metadata ------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ describe('native-ll binding: node ids', () => {
   });
 
   // On GCS a real UNLINK deletes the object, and a handle that had not written it reads ranges
-  // of an object that is gone: why GCS mounts default to fuse-native (DEFAULTS.bindingForGcs).
+  // of an object that is gone: why such stores default to DEFAULTS.bindingHidingUnlinked (capability openFilesSurviveUnlink).
   it.skipIf(onGcs)('unlink of an open file is a plain UNLINK: no hidden name, and fstat/read/write keep working', async () => {
     const m = await startMount({ args: LL, populate: (src) => fs.writeFileSync(path.join(src, 'f'), 'abc') });
     try {
