@@ -1,9 +1,12 @@
+import { promisify } from 'node:util';
 import fs from 'node:fs';
 import { fromNodeError } from '../../vfs/errors.js';
 import type { Attr, Backend, BackendFile, OpenMode } from '../types.js';
 import { ContentCache } from './content-cache.js';
 import type { CacheFill } from './content-cache.js';
 import { ForwardingFile, ForwardingLayer } from './forward.js';
+
+const readAt = promisify(fs.read);
 
 export interface ReadCacheOptions {
   /** first read-ahead window of a sequential reader; it doubles up to readAheadMaxBytes */
@@ -93,9 +96,9 @@ class ReadAheadFile extends ForwardingFile {
 
   override async read(buf: Buffer, length: number, position: number): Promise<number> {
     if (this.local) {
-      const fd = this.local.fd;
+      // through libuv's pool: a cache on a slow disk must not stall every other request
       try {
-        return fs.readSync(fd, buf, 0, length, position);
+        return (await readAt(this.local.fd, buf, 0, length, position)).bytesRead;
       } catch (err) {
         throw fromNodeError(err, `read ${this.ver} (content cache)`);
       }
