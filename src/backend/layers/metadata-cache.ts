@@ -170,11 +170,9 @@ export class MetadataCacheLayer extends ForwardingLayer {
     try {
       return await fn();
     } catch (err) {
-      // the outcome is unknown (a failure may come after the change): forget the parents' listings too
-      for (const p of paths) {
-        this.forget(p, below);
-        if (p !== '/') this.lists.delete(parentOf(p));
-      }
+      // the outcome is unknown (a failure may come after the change): forget the parents'
+      // listings too (the paths themselves are forgotten below, as after a success)
+      for (const p of paths) if (p !== '/') this.lists.delete(parentOf(p));
       throw err;
     } finally {
       for (const p of paths) this.forget(p, below);
@@ -245,7 +243,9 @@ export class MetadataCacheLayer extends ForwardingLayer {
 
   override async rename(from: string, to: string): Promise<void> {
     const type = (this.nodes.get(from) as { attr?: Attr } | undefined)?.attr?.type;
-    await this.change([from, to], true, () => this.inner.rename(from, to));
+    // only a directory has a subtree to forget: a file's rename (git, editors' save) must not
+    // walk the whole cache; an unknown type counts as a directory
+    await this.change([from, to], type !== 'file' && type !== 'symlink', () => this.inner.rename(from, to));
     if (from !== to) this.gone(to); // renamed over
     // writable handles follow the file (the backend retargets them)
     for (const w of this.writers) if (isWithin(w.path, from)) w.path = rebase(w.path, from, to);
@@ -278,13 +278,6 @@ export class MetadataCacheLayer extends ForwardingLayer {
 
   override truncate(path: string, size: number): Promise<void> {
     return this.change([path], false, () => this.inner.truncate(path, size));
-  }
-
-  /** Drop everything (tests; a rollback that went around the layer). */
-  clear(): void {
-    this.epoch++;
-    this.nodes.clear();
-    this.lists.clear();
   }
 }
 
