@@ -5,10 +5,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type BindingName, type LogLevel } from '../config/defaults.js';
 import { ConfigError, loadMountFile } from '../config/load.js';
+import { gcsSource } from '../config/gcs-url.js';
 import { mountAt, unmountPath } from '../fuse/mounts.js';
 import { liveDaemon } from '../journal/control.js';
 import { newSessionId } from '../journal/session-id.js';
-import { resolveStateDir, StateDirError } from '../journal/state-dir.js';
+import { realish, resolveStateDir, StateDirError, within } from '../journal/state-dir.js';
 import { atProblem, bwrapArgs, checkNamespaces, findBwrap, SandboxError } from '../sandbox/bwrap.js';
 import { CliError } from './errors.js';
 import { exitCodeOf, LinkedDaemonError, releaseDaemon, startLinkedDaemon, type LinkedDaemon } from './parent-link.js';
@@ -37,18 +38,7 @@ function fail(message: string): never {
 }
 
 /** `a` is `b`, or one holds the other. */
-function overlaps(a: string, b: string): boolean {
-  const within = (x: string, y: string) => x === y || x.startsWith(y.endsWith('/') ? y : `${y}/`);
-  return within(a, b) || within(b, a);
-}
-
-function realish(p: string): string {
-  try {
-    return fs.realpathSync(p);
-  } catch {
-    return path.resolve(p);
-  }
-}
+const overlaps = (a: string, b: string): boolean => within(a, b) || within(b, a);
 
 /**
  * A read-only bind of the backend directory or the journal would let the program read past the
@@ -214,7 +204,7 @@ export async function runCommand(command: string[], o: RunCliOptions): Promise<n
   let session = o.session;
   const guarded: { what: string; dir: string }[] = [];
   try {
-    if (o.source !== undefined) guarded.push({ what: 'the workspace source', dir: o.source });
+    if (o.source !== undefined && !gcsSource(o.source)) guarded.push({ what: 'the workspace source', dir: o.source });
     if (o.policy !== undefined) {
       const config = loadMountFile(o.policy);
       if (config.backend.type === 'local') guarded.push({ what: 'the workspace backend', dir: config.backend.path });

@@ -8,7 +8,8 @@ import { stateLayout } from './layout.js';
 
 export class StateDirError extends Error {}
 
-function realish(p: string): string {
+/** The real path of `p`, also when it does not exist yet (its nearest existing ancestor's). */
+export function realish(p: string): string {
   // the real path of the nearest existing ancestor, plus the rest (the state dir may not exist yet)
   const abs = path.resolve(p);
   let head = abs;
@@ -22,7 +23,8 @@ function realish(p: string): string {
   return path.join(fs.realpathSync(head), ...tail);
 }
 
-function within(p: string, dir: string): boolean {
+/** `p` is `dir` or lies below it. */
+export function within(p: string, dir: string): boolean {
   const rel = path.relative(dir, p);
   return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
 }
