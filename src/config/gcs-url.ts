@@ -1,3 +1,4 @@
+import { normalizePrefix } from '../backend/gcs/options.js';
 import type { GcsBackendConfig } from './load.js';
 
 /**
@@ -25,6 +26,5 @@ export function gcsSource(source: string | undefined, env: NodeJS.ProcessEnv = p
 
 /** The location string a GCS workspace's journal directory is derived from (matches GcsBackend.location). */
 export function gcsLocation(b: GcsBackendConfig): string {
-  const prefix = (b.prefix ?? '').split('/').filter((s) => s !== '').join('/');
-  return `gs://${b.bucket}/${prefix ? prefix + '/' : ''}`;
+  return `gs://${b.bucket}/${normalizePrefix(b.prefix ?? '')}`;
 }

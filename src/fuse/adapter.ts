@@ -1,6 +1,7 @@
 import type { Logger } from '../log.js';
 import { VfsError } from '../vfs/errors.js';
 import type { Vfs } from '../vfs/vfs.js';
+import { joinPath } from '../vfs/paths.js';
 import type { FsOps } from './binding.js';
 
 /** Request counters by op, for `--log-level debug` summaries and the bench. */
@@ -53,8 +54,7 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters()): FsOp
     // An entry that vanished (or cannot be stat'ed) between the listing and its getattr goes out
     // without attributes: the kernel then looks it up itself, as after a plain readdir.
     readdirPlus: (_c, path) => t('readdirplus', path, vfs.readdir(path).then((names) => {
-      const dir = path === '/' ? '' : path;
-      return Promise.all(names.map((name) => vfs.getattr(`${dir}/${name}`).then((attr) => ({ name, attr }), () => ({ name, attr: null }))));
+      return Promise.all(names.map((name) => vfs.getattr(joinPath(path, name)).then((attr) => ({ name, attr }), () => ({ name, attr: null }))));
     }).then((entries) => [{ name: '.', attr: null }, { name: '..', attr: null }, ...entries])),
     readlink: (_c, path) => t('readlink', path, vfs.readlink(path)),
     open: (c, path, flags) => t('open', path, vfs.open(path, flags, c)),

@@ -77,3 +77,14 @@ export interface Binding {
   readonly hidesReleasedFiles: boolean;
   mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs>;
 }
+
+/** utimensat's special nanosecond values, as the kernel passes them through libfuse */
+const UTIME_NOW = 0x3fffffff;
+const UTIME_OMIT = 0x3ffffffe;
+
+/** One time of a utimens request as the core takes it: ns since the epoch, 'now', or unchanged. */
+export function timeArg(sec: number, nsec: number): bigint | 'now' | undefined {
+  if (nsec === UTIME_OMIT) return undefined;
+  if (nsec === UTIME_NOW) return 'now';
+  return BigInt(sec) * 1_000_000_000n + BigInt(nsec);
+}

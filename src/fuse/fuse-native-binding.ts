@@ -3,7 +3,7 @@ import path from 'node:path';
 import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
 import { kernelErrno } from '../vfs/errors.js';
 import type { Caller } from '../vfs/pipeline.js';
-import type { Binding, FsOps, MountedFs, MountOptions } from './binding.js';
+import { timeArg, type Binding, type FsOps, type MountedFs, type MountOptions } from './binding.js';
 import { mountAt } from './mounts.js';
 
 const require = createRequire(import.meta.url);
@@ -16,8 +16,6 @@ interface FuseNativeInstance {
 }
 type FuseNativeCtor = new (mnt: string, ops: Record<string, unknown>, opts: Record<string, unknown>) => FuseNativeInstance;
 
-const UTIME_NOW = 0x3fffffff;
-const UTIME_OMIT = 0x3ffffffe;
 
 /** fuse-native never tells JavaScript who called. */
 const UNKNOWN: Caller = Object.freeze({});
@@ -44,11 +42,6 @@ function statfs(s: FsStats) {
   };
 }
 
-function timeArg(sec: number, nsec: number): bigint | 'now' | undefined {
-  if (nsec === UTIME_OMIT) return undefined;
-  if (nsec === UTIME_NOW) return 'now';
-  return BigInt(sec) * 1_000_000_000n + BigInt(nsec);
-}
 
 /*
  * Reply helpers. A request must always be answered exactly once, whatever the op does: a

@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
 import { errnoOf, kernelErrno } from '../vfs/errors.js';
 import type { Caller } from '../vfs/pipeline.js';
-import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
+import { timeArg, type Binding, type DirEntryAttr, type FsOps, type MountedFs, type MountOptions } from './binding.js';
 import { mountAt, unmountPath } from './mounts.js';
 
 /*
@@ -54,8 +54,6 @@ const enum Op {
 }
 const CLOSED = -1;
 
-const UTIME_NOW = 0x3fffffff;
-const UTIME_OMIT = 0x3ffffffe;
 const RENAME_NOREPLACE = 1;
 const EIO = -errnoOf('EIO');
 const EINVAL = -errnoOf('EINVAL');
@@ -99,11 +97,6 @@ function packPlus(entries: DirEntryAttr[]): ArrayBuffer {
   return plusBuf;
 }
 
-export function timeArg(sec: number, nsec: number): bigint | 'now' | undefined {
-  if (nsec === UTIME_OMIT) return undefined;
-  if (nsec === UTIME_NOW) return 'now';
-  return BigInt(sec) * 1_000_000_000n + BigInt(nsec);
-}
 
 function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   const reply = addon.reply;

@@ -1,3 +1,5 @@
+import { joinPath } from '../vfs/paths.js';
+
 /**
  * The kernel's node ids for the low-level binding (native-ll): each id names one directory
  * entry (parent id + name), so a path is computed by walking up and a directory rename moves its
@@ -56,8 +58,7 @@ export class NodeTable {
   /** The path of `name` in directory `parentId`, or null when the directory has no path. */
   childPath(parentId: number, name: string): string | null {
     const dir = this.path(parentId);
-    if (dir === null) return null;
-    return dir === '/' ? `/${name}` : `${dir}/${name}`;
+    return dir === null ? null : joinPath(dir, name);
   }
 
   /**
