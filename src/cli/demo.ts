@@ -24,7 +24,7 @@ export function ensureDemoWorkspace(dir: string): { created: boolean } {
 }
 
 /** The demo's policy file, beside its workspace (so `ledgerfs log` without flags finds its journal). */
-export function demoPolicyFile(workspaceDir: string): string {
+function demoPolicyFile(workspaceDir: string): string {
   return path.join(path.dirname(workspaceDir), 'demo-policy.yaml');
 }
 

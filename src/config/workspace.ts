@@ -1,6 +1,5 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { GcsSetupError } from '../backend/gcs.js';
 import { openGcsStack } from '../backend/gcs-stack.js';
 import { gcsSource } from './gcs-url.js';
 import { LocalBackend } from '../backend/local.js';
@@ -105,7 +104,6 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
       });
       return { store };
     } catch (err) {
-      if (err instanceof GcsSetupError) throw new WorkspaceError(`${label}: backend: ${err.message}`);
       throw new WorkspaceError(`${label}: backend: ${(err as Error).message}`);
     }
   }
