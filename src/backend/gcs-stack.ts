@@ -47,7 +47,7 @@ export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Pro
     readAheadMaxBytes: c.readAheadMaxBytes,
     ...(content ? { content } : {}),
   });
-  const metadata = new MetadataCacheLayer(read, { ttlMs: c.metadataTtlSec * 1000, maxEntries: c.metadataMaxEntries });
+  const metadata = new MetadataCacheLayer(read, { ttlMs: c.metadataTtlSec * 1000, maxEntries: c.metadataMaxEntries, maxListings: c.metadataMaxListings });
   return { store: metadata, gcs, metadata };
 }
 

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { DEFAULTS } from '../config/defaults.js';
 
 /*
  * `ledgerfs run` serves the workspace from a child `ledgerfs mount --parent-link` process
@@ -84,7 +85,7 @@ function stopOrphanedSandboxes(mountpoint: string): void {
   };
   sweep();
   // these keep the daemon alive until the last look
-  for (const ms of [100, 300, 1000, 3000]) setTimeout(sweep, ms);
+  for (const ms of DEFAULTS.run.orphanSweepMs) setTimeout(sweep, ms);
 }
 
 /** Let the daemon exit once its mount is gone (an open channel would keep it alive). */

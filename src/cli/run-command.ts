@@ -109,7 +109,7 @@ async function mountOwn(o: RunCliOptions, session: string): Promise<Workspace> {
     '--session', session, '--actor', DEFAULTS.run.actor, '--log-level', o.logLevel, dir,
   ];
   try {
-    const daemon = await startLinkedDaemon(args, 60_000);
+    const daemon = await startLinkedDaemon(args, DEFAULTS.run.mountTimeoutMs);
     const m = daemon.mount;
     return { mountpoint: dir, session: m.session, stateDir: m.stateDir, daemon, ...(m.note ? { note: m.note } : {}) };
   } catch (err) {
@@ -128,7 +128,7 @@ async function release(ws: Workspace): Promise<void> {
   const d = ws.daemon;
   if (!d) return;
   releaseDaemon(d);
-  const grace = (DEFAULTS.unmountGraceSec + 10) * 1000;
+  const grace = (DEFAULTS.unmountGraceSec + DEFAULTS.run.daemonExitExtraSec) * 1000;
   const timer = setTimeout(() => d.child.kill('SIGTERM'), grace);
   await d.exited;
   clearTimeout(timer);

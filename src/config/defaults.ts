@@ -49,6 +49,12 @@ export const DEFAULTS = {
     sessionPrefix: 'run-',
     /** actor label on the run's journal records */
     actor: 'run',
+    /** how long the daemon may take to mount before `run` gives up */
+    mountTimeoutMs: 60_000,
+    /** after letting go, how long past the daemon's own unmount grace before it is sent SIGTERM */
+    daemonExitExtraSec: 10,
+    /** a daemon whose `run` died looks for sandboxes still on its mount at these delays */
+    orphanSweepMs: [100, 300, 1000, 3000],
     /** variables passed from the caller's environment into the sandbox (everything else is cleared) */
     passEnv: ['PATH', 'TERM', 'LANG', 'LANGUAGE', 'LC_ALL', 'LC_CTYPE', 'LC_MESSAGES', 'TZ', 'USER', 'LOGNAME'],
   },
@@ -98,11 +104,15 @@ export const DEFAULTS = {
     /** attributes, "nothing here" answers and listings are trusted this long; a change made by
      * another host shows up after at most this (opens always revalidate the generation) */
     metadataTtlSec: 5,
-    /** cached paths (attributes) at most; listings get 1/64 of it */
+    /** cached paths (attributes) at most */
     metadataMaxEntries: 500_000,
+    /** cached directory listings at most */
+    metadataMaxListings: 8_000,
     /** sequential reads fetch ahead: first window, doubling up to the maximum */
     readAheadMinBytes: 1024 * 1024,
     readAheadMaxBytes: 16 * 1024 * 1024,
+    /** windows fetched ahead of the reader at once (one alone leaves gaps between requests) */
+    readAheadWindows: 2,
     /** local disk cache of whole objects, keyed by generation, LRU beyond this many bytes */
     contentBytes: 1024 ** 3,
     /** objects larger than this are not kept in the content cache */

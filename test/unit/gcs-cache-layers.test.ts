@@ -50,7 +50,7 @@ async function writeFile(b: Backend, p: string, data: string): Promise<void> {
 describe('MetadataCacheLayer', () => {
   let c: MetadataCacheLayer;
   beforeEach(() => {
-    c = new MetadataCacheLayer(gcs, { ttlMs: 400, maxEntries: 1000 });
+    c = new MetadataCacheLayer(gcs, { ttlMs: 400, maxEntries: 1000, maxListings: 100 });
   });
 
   it('answers a repeated stat, and a repeated miss, without asking GCS', async () => {

@@ -9,6 +9,7 @@ export interface MetadataCacheOptions {
   ttlMs: number;
   /** entries kept at most (attributes and listings each) */
   maxEntries: number;
+  maxListings: number;
 }
 
 /** A writable handle open through the layer: its path follows renames; gone once unlinked. */
@@ -46,7 +47,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
     super(inner);
     const ttl = Math.max(1, opts.ttlMs);
     this.nodes = new LRUCache({ max: opts.maxEntries, ttl, updateAgeOnGet: false });
-    this.lists = new LRUCache({ max: Math.max(16, Math.floor(opts.maxEntries / 64)), ttl, updateAgeOnGet: false });
+    this.lists = new LRUCache({ max: opts.maxListings, ttl, updateAgeOnGet: false });
     if (opts.ttlMs <= 0) this.enabled = false;
     const { setxattr, removexattr } = inner;
     if (setxattr) this.setxattr = (p, n, v, f) => this.change([p], false, () => setxattr.call(inner, p, n, v, f));

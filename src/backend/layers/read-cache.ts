@@ -1,6 +1,7 @@
 import { promisify } from 'node:util';
 import fs from 'node:fs';
 import { fromNodeError } from '../../vfs/errors.js';
+import { DEFAULTS } from '../../config/defaults.js';
 import type { Attr, Backend, BackendFile, OpenMode } from '../types.js';
 import { ContentCache } from './content-cache.js';
 import type { CacheFill } from './content-cache.js';
@@ -50,8 +51,7 @@ interface Chunk {
   data: Promise<Buffer>;
 }
 
-/** Windows fetched ahead of the reader at once. */
-const AHEAD = 2;
+const AHEAD = DEFAULTS.gcsCache.readAheadWindows;
 /** Chunks kept per handle: those being read (the kernel reads a stream a few requests at a time) and those ahead. */
 const MAX_CHUNKS = AHEAD + 3;
 
