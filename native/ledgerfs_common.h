@@ -6,11 +6,14 @@
  */
 #ifndef LEDGERFS_COMMON_H
 #define LEDGERFS_COMMON_H
+#include <math.h>
 #include <node_api.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #ifndef ADDON_NAME
 #error "define ADDON_NAME before including ledgerfs_common.h"
@@ -61,11 +64,32 @@ struct mount_limits {
   double attr_timeout, entry_timeout, negative_timeout;
   unsigned max_write;
 };
-static void mount_limits_init(napi_env env, napi_value options, struct mount_limits *l) {
-  l->attr_timeout = get_num(env, options, "attrTimeoutSec", 1);
-  l->entry_timeout = get_num(env, options, "entryTimeoutSec", 1);
-  l->negative_timeout = get_num(env, options, "negativeTimeoutSec", 0);
-  l->max_write = (unsigned)get_num(env, options, "maxWriteBytes", 1 << 20);
+/* No fallbacks here: the values come from src/config/defaults.ts (MountOptions requires them). */
+static bool mount_limits_init(napi_env env, napi_value options, struct mount_limits *l) {
+  l->attr_timeout = get_num(env, options, "attrTimeoutSec", NAN);
+  l->entry_timeout = get_num(env, options, "entryTimeoutSec", NAN);
+  l->negative_timeout = get_num(env, options, "negativeTimeoutSec", NAN);
+  double max_write = get_num(env, options, "maxWriteBytes", NAN);
+  if (isnan(l->attr_timeout) || isnan(l->entry_timeout) || isnan(l->negative_timeout) || isnan(max_write)) {
+    napi_throw_type_error(env, NULL, "mount options need attrTimeoutSec, entryTimeoutSec, negativeTimeoutSec and maxWriteBytes");
+    return false;
+  }
+  l->max_write = (unsigned)max_write;
+  return true;
+}
+
+/* The statfs answer JS wrote into the scratch doubles (packStatfs order). */
+static void fill_statvfs_from(struct statvfs *sv, const double *f) {
+  memset(sv, 0, sizeof *sv);
+  sv->f_bsize = (unsigned long)f[0];
+  sv->f_frsize = (unsigned long)f[1];
+  sv->f_blocks = (fsblkcnt_t)f[2];
+  sv->f_bfree = (fsblkcnt_t)f[3];
+  sv->f_bavail = (fsblkcnt_t)f[4];
+  sv->f_files = (fsfilcnt_t)f[5];
+  sv->f_ffree = (fsfilcnt_t)f[6];
+  sv->f_favail = (fsfilcnt_t)f[7];
+  sv->f_namemax = (unsigned long)f[8];
 }
 
 /* A JS handler threw (and its request was answered): let it surface as an uncaught exception. */

@@ -360,20 +360,6 @@ static void fill_stat(struct stat *st) {
   fill_stat_from(st, scratch_f, scratch_t);
 }
 
-static void fill_statvfs(struct statvfs *sv) {
-  memset(sv, 0, sizeof *sv);
-  const double *f = scratch_f;
-  sv->f_bsize = (unsigned long)f[0];
-  sv->f_frsize = (unsigned long)f[1];
-  sv->f_blocks = (fsblkcnt_t)f[2];
-  sv->f_bfree = (fsblkcnt_t)f[3];
-  sv->f_bavail = (fsblkcnt_t)f[4];
-  sv->f_files = (fsfilcnt_t)f[5];
-  sv->f_ffree = (fsfilcnt_t)f[6];
-  sv->f_favail = (fsfilcnt_t)f[7];
-  sv->f_namemax = (unsigned long)f[8];
-}
-
 /* a JS string into a stack/heap buffer; returns its length, -1 if not a string */
 static ssize_t utf8(napi_env env, napi_value v, char *buf, size_t cap) {
   size_t len = 0;
@@ -490,7 +476,7 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
   if (rc >= 0) {
     switch (r->op) {
       case OP_GETATTR: case OP_FGETATTR: fill_stat(r->st); rc = 0; break;
-      case OP_STATFS: fill_statvfs(r->sv); rc = 0; break;
+      case OP_STATFS: fill_statvfs_from(r->sv, scratch_f); rc = 0; break;
       case OP_READDIR: rc = argc > 2 ? reply_readdir(env, r, argv[2], argc > 3 ? argv[3] : NULL) : -EIO; break;
       case OP_READLINK: {
         if (argc < 3 || r->size == 0) { rc = -EIO; break; }
@@ -630,11 +616,13 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
   bool xattrs = false;
   napi_get_value_bool(env, argv[3], &xattrs);
 
+  struct mount_limits lim;
+  if (!mount_limits_init(env, argv[2], &lim)) return NULL;
   struct mnt *m = calloc(1, sizeof *m);
   if (!m) { napi_throw_error(env, NULL, "out of memory"); return NULL; }
   m->env = env;
+  m->lim = lim;
   pthread_mutex_init(&m->lock, NULL);
-  mount_limits_init(env, argv[2], &m->lim);
   struct mount_args ma;
   mount_args_init(env, argv[2], m->lim.max_write, &ma);
   struct fuse_args args = FUSE_ARGS_INIT(ma.argc, ma.argv);

@@ -605,12 +605,7 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
         break;
       case OP_STATFS: {
         struct statvfs sv;
-        const double *f = (const double *)scratch;
-        memset(&sv, 0, sizeof sv);
-        sv.f_bsize = (unsigned long)f[0]; sv.f_frsize = (unsigned long)f[1];
-        sv.f_blocks = (fsblkcnt_t)f[2]; sv.f_bfree = (fsblkcnt_t)f[3]; sv.f_bavail = (fsblkcnt_t)f[4];
-        sv.f_files = (fsfilcnt_t)f[5]; sv.f_ffree = (fsfilcnt_t)f[6]; sv.f_favail = (fsfilcnt_t)f[7];
-        sv.f_namemax = (unsigned long)f[8];
+        fill_statvfs_from(&sv, (const double *)scratch);
         fuse_reply_statfs(req, &sv);
         break;
       }
@@ -704,10 +699,12 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
   bool xattrs = false;
   napi_get_value_bool(env, argv[3], &xattrs);
 
+  struct mount_limits lim;
+  if (!mount_limits_init(env, argv[2], &lim)) return NULL;
   struct mnt *m = calloc(1, sizeof *m);
   if (!m) { napi_throw_error(env, NULL, "out of memory"); return NULL; }
   m->env = env;
-  mount_limits_init(env, argv[2], &m->lim);
+  m->lim = lim;
   struct mount_args ma;
   mount_args_init(env, argv[2], m->lim.max_write, &ma);
   struct fuse_args args = FUSE_ARGS_INIT(ma.argc, ma.argv);
