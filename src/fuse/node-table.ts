@@ -23,12 +23,17 @@ export interface Node {
   children: Map<string, Node> | undefined;
   /** open file handles of this node (newest last) */
   openHandles: number[] | undefined;
+  /** its path as last computed, valid while the table's epoch is `pathEpoch` */
+  path: string | null;
+  pathEpoch: number;
 }
 
 export class NodeTable {
   private readonly byId = new Map<number, Node>();
-  private readonly root: Node = { id: ROOT_ID, parent: null, name: '', lookups: 1, children: undefined, openHandles: undefined };
+  private readonly root: Node = { id: ROOT_ID, parent: null, name: '', lookups: 1, children: undefined, openHandles: undefined, path: '/', pathEpoch: 0 };
   private nextId = ROOT_ID + 1;
+  /** bumped by every change of a path (rename, unlink): cached paths older than it are recomputed */
+  private epoch = 0;
 
   constructor() {
     this.byId.set(ROOT_ID, this.root);
@@ -44,15 +49,18 @@ export class NodeTable {
 
   /** The node's path, or null when it (or a directory above it) is detached or unknown. */
   path(id: number): string | null {
-    if (id === ROOT_ID) return '/';
-    let node = this.byId.get(id);
-    let path = '';
-    while (node && node !== this.root) {
-      if (!node.parent) return null;
-      path = `/${node.name}${path}`;
-      node = node.parent;
-    }
-    return node ? path : null;
+    const node = this.byId.get(id);
+    return node ? this.pathOf(node) : null;
+  }
+
+  /** Every LOOKUP and GETATTR asks this: computed once per node until a rename or unlink. */
+  private pathOf(node: Node): string | null {
+    if (node === this.root) return '/';
+    if (node.pathEpoch === this.epoch) return node.path;
+    const dir = node.parent ? this.pathOf(node.parent) : null;
+    node.path = dir === null ? null : joinPath(dir, node.name);
+    node.pathEpoch = this.epoch;
+    return node.path;
   }
 
   /** The path of `name` in directory `parentId`, or null when the directory has no path. */
@@ -70,7 +78,7 @@ export class NodeTable {
     if (!parent || (parent !== this.root && !parent.parent)) return undefined;
     let node = parent.children?.get(name);
     if (!node) {
-      node = { id: this.nextId++, parent, name, lookups: 0, children: undefined, openHandles: undefined };
+      node = { id: this.nextId++, parent, name, lookups: 0, children: undefined, openHandles: undefined, path: null, pathEpoch: -1 };
       (parent.children ??= new Map()).set(name, node);
       this.byId.set(node.id, node);
     }
@@ -106,6 +114,7 @@ export class NodeTable {
 
   /** A rename succeeded: the entry (and everything below it) now lives at the new name. */
   moved(parentId: number, name: string, newParentId: number, newName: string): void {
+    this.epoch++;
     const from = this.byId.get(parentId);
     const node = from?.children?.get(name);
     const to = this.byId.get(newParentId);
@@ -141,6 +150,7 @@ export class NodeTable {
   private detach(node: Node): void {
     const parent = node.parent;
     if (!parent) return;
+    this.epoch++;
     if (parent.children?.get(node.name) === node) parent.children.delete(node.name);
     node.parent = null;
     this.release(node);
