@@ -55,17 +55,9 @@ roots:
   return file;
 }
 
-/** How to run this CLI from a shell here: `ledgerfs` when it is on the PATH, else `node .../bin/ledgerfs.js`. */
-export function cliCommand(): string {
-  for (const dir of (process.env.PATH ?? '').split(':')) {
-    if (dir && fs.existsSync(path.join(dir, 'ledgerfs'))) return 'ledgerfs';
-  }
-  return `node ${path.resolve(process.argv[1] ?? 'bin/ledgerfs.js')}`;
-}
-
 /** What a newcomer can try on the demo mount, printed once it is up. */
-export function demoHints(mnt: string, session: string | null): string {
-  const cli = cliCommand();
+/** What to try, with `cli` the way to run this CLI here (see self.ts). */
+export function demoHints(mnt: string, session: string | null, cli: string): string {
   const caseDir = `${mnt}/projects/Wilson-MVA`;
   const journal = session
     ? `  then:  ${cli} log            (every change, newest first)\n` +

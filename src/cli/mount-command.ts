@@ -10,7 +10,8 @@ import { JournalLockedError } from '../journal/lock.js';
 import { createLogger } from '../log.js';
 import { MutationPipeline } from '../vfs/pipeline.js';
 import { Vfs } from '../vfs/vfs.js';
-import { cliCommand, demoHints, ensureDemoPolicy, ensureDemoWorkspace } from './demo.js';
+import { demoHints, ensureDemoPolicy, ensureDemoWorkspace } from './demo.js';
+import { cliCommand } from './self.js';
 import { CliError } from './errors.js';
 import { releaseParent, serveParent } from './parent-link.js';
 
@@ -106,16 +107,16 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
     throw err;
   }
   // a run's daemon (--parent-link) prints no banner: `ledgerfs run` says what matters
-  if (!o.parentLink) printBanner();
-  function printBanner() {
+  if (!o.parentLink) {
+    const cli = cliCommand();
     process.stderr.write(
       `ledgerfs: ${source} is mounted at ${mountpoint}${demo ? ` (demo workspace, policy ${o.policy})` : ''}.\n` +
         (demo
-          ? demoHints(mountpoint, journal?.session ?? null)
+          ? demoHints(mountpoint, journal?.session ?? null, cli)
           : `  try:   ls -la ${mountpoint}; echo hello > ${mountpoint}/hello.txt; cat ${mountpoint}/hello.txt\n`) +
-        `  stop:  Ctrl-C here, or: ${cliCommand()} unmount ${mountpoint}\n` +
+        `  stop:  Ctrl-C here, or: ${cli} unmount ${mountpoint}\n` +
         (journal
-          ? `  journal: ${journal.stateDir} (session ${journal.session}); see: ledgerfs log --state ${journal.stateDir}\n` +
+          ? `  journal: ${journal.stateDir} (session ${journal.session}); see: ${cli} log --state ${journal.stateDir}\n` +
             (journal.startNote ? `  journal: ${journal.startNote}\n` : '')
           : `  journal: off (--no-journal): changes are not recorded and cannot be rolled back\n`),
     );

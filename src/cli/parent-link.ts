@@ -2,8 +2,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { DEFAULTS } from '../config/defaults.js';
+import { CLI_SCRIPT } from './self.js';
 
 /*
  * `ledgerfs run` serves the workspace from a child `ledgerfs mount --parent-link` process
@@ -113,7 +113,6 @@ export function releaseDaemon(daemon: LinkedDaemon): void {
 }
 
 
-const CLI = fileURLToPath(new URL('../../bin/ledgerfs.js', import.meta.url));
 
 /** A process's exit as a shell reports it: its code, or 128 + the signal that killed it. */
 export function exitCodeOf(code: number | null, signal: NodeJS.Signals | null): number {
@@ -127,7 +126,7 @@ export function exitCodeOf(code: number | null, signal: NodeJS.Signals | null): 
  * the file system under them; its stderr is ours (its logs, and its errors if it cannot mount).
  */
 export function startLinkedDaemon(mountArgs: string[], timeoutMs: number): Promise<LinkedDaemon> {
-  const child = spawn(process.execPath, [...process.execArgv, CLI, 'mount', '--parent-link', ...mountArgs], {
+  const child = spawn(process.execPath, [...process.execArgv, CLI_SCRIPT, 'mount', '--parent-link', ...mountArgs], {
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     detached: true,
   });

@@ -12,15 +12,16 @@ export interface SandboxSpec {
   /** host paths bound read-only at the same path */
   readOnly: string[];
   command: string[];
-  /** the caller's environment: only DEFAULTS.run.passEnv names are taken from it */
-  env?: NodeJS.ProcessEnv;
 }
 
 /** Host system directories the program may read (never write); missing ones are skipped. */
 const SYSTEM_DIRS = ['/usr', '/etc', '/opt', '/var/lib/dpkg'];
 
+/** Debian's merged-/usr links (or directories), recreated in the sandbox. */
+const LINK_DIRS = ['/bin', '/lib', '/lib32', '/lib64', '/libx32', '/sbin'];
+
 /** Where the program cannot be given the workspace: the sandbox's own mounts live there. */
-const RESERVED = ['/usr', '/etc', '/opt', '/var/lib/dpkg', '/proc', '/dev', '/bin', '/lib', '/lib32', '/lib64', '/libx32', '/sbin'];
+const RESERVED = [...SYSTEM_DIRS, '/proc', '/dev', ...LINK_DIRS];
 
 /** The program's home: private, like /tmp (a home in the workspace would fill it with caches). */
 const HOME = '/tmp/home';
@@ -28,8 +29,8 @@ const HOME = '/tmp/home';
 export class SandboxError extends Error {}
 
 /** Where bwrap is, or a clear error saying how to get it. */
-export function findBwrap(env: NodeJS.ProcessEnv = process.env): string {
-  for (const dir of (env.PATH ?? '/usr/bin:/bin').split(':')) {
+export function findBwrap(): string {
+  for (const dir of (process.env.PATH ?? '/usr/bin:/bin').split(':')) {
     if (!dir) continue;
     const p = path.join(dir, 'bwrap');
     try {
@@ -99,7 +100,7 @@ function resolverArgs(): string[] {
 
 function sandboxEnv(spec: SandboxSpec): string[] {
   const out: string[] = [];
-  const from = spec.env ?? process.env;
+  const from = process.env; // only DEFAULTS.run.passEnv names are taken from it
   for (const k of DEFAULTS.run.passEnv) {
     const v = from[k];
     if (v !== undefined) out.push('--setenv', k, v);
@@ -121,7 +122,7 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   const at = path.resolve(spec.at);
   const args = ['--die-with-parent', '--new-session', ...namespaceArgs(spec.network), '--hostname', 'ledgerfs-sandbox', '--clearenv'];
   for (const d of SYSTEM_DIRS) if (fs.existsSync(d)) args.push('--ro-bind', d, d);
-  for (const l of ['bin', 'lib', 'lib32', 'lib64', 'libx32', 'sbin']) systemLink(`/${l}`, args);
+  for (const l of LINK_DIRS) systemLink(l, args);
   if (spec.network) args.push(...resolverArgs());
   args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--dir', HOME);
   for (const p of spec.readOnly) {
