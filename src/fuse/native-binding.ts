@@ -29,19 +29,22 @@ type Handler = (
   path: string | null, path2: string | null, a: number, b: number, c: number, d: number, extra: Buffer | boolean | null,
 ) => void;
 
+/** Load one of the libfuse3 addons and hand it its scratch area, or say why it cannot be used. */
+export function loadAddon<A extends { setScratch(b: ArrayBuffer): void }>(file: string, label: string, scratchArea: ArrayBuffer): A | Error {
+  try {
+    const addon = createRequire(import.meta.url)(file) as A;
+    addon.setScratch(scratchArea);
+    return addon;
+  } catch (err) {
+    return new Error(`the ${label} libfuse3 binding is not built (${(err as Error).message.split('\n')[0]}); ` +
+      'build it with: node scripts/build-native.mjs (needs apt-get install -y libfuse3-dev build-essential python3)');
+  }
+}
+
 let loaded: Addon | Error | undefined;
 /** The addon, or why it cannot be used (not built: the install said so). */
 export function loadNativeAddon(): Addon | Error {
-  if (loaded) return loaded;
-  try {
-    const addon = createRequire(import.meta.url)(NATIVE_ADDON) as Addon;
-    addon.setScratch(scratch);
-    loaded = addon;
-  } catch (err) {
-    loaded = new Error(`the native libfuse3 binding is not built (${(err as Error).message.split('\n')[0]}); ` +
-      'build it with: node scripts/build-native.mjs (needs apt-get install -y libfuse3-dev build-essential python3)');
-  }
-  return loaded;
+  return (loaded ??= loadAddon<Addon>(NATIVE_ADDON, 'native', scratch));
 }
 
 // Op codes: the order of `enum op` in ledgerfs_fuse3.c.
@@ -68,7 +71,7 @@ const f64 = new Float64Array(scratch, 0, 16);
 const i64 = new BigInt64Array(scratch, 16 * 8, 3);
 
 /** mode uid gid size ino nlink blocks blksize rdev at f[o..o+8], the 3 ns times at t[to..to+2] */
-function writeAttr(f: Float64Array, o: number, t: BigInt64Array, to: number, a: Attr): void {
+export function writeAttr(f: Float64Array, o: number, t: BigInt64Array, to: number, a: Attr): void {
   f[o] = a.mode; f[o + 1] = a.uid; f[o + 2] = a.gid; f[o + 3] = a.size; f[o + 4] = a.ino;
   f[o + 5] = a.nlink; f[o + 6] = a.blocks; f[o + 7] = 4096; f[o + 8] = 0;
   t[to] = a.atimeNs; t[to + 1] = a.mtimeNs; t[to + 2] = a.ctimeNs;
@@ -76,18 +79,25 @@ function writeAttr(f: Float64Array, o: number, t: BigInt64Array, to: number, a: 
 function putAttr(a: Attr): void {
   writeAttr(f64, 0, i64, 0, a);
 }
-function putStatfs(s: FsStats): void {
-  f64[0] = s.bsize; f64[1] = s.bsize; f64[2] = s.blocks; f64[3] = s.bfree; f64[4] = s.bavail;
-  f64[5] = s.files; f64[6] = s.ffree; f64[7] = s.ffree; f64[8] = s.namemax;
+/** statfs as the addons read it: bsize frsize blocks bfree bavail files ffree favail namemax */
+export function writeStatfs(f: Float64Array, s: FsStats): void {
+  f[0] = s.bsize; f[1] = s.bsize; f[2] = s.blocks; f[3] = s.bfree; f[4] = s.bavail;
+  f[5] = s.files; f[6] = s.ffree; f[7] = s.ffree; f[8] = s.namemax;
 }
 /* Readdirplus attributes: one 96-byte record per entry (9 doubles as putAttr, then the 3 int64
  * ns times), mode 0 for "none"; one growing buffer, read by the addon during reply(). */
 const PLUS_RECORD = 96;
 let plusBuf = new ArrayBuffer(PLUS_RECORD * 256);
+let plusF = new Float64Array(plusBuf);
+let plusT = new BigInt64Array(plusBuf);
 function packPlus(entries: DirEntryAttr[]): ArrayBuffer {
-  if (plusBuf.byteLength < entries.length * PLUS_RECORD) plusBuf = new ArrayBuffer(entries.length * PLUS_RECORD * 2);
-  const f = new Float64Array(plusBuf);
-  const t = new BigInt64Array(plusBuf);
+  if (plusBuf.byteLength < entries.length * PLUS_RECORD) {
+    plusBuf = new ArrayBuffer(entries.length * PLUS_RECORD * 2);
+    plusF = new Float64Array(plusBuf);
+    plusT = new BigInt64Array(plusBuf);
+  }
+  const f = plusF;
+  const t = plusT;
   for (let i = 0; i < entries.length; i++) {
     const a = entries[i]?.attr;
     const o = i * (PLUS_RECORD / 8);
@@ -108,7 +118,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
     try { putAttr(await ops.fgetattr(c, p, fh)); reply(id, 0); } catch (e) { reply(id, kernelErrno(e)); }
   }
   async function statfs(id: number, c: Caller, p: string) {
-    try { putStatfs(await ops.statfs(c, p)); reply(id, 0); } catch (e) { reply(id, kernelErrno(e)); }
+    try { writeStatfs(f64, await ops.statfs(c, p)); reply(id, 0); } catch (e) { reply(id, kernelErrno(e)); }
   }
   async function readdirPlus(id: number, c: Caller, p: string) {
     try {

@@ -1,10 +1,9 @@
-import { createRequire } from 'node:module';
 import path from 'node:path';
-import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
-import { errnoOf, kernelErrno } from '../vfs/errors.js';
+import type { Attr, TimeSpec } from '../backend/types.js';
+import { errnoOf, kernelErrno, VfsError } from '../vfs/errors.js';
 import type { Caller } from '../vfs/pipeline.js';
 import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
-import { renameWithFlags, serveSession } from './native-binding.js';
+import { loadAddon, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-binding.js';
 import { NodeTable, type Node } from './node-table.js';
 
 /*
@@ -46,16 +45,7 @@ const forgets = new Float64Array(scratch, FORGET_AT, FORGET_CHUNK * 2);
 let loaded: Addon | Error | undefined;
 /** The addon, or why it cannot be used (not built: the install said so). */
 export function loadNativeLlAddon(): Addon | Error {
-  if (loaded) return loaded;
-  try {
-    const addon = createRequire(import.meta.url)(NATIVE_LL_ADDON) as Addon;
-    addon.setScratch(scratch);
-    loaded = addon;
-  } catch (err) {
-    loaded = new Error(`the native-ll libfuse3 binding is not built (${(err as Error).message.split('\n')[0]}); ` +
-      'build it with: node scripts/build-native.mjs (needs apt-get install -y libfuse3-dev build-essential python3)');
-  }
-  return loaded;
+  return (loaded ??= loadAddon<Addon>(NATIVE_LL_ADDON, 'native-ll', scratch));
 }
 
 // Op codes: the order of `enum op` in ledgerfs_fuse3_ll.c.
@@ -84,21 +74,19 @@ const EIO = -errnoOf('EIO');
 
 /** mode uid gid size ino nlink blocks blksize rdev, the 3 ns times, nodeid, generation */
 function writeRecord(f: Float64Array, t: BigInt64Array, o: number, a: Attr, nodeid: number): void {
-  f[o] = a.mode; f[o + 1] = a.uid; f[o + 2] = a.gid; f[o + 3] = a.size; f[o + 4] = a.ino;
-  f[o + 5] = a.nlink; f[o + 6] = a.blocks; f[o + 7] = 4096; f[o + 8] = 0;
-  t[o + 9] = a.atimeNs; t[o + 10] = a.mtimeNs; t[o + 11] = a.ctimeNs;
+  writeAttr(f, o, t, o + 9, a);
   f[o + 12] = nodeid; f[o + 13] = 0;
-}
-function putStatfs(s: FsStats): void {
-  f64[0] = s.bsize; f64[1] = s.bsize; f64[2] = s.blocks; f64[3] = s.bfree; f64[4] = s.bavail;
-  f64[5] = s.files; f64[6] = s.ffree; f64[7] = s.ffree; f64[8] = s.namemax;
 }
 
 /* Readdirplus records for the entries a reply may hold; one growing buffer. */
-let plusBuf = new ArrayBuffer(RECORD * 64);
+const plusArea = (bytes: number) => {
+  const buf = new ArrayBuffer(bytes);
+  return { buf, f: new Float64Array(buf), t: new BigInt64Array(buf) };
+};
+let plus = plusArea(RECORD * 64);
 function plusRecords(n: number): { buf: ArrayBuffer; f: Float64Array; t: BigInt64Array } {
-  if (plusBuf.byteLength < n * RECORD) plusBuf = new ArrayBuffer(n * RECORD * 2);
-  return { buf: plusBuf, f: new Float64Array(plusBuf), t: new BigInt64Array(plusBuf) };
+  if (plus.buf.byteLength < n * RECORD) plus = plusArea(n * RECORD * 2);
+  return plus;
 }
 /** the smallest readdirplus entry: fuse_entry_out (128) + fuse_dirent (24) + an 8-byte name */
 const MIN_PLUS_ENTRY = 160;
@@ -110,13 +98,12 @@ interface DirHandle {
   attrs: (Attr | null)[] | null;
 }
 
-class Gone extends Error {}
 /** the path of a node that must have one (else the request answers ENOENT) */
 function need(p: string | null): string {
-  if (p === null) throw new Gone();
+  if (p === null) throw gone();
   return p;
 }
-const errno = (e: unknown) => (e instanceof Gone ? ENOENT : kernelErrno(e));
+const gone = () => new VfsError('ENOENT', 'the node has no path any more (unlinked, or forgotten by the kernel)');
 
 function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   const reply = addon.reply;
@@ -157,11 +144,11 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
     if (p !== null) return ops.getattr(c, p);
     const open = nodes.get(ino)?.openHandles;
     if (open?.length) return ops.fgetattr(c, null, open[open.length - 1] as number);
-    return Promise.reject(new Gone());
+    return Promise.reject(gone());
   }
 
   async function lookup(id: number, c: Caller, parent: number, name: string) {
-    try { entry(id, parent, name, await ops.getattr(c, need(nodes.childPath(parent, name)))); } catch (e) { reply(id, errno(e)); }
+    try { entry(id, parent, name, await ops.getattr(c, need(nodes.childPath(parent, name)))); } catch (e) { reply(id, kernelErrno(e)); }
   }
   async function getattr(id: number, c: Caller, ino: number, fh: number) {
     try {
@@ -169,7 +156,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       writeRecord(f64, i64, 0, a, ino);
       reply(id, 0);
     } catch (e) {
-      reply(id, errno(e));
+      reply(id, kernelErrno(e));
     }
   }
   async function setattr(id: number, c: Caller, ino: number, valid: number, fh: number) {
@@ -195,7 +182,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       writeRecord(f64, i64, 0, a, ino);
       reply(id, 0);
     } catch (e) {
-      reply(id, errno(e));
+      reply(id, kernelErrno(e));
     }
   }
   /** mkdir, symlink (`other`: the target) or link (`other`: the existing path), then its entry */
@@ -207,7 +194,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       else await ops.link(c, other as string, p);
       entry(id, parent, name, await ops.getattr(c, p));
     } catch (e) {
-      reply(id, errno(e));
+      reply(id, kernelErrno(e));
     }
   }
   async function create(id: number, c: Caller, parent: number, name: string, mode: number, flags: number) {
@@ -219,7 +206,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       entry(id, parent, name, a, fh);
     } catch (e) {
       if (fh >= 0) await ops.release(c, fh).catch(() => undefined);
-      reply(id, errno(e));
+      reply(id, kernelErrno(e));
     }
   }
   async function open(id: number, c: Caller, ino: number, flags: number) {
@@ -232,11 +219,11 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       }
       if (reply(id, fh) < 0) await closeHandle(fh, c);
     } catch (e) {
-      reply(id, errno(e));
+      reply(id, kernelErrno(e));
     }
   }
   async function release(id: number, c: Caller, fh: number) {
-    try { await closeHandle(fh, c); reply(id, 0); } catch (e) { reply(id, errno(e)); }
+    try { await closeHandle(fh, c); reply(id, 0); } catch (e) { reply(id, kernelErrno(e)); }
   }
   async function removed(id: number, c: Caller, parent: number, name: string, dir: boolean) {
     try {
@@ -245,7 +232,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       nodes.removed(parent, name);
       reply(id, 0);
     } catch (e) {
-      reply(id, errno(e));
+      reply(id, kernelErrno(e));
     }
   }
   async function rename(id: number, c: Caller, parent: number, name: string, newParent: number, newName: string, flags: number) {
@@ -254,7 +241,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       if (rc === 0) nodes.moved(parent, name, newParent, newName);
       reply(id, rc);
     } catch (e) {
-      reply(id, errno(e));
+      reply(id, kernelErrno(e));
     }
   }
   function opendir(id: number, ino: number) {
@@ -300,23 +287,23 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         else nodes.release(node);
       }
     } catch (e) {
-      reply(id, errno(e));
+      reply(id, kernelErrno(e));
     }
   }
   function forgetBatch(count: number) {
     for (let k = 0; k < count; k++) nodes.forget(forgets[2 * k] as number, forgets[2 * k + 1] as number);
   }
   async function value(id: number, p: Promise<unknown>) {
-    try { reply(id, 0, await p); } catch (e) { reply(id, errno(e)); }
+    try { reply(id, 0, await p); } catch (e) { reply(id, kernelErrno(e)); }
   }
   async function num(id: number, p: Promise<number>) {
-    try { reply(id, await p); } catch (e) { reply(id, errno(e)); }
+    try { reply(id, await p); } catch (e) { reply(id, kernelErrno(e)); }
   }
   async function done(id: number, p: Promise<void>) {
-    try { await p; reply(id, 0); } catch (e) { reply(id, errno(e)); }
+    try { await p; reply(id, 0); } catch (e) { reply(id, kernelErrno(e)); }
   }
   async function statfs(id: number, c: Caller, ino: number) {
-    try { putStatfs(await ops.statfs(c, nodes.path(ino) ?? '/')); reply(id, 0); } catch (e) { reply(id, errno(e)); }
+    try { writeStatfs(f64, await ops.statfs(c, nodes.path(ino) ?? '/')); reply(id, 0); } catch (e) { reply(id, kernelErrno(e)); }
   }
 
   return (id, op, uid, gid, pid, ino, a, b, c, name, name2, extra) => {
@@ -363,7 +350,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         default: reply(id, EIO);
       }
     } catch (e) {
-      reply(id, errno(e));
+      reply(id, kernelErrno(e));
     }
   };
 }
