@@ -15,10 +15,11 @@ export interface GcsStack {
 }
 
 export interface GcsStackOptions {
-  /** local staging of writes; its conflicts/ holds local versions that could not be uploaded */
+  /** local staging of writes */
   stagingDir: string;
-  /** where local versions that could not be uploaded are kept (each with a .json note) */
-  conflictsDir: string;
+  /** where local versions that could not be uploaded are kept (each with a .json note);
+   * default: conflicts/ in the staging directory */
+  conflictsDir?: string | undefined;
   onConflict?: (c: GcsConflict) => void;
 }
 

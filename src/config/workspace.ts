@@ -89,7 +89,7 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
     let layout;
     try {
       layout = flags.noJournal
-        ? { stagingDir: DEFAULTS.gcs.stagingDir, conflictsDir: path.join(DEFAULTS.gcs.stagingDir, 'conflicts') }
+        ? { stagingDir: DEFAULTS.gcs.stagingDir, conflictsDir: undefined } // the backend's default, below staging
         : stateLayout(resolveStateDir(flags));
     } catch (err) {
       throw new WorkspaceError((err as Error).message);
