@@ -87,7 +87,6 @@ class ReadAheadFile extends ForwardingFile {
         this.local = undefined; // evicted meanwhile: read from the store
       }
     }
-    if (!this.local) this.fill = o.content?.fill(ver, size);
   }
 
   override get version(): string {
@@ -150,6 +149,9 @@ class ReadAheadFile extends ForwardingFile {
     const chunk = { start, end, data };
     this.chunks.push(chunk);
     if (this.chunks.length > MAX_CHUNKS) this.chunks.shift();
+    // A fill can only complete read in order from the start: begin it there, not at open (an
+    // open that reads a header, or nothing, would make and drop a cache file every time).
+    if (start === 0 && !this.fill) this.fill = this.o.content?.fill(this.ver, this.size);
     const fill = this.fill;
     if (fill) this.filling = this.filling.then(() => data.then((d) => fill.add(start, d), () => fill.abandon()));
     return chunk;
