@@ -60,7 +60,7 @@ const RACE_ATTEMPTS = 4;
 export class GcsBackend implements Backend, GcsFileHost {
   readonly kind = 'gcs';
   readonly location: string;
-  readonly capabilities: BackendCapabilities = { xattrs: false, hardLinks: false, symlinks: true, owners: true, posixNewNodes: false, openFilesSurviveUnlink: false };
+  readonly capabilities: BackendCapabilities = { xattrs: false, hardLinks: false, symlinks: true, owners: true, posixNewNodes: false };
   /** local versions set aside because their upload was refused or failed (newest last) */
   readonly conflicts: GcsConflict[] = [];
   readonly names: ObjectNames;

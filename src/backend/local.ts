@@ -95,7 +95,7 @@ class LocalFile implements BackendFile {
  */
 export class LocalBackend implements Backend {
   readonly kind = 'local';
-  readonly capabilities: BackendCapabilities = { xattrs: false, hardLinks: true, symlinks: true, owners: true, posixNewNodes: true, openFilesSurviveUnlink: true };
+  readonly capabilities: BackendCapabilities = { xattrs: false, hardLinks: true, symlinks: true, owners: true, posixNewNodes: true };
   readonly location: string;
   private readonly root: string;
 

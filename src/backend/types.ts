@@ -91,9 +91,6 @@ export interface BackendCapabilities {
    * Where it does not, the core does it when it gives a node to its caller.
    */
   posixNewNodes: boolean;
-  /** a file unlinked while open stays readable through handles opened before (POSIX); where not,
-   * mounts default to a binding that turns such an unlink into a rename (DEFAULTS.bindingHidingUnlinked) */
-  openFilesSurviveUnlink: boolean;
 }
 
 export interface Backend {

@@ -67,7 +67,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   const source = ws.backend.location;
   let binding;
   try {
-    binding = selectBinding(o.binding, log, ws.store);
+    binding = selectBinding(o.binding, log);
   } catch (err) {
     if (err instanceof BindingUnavailable) throw new CliError(err.message);
     throw err;

@@ -18,10 +18,6 @@ export const DEFAULTS = {
    * mounted, sandboxed and property suite and beat fuse-native on every line of scripts/bench
    * (2026-11-22, quiet run); fuse-native is the fallback when the addon was not built. */
   binding: 'native-ll' as BindingName,
-  /** ...except over a store whose files do not survive an unlink while open (GCS: the object is
-   * gone for a handle that had not written it). native-ll sends that unlink as it comes; this
-   * binding turns it into a rename to a hidden name, which the core keeps readable. */
-  bindingHidingUnlinked: 'fuse-native' as BindingName,
   /** Largest write request the kernel may send (needs big_writes on libfuse 2). */
   maxWriteBytes: 1024 * 1024,
   logLevel: 'info' as const,

@@ -1,6 +1,5 @@
 import { DEFAULTS, type BindingName } from '../config/defaults.js';
 import type { Logger } from '../log.js';
-import type { Backend } from '../backend/types.js';
 import type { Binding } from './binding.js';
 import { FuseNativeBinding } from './fuse-native-binding.js';
 import { loadNativeAddon, NativeBinding } from './native-binding.js';
@@ -12,9 +11,8 @@ export class BindingUnavailable extends Error {}
  * The binding to mount with. A binding asked for by name must be there; the default falls back
  * to fuse-native (with a warning) when the native addon was not built at install.
  */
-export function selectBinding(requested: BindingName | undefined, log: Logger, store?: Pick<Backend, 'capabilities'>): Binding {
-  const posixUnlink = store?.capabilities.openFilesSurviveUnlink ?? true;
-  const name = requested ?? (posixUnlink ? DEFAULTS.binding : DEFAULTS.bindingHidingUnlinked);
+export function selectBinding(requested: BindingName | undefined, log: Logger): Binding {
+  const name = requested ?? DEFAULTS.binding;
   if (name === 'fuse-native') return new FuseNativeBinding();
   // native and native-ll are built together (scripts/build-native.mjs)
   const addon = name === 'native-ll' ? loadNativeLlAddon() : loadNativeAddon();

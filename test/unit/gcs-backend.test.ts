@@ -163,6 +163,22 @@ describe('files', () => {
     await f.close();
     expect((await obj('gone.txt').exists())[0]).toBe(false);
   });
+
+  it('a read on its way while the object is unlinked, or renamed, reads the same bytes from where they are now', async () => {
+    for (const change of [() => b.unlink('/race.txt'), () => b.rename('/race.txt', '/moved.txt')]) {
+      await writeFile('/race.txt', 'the old bytes');
+      const f = await b.open('/race.txt', { write: false });
+      // the read is served after the change: its generation of race.txt is gone by then
+      await fx.fault({ status: 0, delayMs: 400, count: 1, method: 'GET', pathPrefix: `/storage/v1/b/backend-test/o/${prefix}/race.txt` });
+      const buf = Buffer.alloc(64);
+      const reading = f.read(buf, 64, 0);
+      await new Promise((r) => setTimeout(r, 50));
+      await change();
+      expect(buf.subarray(0, await reading).toString()).toBe('the old bytes');
+      await f.close();
+    }
+    expect(await readFile('/moved.txt')).toBe('the old bytes');
+  });
 });
 
 describe('directories', () => {

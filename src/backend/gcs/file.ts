@@ -100,16 +100,27 @@ export class GcsFile implements BackendFile {
   }
 
   async read(buf: Buffer, length: number, position: number): Promise<number> {
-    if (this.staging) await this.staging;
-    if (this.staged) {
-      const fd = this.staged.fd;
-      return sys(`read ${this.path}`, () => fs.readSync(fd, buf, 0, length, position));
+    for (;;) {
+      if (this.staging) await this.staging;
+      if (this.staged) {
+        const fd = this.staged.fd;
+        return sys(`read ${this.path}`, () => fs.readSync(fd, buf, 0, length, position));
+      }
+      const size = this.base.size;
+      if (position >= size || length <= 0) return 0;
+      const key = this.key;
+      const generation = this.base.generation;
+      try {
+        const data = await this.fetch(position, Math.min(size, position + length) - 1);
+        data.copy(buf, 0);
+        return data.length;
+      } catch (err) {
+        // A read (read-ahead, say) on its way while this daemon unlinked or renamed the object:
+        // the bytes are now in the local copy, or under the new name; read them there.
+        const moved = this.staged !== undefined || this.staging !== undefined || key !== this.key || generation !== this.base.generation;
+        if (!(err instanceof VfsError && err.code === 'ESTALE' && moved)) throw err;
+      }
     }
-    const size = this.base.size;
-    if (position >= size || length <= 0) return 0;
-    const data = await this.fetch(position, Math.min(size, position + length) - 1);
-    data.copy(buf, 0);
-    return data.length;
   }
 
   async write(buf: Buffer, length: number, position: number): Promise<number> {
@@ -136,6 +147,7 @@ export class GcsFile implements BackendFile {
   async stat(): Promise<Attr> {
     const base = Object.keys(this.pendingMeta).length ? { ...this.base, metadata: { ...this.base.metadata, ...this.pendingMeta } } : this.base;
     const a = attrOf('file', this.path, base, this.host.attrDefaults);
+    if (this.unlinked) a.nlink = 0; // fstat of a file unlinked while open, as on a disk
     if (this.staged) {
       const fd = this.staged.fd;
       a.size = sys(`fstat ${this.path}`, () => fs.fstatSync(fd)).size;
