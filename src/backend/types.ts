@@ -67,6 +67,12 @@ export interface BackendFile {
    */
   flush?(): Promise<void>;
   /**
+   * Optional: bytes [position, position + length) handed to `onData` as they arrive, each piece
+   * with its offset, in the store's own buffers: a read-ahead keeps them rather than copying
+   * them into one buffer first. Resolves with the number of bytes delivered (fewer at the end).
+   */
+  readParts?(position: number, length: number, onData: (data: Buffer, at: number) => void): Promise<number>;
+  /**
    * Optional: the identity of the immutable content this handle reads (e.g. object name and
    * generation), undefined while it has local changes. Content caches key on it.
    */

@@ -5,7 +5,8 @@ import type { GcsBackend } from '../../src/backend/gcs.js';
 import { ContentCache } from '../../src/backend/layers/content-cache.js';
 import { MetadataCacheLayer } from '../../src/backend/layers/metadata-cache.js';
 import { ReadCacheLayer } from '../../src/backend/layers/read-cache.js';
-import type { Backend, BackendFile } from '../../src/backend/types.js';
+import { ForwardingLayer } from '../../src/backend/layers/forward.js';
+import type { Backend, BackendFile, OpenMode } from '../../src/backend/types.js';
 import { gcsBackendPerTest } from '../helpers/gcs-emulator.js';
 import { expectCode } from '../helpers/tmp.js';
 
@@ -175,6 +176,59 @@ describe('ReadCacheLayer and ContentCache', () => {
     expect(got.equals(data)).toBe(true);
     // 49 reads of 64 KiB; windows of 256 KiB, 512 KiB, then 1 MiB
     expect(reads).toBeLessThanOrEqual(6);
+  });
+
+  it('a read is answered as soon as its bytes are in, before the rest of its window arrives', async () => {
+    const data = Buffer.alloc(2 * 1024 * 1024, 0).map((_, i) => (i * 7) % 253);
+    await put('stream.bin', data);
+    // the real GCS file underneath, with the pieces after the first 128 KiB of each ranged read
+    // held back until released
+    let release!: () => void;
+    const held = new Promise<void>((res) => (release = res));
+    const gated = new (class extends ForwardingLayer {
+      override async open(p: string, mode: OpenMode): Promise<BackendFile> {
+        const f = await gcs.open(p, mode);
+        const readParts = f.readParts?.bind(f) as NonNullable<BackendFile['readParts']>;
+        return Object.assign(Object.create(f) as BackendFile, {
+          readParts: async (pos: number, len: number, onData: (d: Buffer, at: number) => void) => {
+            const late: Array<[Buffer, number]> = [];
+            const n = await readParts(pos, len, (d, at) => (at - pos < 128 * 1024 ? onData(d, at) : late.push([d, at])));
+            await held;
+            for (const [d, at] of late) onData(d, at);
+            return n;
+          },
+        });
+      }
+    })(gcs);
+    const layer = new ReadCacheLayer(gated, { readAheadMinBytes: 1024 * 1024, readAheadMaxBytes: 1024 * 1024 });
+    const f = await layer.open('/stream.bin', { write: false });
+    const buf = Buffer.alloc(64 * 1024);
+    expect(await f.read(buf, buf.length, 0)).toBe(buf.length);
+    expect(buf.equals(data.subarray(0, buf.length))).toBe(true);
+    // the rest of the window waits for its pieces; released, the reads go on in order
+    const later = f.read(Buffer.alloc(64 * 1024), 64 * 1024, 512 * 1024);
+    let settled = false;
+    void later.then(() => (settled = true));
+    await new Promise((res) => setTimeout(res, 50));
+    expect(settled).toBe(false);
+    release();
+    expect(await later).toBe(64 * 1024);
+    const all = await readAll(f, 100_000);
+    await f.close();
+    expect(all.equals(data)).toBe(true);
+  });
+
+  it('a window whose fetch failed is fetched again by the next read, not failed forever', async () => {
+    const data = Buffer.alloc(600 * 1024, 0).map((_, i) => i % 241);
+    await put('flaky.bin', data);
+    const f = await r.open('/flaky.bin', { write: false });
+    // more failures than the backend's retries: the first read fails
+    await ctx.fx.fault({ status: 503, count: 20, method: 'GET', pathPrefix: `/storage/v1/b/layers-test/o/${ctx.prefix}/flaky.bin` });
+    const buf = Buffer.alloc(64 * 1024);
+    await expectCode(f.read(buf, buf.length, 0), 'EIO');
+    await ctx.fx.clearFaults();
+    expect((await readAll(f)).equals(data)).toBe(true);
+    await f.close();
   });
 
   it('random reads go to GCS as asked and still read right', async () => {

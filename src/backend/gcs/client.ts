@@ -114,28 +114,33 @@ export class GcsRequests {
     };
   }
 
-  /** Bytes [start, end] (inclusive) of one generation. 404 if that generation is gone. */
-  async readRange(key: string, generation: bigint, start: number, end: number): Promise<Buffer> {
-    // The stream into one buffer of the known size: file.download() gathers the chunks and
-    // concatenates them, which halved sequential reads through the mount.
-    return this.retry(
+  /**
+   * Bytes [start, end] (inclusive) of one generation as they arrive: `onData` gets each piece
+   * in order with its offset in the object, in the client's own buffers (no copy here; the
+   * caller keeps them or copies them where they go). A retry after a broken transfer asks only
+   * for the bytes not delivered yet. Resolves with the number delivered (fewer at the object's
+   * end); 404 if that generation is gone.
+   */
+  async readRangeParts(key: string, generation: bigint, start: number, end: number, onData: (d: Buffer, at: number) => void): Promise<number> {
+    let got = 0;
+    await this.retry(
       () =>
-        new Promise<Buffer>((resolve, reject) => {
-          const out = Buffer.allocUnsafe(end - start + 1);
-          let off = 0;
-          const rs = this.file(key, generation).createReadStream({ start, end, validation: false });
+        new Promise<void>((resolve, reject) => {
+          if (start + got > end) return resolve();
+          const rs = this.file(key, generation).createReadStream({ start: start + got, end, validation: false });
           rs.on('error', reject);
           rs.on('data', (d: Buffer) => {
-            if (off + d.length > out.length) {
+            if (start + got + d.length > end + 1) {
               rs.destroy(new Error(`read ${key}: more bytes than the range ${start}-${end} asked for`));
               return;
             }
-            d.copy(out, off);
-            off += d.length;
+            onData(d, start + got);
+            got += d.length;
           });
-          rs.on('end', () => resolve(off === out.length ? out : out.subarray(0, off)));
+          rs.on('end', resolve);
         }),
     );
+    return got;
   }
 
   /** One generation, whole, into a local file (checked against the object's crc32c). */

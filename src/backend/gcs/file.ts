@@ -100,23 +100,42 @@ export class GcsFile implements BackendFile {
   }
 
   async read(buf: Buffer, length: number, position: number): Promise<number> {
+    if (this.staging) await this.staging;
+    if (this.staged) {
+      const fd = this.staged.fd;
+      return sys(`read ${this.path}`, () => fs.readSync(fd, buf, 0, length, position));
+    }
+    // straight from the client's buffers into the caller's: one copy
+    return this.readParts(position, length, (d, at) => d.copy(buf, at - position));
+  }
+
+  /** Bytes as the client receives them (BackendFile.readParts): the read-ahead keeps its pieces. */
+  async readParts(position: number, length: number, onData: (data: Buffer, at: number) => void): Promise<number> {
+    let done = 0;
     for (;;) {
       if (this.staging) await this.staging;
+      const from = position + done;
+      if (done >= length) return done;
       if (this.staged) {
+        const rest = Buffer.allocUnsafe(length - done);
         const fd = this.staged.fd;
-        return sys(`read ${this.path}`, () => fs.readSync(fd, buf, 0, length, position));
+        const n = sys(`read ${this.path}`, () => fs.readSync(fd, rest, 0, rest.length, from));
+        if (n > 0) onData(rest.subarray(0, n), from);
+        return done + n;
       }
-      const size = this.base.size;
-      if (position >= size || length <= 0) return 0;
+      const end = Math.min(this.base.size, position + length);
+      if (from >= end) return done;
       const key = this.key;
       const generation = this.base.generation;
       try {
-        const data = await this.fetch(position, Math.min(size, position + length) - 1);
-        data.copy(buf, 0);
-        return data.length;
+        await this.fetch(from, end - 1, (d, at) => {
+          done += d.length;
+          onData(d, at);
+        });
+        return done;
       } catch (err) {
         // A read (read-ahead, say) on its way while this daemon unlinked or renamed the object:
-        // the bytes are now in the local copy, or under the new name; read them there.
+        // the bytes are now in the local copy, or under the new name; read the rest there.
         const moved = this.staged !== undefined || this.staging !== undefined || key !== this.key || generation !== this.base.generation;
         if (!(err instanceof VfsError && err.code === 'ESTALE' && moved)) throw err;
       }
@@ -237,9 +256,10 @@ export class GcsFile implements BackendFile {
 
   // ---- internals -----------------------------------------------------------------------------
 
-  private async fetch(start: number, end: number): Promise<Buffer> {
+  /** Bytes [start, end] of the generation this handle reads, as they arrive; ESTALE once it is gone. */
+  private async fetch(start: number, end: number, onData: (d: Buffer, at: number) => void): Promise<void> {
     try {
-      return await this.host.req.readRange(this.key, this.base.generation, start, end);
+      await this.host.req.readRangeParts(this.key, this.base.generation, start, end, onData);
     } catch (err) {
       if (isNotFound(err)) {
         throw new VfsError('ESTALE', `${this.path}: generation ${this.base.generation} was replaced or deleted in the bucket since it was opened`);
@@ -261,8 +281,7 @@ export class GcsFile implements BackendFile {
     try {
       const size = keepContent ? this.base.size : 0;
       for (let off = 0; off < size; off += STAGE_FETCH_BYTES) {
-        const data = await this.fetch(off, Math.min(size, off + STAGE_FETCH_BYTES) - 1);
-        sys(`stage ${this.path}`, () => fs.writeSync(fd, data, 0, data.length, off));
+        await this.fetch(off, Math.min(size, off + STAGE_FETCH_BYTES) - 1, (d, at) => sys(`stage ${this.path}`, () => fs.writeSync(fd, d, 0, d.length, at)));
       }
     } catch (err) {
       fs.closeSync(fd);

@@ -94,20 +94,23 @@ export class CacheFill {
   }
 
   /**
-   * Bytes read from the store at `offset`; they are kept if they continue the file. The write
-   * is asynchronous (the thread pool's, not the event loop's time: a synchronous write of each
-   * window halved sequential reads); callers chain the calls so they stay in order.
+   * Bytes read from the store at `offset` (one buffer, or the pieces of a read-ahead window, in
+   * order); they are kept if they continue the file. The write is asynchronous (the thread
+   * pool's, not the event loop's time: a synchronous write of each window halved sequential
+   * reads); callers chain the calls so they stay in order.
    */
-  async add(offset: number, data: Buffer): Promise<void> {
+  async add(offset: number, data: Buffer | readonly Buffer[]): Promise<void> {
     const fd = this.fd;
     if (fd === undefined || offset !== this.written) {
       if (offset > this.written) this.abandon();
       return;
     }
+    const parts = Buffer.isBuffer(data) ? [data] : data;
+    const length = parts.reduce((n, b) => n + b.length, 0);
     try {
-      await new Promise<void>((resolve, reject) => fs.write(fd, data, 0, data.length, offset, (err) => (err ? reject(err) : resolve())));
+      await new Promise<void>((resolve, reject) => fs.writev(fd, parts as Buffer[], offset, (err, n) => (err ? reject(err) : n !== length ? reject(new Error('short write')) : resolve())));
       if (this.fd !== fd) return; // abandoned meanwhile
-      this.written += data.length;
+      this.written += length;
       if (this.written >= this.size) {
         this.fd = undefined;
         fs.closeSync(fd);

@@ -45,15 +45,99 @@ export class ReadCacheLayer extends ForwardingLayer {
   }
 }
 
-interface Chunk {
-  start: number;
-  end: number;
-  data: Promise<Buffer>;
+/**
+ * A window of the object fetched ahead. Its bytes are kept as the pieces the store delivered
+ * them in (no copy into one buffer), and a read is answered as soon as the bytes it needs are
+ * in, not when the whole window is.
+ */
+class Window {
+  private readonly parts: Buffer[] = [];
+  /** object offset of each part */
+  private readonly offsets: number[] = [];
+  /** bytes in so far, from start */
+  private have = 0;
+  /** undefined while fetching; then null (complete) or the error */
+  private ended: Error | null | undefined;
+  private waiters: Array<{ until: number; wake: () => void }> = [];
+  /** resolves when the fetch has ended, to the pieces (rejects with its error) */
+  readonly done: Promise<Buffer[]>;
+
+  constructor(
+    readonly start: number,
+    public end: number,
+    fetch: (onData: (d: Buffer, at: number) => void) => Promise<number>,
+  ) {
+    this.done = fetch((d) => this.arrive(d)).then(
+      (n) => {
+        this.end = this.start + n; // short only if the object ends early
+        this.finish(null);
+        return this.parts;
+      },
+      (err: Error) => {
+        this.finish(err);
+        throw err;
+      },
+    );
+    this.done.catch(() => undefined); // surfaced to the reader that needs the bytes
+  }
+
+  get failed(): boolean {
+    return this.ended instanceof Error;
+  }
+
+  private arrive(d: Buffer): void {
+    this.offsets.push(this.start + this.have);
+    this.parts.push(d);
+    this.have += d.length;
+    const upTo = this.start + this.have;
+    if (this.waiters.some((w) => w.until <= upTo)) {
+      const ready = this.waiters.filter((w) => w.until <= upTo);
+      this.waiters = this.waiters.filter((w) => w.until > upTo);
+      for (const w of ready) w.wake();
+    }
+  }
+
+  private finish(err: Error | null): void {
+    this.ended = err;
+    const all = this.waiters;
+    this.waiters = [];
+    for (const w of all) w.wake();
+  }
+
+  /**
+   * Copy [pos, pos + len) of this window into `buf` at `off`, once those bytes are in; fewer
+   * bytes only where the window ended early. Rejects with the fetch's error if it failed first.
+   */
+  async read(buf: Buffer, off: number, pos: number, len: number): Promise<number> {
+    const until = Math.min(pos + len, this.end);
+    if (this.start + this.have < until && this.ended === undefined) await new Promise<void>((wake) => this.waiters.push({ until, wake }));
+    if (this.start + this.have < until && this.ended instanceof Error) throw this.ended;
+    const stop = Math.min(until, this.start + this.have);
+    let done = 0;
+    for (let i = this.partAt(pos); i < this.parts.length && pos + done < stop; i++) {
+      const part = this.parts[i] as Buffer;
+      const from = pos + done - (this.offsets[i] as number);
+      done += part.copy(buf, off + done, from, Math.min(part.length, from + stop - pos - done));
+    }
+    return done;
+  }
+
+  /** Index of the part holding `pos` (which has arrived). */
+  private partAt(pos: number): number {
+    let lo = 0;
+    let hi = this.offsets.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if ((this.offsets[mid] as number) <= pos) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  }
 }
 
 const AHEAD = DEFAULTS.gcsCache.readAheadWindows;
-/** Chunks kept per handle: those being read (the kernel reads a stream a few requests at a time) and those ahead. */
-const MAX_CHUNKS = AHEAD + 3;
+/** Windows kept per handle: those being read (the kernel reads a stream a few requests at a time) and those ahead. */
+const MAX_WINDOWS = AHEAD + 3;
 
 /**
  * A read-only handle of one object version. Reads near where the reader is (the kernel sends
@@ -63,11 +147,11 @@ const MAX_CHUNKS = AHEAD + 3;
  * kept in the content cache; later opens of the same version read the local copy.
  */
 class ReadAheadFile extends ForwardingFile {
-  private chunks: Chunk[] = [];
+  private windows: Window[] = [];
   private lastEnd = -1;
   private window: number;
   private fill: CacheFill | undefined;
-  /** chunks reach the content cache in the order they were asked for */
+  /** windows reach the content cache in the order they were asked for */
   private filling: Promise<void> = Promise.resolve();
   private local: { fd: number } | undefined;
 
@@ -103,7 +187,7 @@ class ReadAheadFile extends ForwardingFile {
       }
     }
     if (position >= this.size || length <= 0) return 0;
-    if (!this.chunkAt(position) && !this.nearby(position)) {
+    if (!this.windowAt(position) && !this.nearby(position)) {
       // random access: exactly what was asked, and the read-ahead starts over
       this.window = this.o.readAheadMinBytes;
       const n = await this.f.read(buf, length, position);
@@ -113,12 +197,15 @@ class ReadAheadFile extends ForwardingFile {
     let done = 0;
     while (done < length && position + done < this.size) {
       const at = position + done;
-      const chunk = this.chunkAt(at) ?? this.fetch(at);
-      const data = await chunk.data;
-      const off = at - chunk.start;
-      const n = Math.min(length - done, data.length - off);
+      const w = this.windowAt(at) ?? this.fetch(at);
+      let n: number;
+      try {
+        n = await w.read(buf, done, at, length - done);
+      } catch (err) {
+        this.windows = this.windows.filter((x) => x !== w); // a later read fetches it again
+        throw err;
+      }
       if (n <= 0) break;
-      data.copy(buf, done, off, off + n);
       done += n;
     }
     this.lastEnd = Math.max(this.lastEnd, position + done);
@@ -126,64 +213,64 @@ class ReadAheadFile extends ForwardingFile {
     return done;
   }
 
-  private chunkAt(pos: number): Chunk | undefined {
-    return this.chunks.find((c) => pos >= c.start && pos < c.end);
+  private windowAt(pos: number): Window | undefined {
+    return this.windows.find((c) => pos >= c.start && pos < c.end);
   }
 
-  /** Within the stream being read: its start, or around the chunks held (a window either side). */
+  /** Within the stream being read: its start, or around the windows held (a window either side). */
   private nearby(pos: number): boolean {
     if (pos === 0 || pos === this.lastEnd) return true;
-    if (this.chunks.length === 0) return false;
-    const lo = Math.min(...this.chunks.map((c) => c.start));
-    const hi = Math.max(...this.chunks.map((c) => c.end));
+    if (this.windows.length === 0) return false;
+    const lo = Math.min(...this.windows.map((c) => c.start));
+    const hi = Math.max(...this.windows.map((c) => c.end));
     return pos >= lo - this.window && pos <= hi + this.window;
   }
 
-  /** Fetch the window at `start` (up to the next chunk held), keeping the latest few. */
-  private fetch(start: number): Chunk {
-    const nextHeld = Math.min(this.size, ...this.chunks.filter((c) => c.start > start).map((c) => c.start));
+  /** Fetch the window at `start` (up to the next window held), keeping the latest few. */
+  private fetch(start: number): Window {
+    const nextHeld = Math.min(this.size, ...this.windows.filter((c) => c.start > start).map((c) => c.start));
     const end = Math.min(nextHeld, start + this.window);
     this.window = Math.min(this.o.readAheadMaxBytes, this.window * 2);
-    const data = this.fetchRange(start, end);
-    data.catch(() => undefined); // surfaced to the reader that awaits it
-    const chunk = { start, end, data };
-    this.chunks.push(chunk);
-    if (this.chunks.length > MAX_CHUNKS) this.chunks.shift();
+    const w = new Window(start, end, (onData) => this.fetchRange(start, end, onData));
+    this.windows.push(w);
+    if (this.windows.length > MAX_WINDOWS) this.windows.shift();
     // A fill can only complete read in order from the start: begin it there, not at open (an
     // open that reads a header, or nothing, would make and drop a cache file every time).
     if (start === 0 && !this.fill) this.fill = this.o.content?.fill(this.ver, this.size);
     const fill = this.fill;
-    if (fill) this.filling = this.filling.then(() => data.then((d) => fill.add(start, d), () => fill.abandon()));
-    return chunk;
+    if (fill) this.filling = this.filling.then(() => w.done.then((parts) => fill.add(start, parts), () => fill.abandon()));
+    return w;
   }
 
   /** Keep AHEAD windows in flight beyond the one being read: one stream alone leaves gaps. */
   private prefetch(): void {
     for (;;) {
-      const last = this.chunks.reduce<Chunk | undefined>((a, c) => (!a || c.end > a.end ? c : a), undefined);
-      if (!last || last.end >= this.size) return;
-      if (this.chunks.filter((c) => c.start >= this.lastEnd).length >= AHEAD) return;
+      const last = this.windows.reduce<Window | undefined>((a, c) => (!a || c.end > a.end ? c : a), undefined);
+      if (!last || last.end >= this.size || last.failed) return;
+      if (this.windows.filter((c) => c.start >= this.lastEnd).length >= AHEAD) return;
       this.fetch(last.end);
     }
   }
 
-  private async fetchRange(start: number, end: number): Promise<Buffer> {
-    const len = end - start;
-    const data = Buffer.allocUnsafe(len);
+  /** The store's pieces as they arrive (no copy), or, from a store that cannot, one buffer. */
+  private async fetchRange(start: number, end: number, onData: (d: Buffer, at: number) => void): Promise<number> {
+    if (this.f.readParts) return this.f.readParts(start, end - start, onData);
+    const data = Buffer.allocUnsafe(end - start);
     let got = 0;
-    while (got < len) {
-      const n = await this.f.read(data.subarray(got), len - got, start + got);
+    while (got < data.length) {
+      const n = await this.f.read(data.subarray(got), data.length - got, start + got);
       if (n === 0) break;
       got += n;
     }
-    return got === len ? data : data.subarray(0, got);
+    if (got > 0) onData(data.subarray(0, got), start);
+    return got;
   }
 
   override async close(): Promise<void> {
     // a fill still in order completes in the background; an incomplete one is dropped
     const fill = this.fill;
     void this.filling.then(() => fill?.abandon());
-    this.chunks = [];
+    this.windows = [];
     if (this.local) {
       fs.closeSync(this.local.fd);
       this.local = undefined;
