@@ -1,14 +1,14 @@
 import fs from 'node:fs';
 import { VfsError } from '../vfs/errors.js';
 import { checkPath, isWithin, parentOf, rebase } from '../vfs/paths.js';
-import { GcsRequests, makeStorage } from './gcs/client.js';
+import { GcsRequests, makeStorage, type ListPage } from './gcs/client.js';
 import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
 import { GcsFile, type GcsFileHost } from './gcs/file.js';
 import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo } from './gcs/metadata.js';
 import { ObjectNames, isPosixName } from './gcs/names.js';
 import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
 import { withRetries } from './gcs/retry.js';
-import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec } from './types.js';
+import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec, TreePage } from './types.js';
 
 export type { GcsBackendOptions, GcsConflict } from './gcs/options.js';
 
@@ -221,8 +221,12 @@ export class GcsBackend implements Backend, GcsFileHost {
 
   /** The listing with attributes: the listing's items carry every object's metadata. */
   async readdirPlus(path: string): Promise<Array<DirEntry & { attr?: Attr }>> {
+    return this.withAttrs(path, await this.list(path));
+  }
+
+  private withAttrs(path: string, entries: ListedEntry[]): Array<DirEntry & { attr?: Attr }> {
     const dir = path === '/' ? '' : path;
-    return (await this.list(path)).map(({ name, type, info }) => {
+    return entries.map(({ name, type, info }) => {
       const p = `${dir}/${name}`;
       // a file with local changes: its attributes are the staging file's (stat() answers them)
       if (type === 'file' && this.filesAt(p).some((f) => f.hasLocalState)) return { name, type };
@@ -230,12 +234,10 @@ export class GcsBackend implements Backend, GcsFileHost {
     });
   }
 
-  private async list(path: string): Promise<Array<{ name: string; type: NodeType; info: ObjectInfo | undefined }>> {
+  private async list(path: string): Promise<ListedEntry[]> {
     checkPath(path);
     const dirKey = this.names.dirKey(path);
-    const files = new Map<string, ObjectInfo>();
-    const dirs = new Set<string>();
-    const placeholders = new Map<string, ObjectInfo>();
+    const c = new DirContents();
     let sawAnything = false;
     let pageToken: string | undefined;
     try {
@@ -244,24 +246,18 @@ export class GcsBackend implements Backend, GcsFileHost {
         for (const p of page.prefixes) {
           sawAnything = true;
           const name = p.slice(dirKey.length, -1);
-          if (isPosixName(name)) dirs.add(name);
+          if (isPosixName(name)) c.dirs.add(name);
         }
         for (const o of page.items) {
           sawAnything = true;
           const rest = o.name.slice(dirKey.length);
-          if (rest.endsWith('/')) placeholders.set(rest.slice(0, -1), o);
-          else if (isPosixName(rest)) files.set(rest, o);
+          if (rest.endsWith('/')) c.placeholders.set(rest.slice(0, -1), o);
+          else if (isPosixName(rest)) c.files.set(rest, o);
         }
         pageToken = page.nextPageToken;
       } while (pageToken);
     } catch (err) {
       throw toVfsError(err, `list ${path}`);
-    }
-    const entries = new Map<string, { name: string; type: NodeType; info: ObjectInfo | undefined }>();
-    for (const [name, o] of files) entries.set(name, { name, type: typeOfObject(o), info: o });
-    for (const d of dirs) {
-      const ph = placeholders.get(d);
-      if (this.opts.implicitDirs || ph) entries.set(d, { name: d, type: 'dir', info: ph });
     }
     if (!sawAnything && path !== '/') {
       // Nothing under the prefix: a file, or nothing at all (or a placeholder-less dir with implicit dirs off).
@@ -269,7 +265,77 @@ export class GcsBackend implements Backend, GcsFileHost {
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
       if (f.type !== 'dir') throw new VfsError('ENOTDIR', `${path} is not a directory`);
     }
-    return [...entries.values()];
+    return c.entries(this.opts.implicitDirs);
+  }
+
+  /**
+   * One page of the flat listing (no delimiter) of everything under the directory `path`, as the
+   * listings (with attributes) of the directories below it that the page holds completely: a
+   * walk of a tree (find, du, stat of every file) then costs a request per 1,000 objects rather
+   * than one per directory. `pageToken` continues from the page before. The listings are what
+   * readdirPlus would answer for those directories at this moment.
+   */
+  async readdirTree(path: string, pageToken?: string): Promise<TreePage> {
+    checkPath(path);
+    const dirKey = this.names.dirKey(path);
+    let page: ListPage;
+    try {
+      page = await this.req.list({ prefix: dirKey, ...(pageToken ? { pageToken } : {}) });
+    } catch (err) {
+      throw toVfsError(err, `list ${path}`);
+    }
+    // relative directory ('' = path itself) -> what it holds
+    const dirs = new Map<string, DirContents>();
+    const contents = (rel: string) => {
+      let c = dirs.get(rel);
+      if (!c) dirs.set(rel, (c = new DirContents()));
+      return c;
+    };
+    for (const o of page.items) {
+      const parts = o.name.slice(dirKey.length).split('/');
+      const last = parts.pop() as string;
+      let rel = '';
+      let reachable = true;
+      for (const name of parts) {
+        if (!isPosixName(name)) {
+          reachable = false; // under a name POSIX cannot show
+          break;
+        }
+        contents(rel).dirs.add(name);
+        rel = rel ? `${rel}/${name}` : name;
+        contents(rel);
+      }
+      if (!reachable) continue;
+      if (last !== '') {
+        if (isPosixName(last)) contents(rel).files.set(last, o);
+      } else if (rel) {
+        // the placeholder `rel/`, kept by its parent (the listed directory's own is not needed)
+        const cut = rel.lastIndexOf('/');
+        contents(cut < 0 ? '' : rel.slice(0, cut)).placeholders.set(rel.slice(cut + 1), o);
+      }
+    }
+    // A directory is complete when every name under it lies within the page: after its first
+    // name (or this is the first page) and before its last (or this is the last page). GCS
+    // orders names by their UTF-8 bytes.
+    const first = pageToken && page.items[0] ? Buffer.from(page.items[0].name) : undefined;
+    const last = page.nextPageToken && page.items.length ? Buffer.from((page.items[page.items.length - 1] as ObjectInfo).name) : undefined;
+    const complete = (rel: string) => {
+      const key = Buffer.from(rel ? `${dirKey}${rel}/` : dirKey);
+      if (first && Buffer.compare(key, first) < 0) return false;
+      return !last || (Buffer.compare(last, key) > 0 && !last.subarray(0, key.length).equals(key));
+    };
+    const out = new Map<string, Array<DirEntry & { attr?: Attr }>>();
+    const base = path === '/' ? '' : path;
+    for (const [rel, c] of dirs) {
+      if (!complete(rel)) continue;
+      const p = rel ? `${base}/${rel}` : path;
+      out.set(p, this.withAttrs(p, c.entries(this.opts.implicitDirs)));
+    }
+    return {
+      dirs: out,
+      ...(page.nextPageToken ? { nextPageToken: page.nextPageToken } : {}),
+      ...(last ? { last: this.names.pathOf(last.toString()) } : {}),
+    };
   }
 
   async readlink(path: string): Promise<string> {
@@ -631,6 +697,30 @@ export class GcsBackend implements Backend, GcsFileHost {
 
   async close(): Promise<void> {
     // Open files are closed by their owners (the Vfs); the client holds no other resources.
+  }
+}
+
+interface ListedEntry {
+  name: string;
+  type: NodeType;
+  info: ObjectInfo | undefined;
+}
+
+/** What one directory holds, gathered from listing items and prefixes (names relative to it). */
+class DirContents {
+  readonly files = new Map<string, ObjectInfo>();
+  readonly dirs = new Set<string>();
+  readonly placeholders = new Map<string, ObjectInfo>();
+
+  /** Its entries: an object and a prefix with the same name show once, as the directory. */
+  entries(implicitDirs: boolean): ListedEntry[] {
+    const entries = new Map<string, ListedEntry>();
+    for (const [name, o] of this.files) entries.set(name, { name, type: typeOfObject(o), info: o });
+    for (const d of this.dirs) {
+      const ph = this.placeholders.get(d);
+      if (implicitDirs || ph) entries.set(d, { name: d, type: 'dir', info: ph });
+    }
+    return [...entries.values()];
   }
 }
 

@@ -99,6 +99,16 @@ export interface BackendCapabilities {
   posixNewNodes: boolean;
 }
 
+/** A page of a tree listing (Backend.readdirTree). */
+export interface TreePage {
+  /** directory path -> its entries, for every directory the page holds completely */
+  dirs: Map<string, Array<DirEntry & { attr?: Attr }>>;
+  /** more below: pass it to get the next page */
+  nextPageToken?: string;
+  /** with nextPageToken: the path of the page's last object (directories sorting after it may be on the next page) */
+  last?: string;
+}
+
 export interface Backend {
   readonly kind: string;
   /** Human-readable location for logs and errors. */
@@ -120,6 +130,12 @@ export interface Backend {
    * file with local changes, say) must be stat()ed.
    */
   readdirPlus?(path: string): Promise<Array<DirEntry & { attr?: Attr }>>;
+  /**
+   * Optional: one page of everything below the directory `path` (a GCS listing without
+   * delimiter), as the readdirPlus answers of the directories it holds completely. Metadata
+   * caches fill from it, so a walk of a tree costs a page per many directories.
+   */
+  readdirTree?(path: string, pageToken?: string): Promise<TreePage>;
   readlink(path: string): Promise<string>;
   open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile>;
   mkdir(path: string, mode: number): Promise<void>;

@@ -197,6 +197,44 @@ describe('directories', () => {
     await expectCode(b.mkdir('/f/sub', 0o755), 'ENOTDIR');
   });
 
+  it('readdirTree: every directory a page of the flat listing holds completely, each exactly as readdirPlus lists it', async () => {
+    await b.mkdir('/t', 0o755);
+    await b.mkdir('/t/empty', 0o700);
+    await b.symlink('../x', '/t/link');
+    const odd = ['t/a//b', 't/dot/./y', 't/dup', 't/dup/z', 't/ph/', 't/ph/f', `t/${'l'.repeat(300)}/f`, 't/deep/1/2/3/f'];
+    const filler = Array.from({ length: 1_100 }, (_, i) => `t/many/m${i % 40}/f${i}`);
+    let next = 0;
+    await Promise.all(Array.from({ length: 32 }, async () => {
+      while (next < odd.length + filler.length) {
+        const name = [...odd, ...filler][next++] as string;
+        await put(name, name.endsWith('/') ? '' : 'x');
+      }
+    }));
+    const seen = new Map<string, string[]>();
+    let token: string | undefined;
+    let pages = 0;
+    do {
+      const page = await b.readdirTree('/t', token);
+      pages++;
+      for (const [dir, entries] of page.dirs) {
+        expect(seen.has(dir), dir).toBe(false);
+        const want = await b.readdirPlus(dir);
+        const key = (e: { name: string; type: string; attr?: { size: number; mode: number } }) => `${e.name}:${e.type}:${e.attr?.size}:${e.attr?.mode}`;
+        expect(entries.map(key).sort(), dir).toEqual(want.map(key).sort());
+        seen.set(dir, entries.map((e) => e.name));
+      }
+      token = page.nextPageToken;
+      if (token) expect(page.last).toMatch(/^\/t\//);
+    } while (token);
+    expect(pages).toBe(2);
+    // a directory split by the page boundary is in neither page; everything else is
+    expect([...seen.keys()].filter((d) => !d.startsWith('/t/many'))).toEqual(expect.arrayContaining(['/t/empty', '/t/a', '/t/dot', '/t/dup', '/t/ph', '/t/deep', '/t/deep/1/2/3']));
+    expect(seen.get('/t/dup')).toEqual(['z']);
+    expect(seen.get('/t/a')).toEqual([]);
+    expect(seen.has('/t')).toBe(false); // spans both pages
+    expect([...seen.keys()].filter((d) => /^\/t\/many\/m\d+$/.test(d)).length).toBeGreaterThanOrEqual(38);
+  }, 60_000);
+
   it('readdir lists files, placeholder dirs, implicit dirs and symlinks, across pages', async () => {
     await b.mkdir('/d', 0o755);
     await writeFile('/d/a.txt', 'a');

@@ -48,6 +48,11 @@ async function writeFile(b: Backend, p: string, data: string): Promise<void> {
   await f.close();
 }
 
+/** Until the layer has fetched a tree page (walks run in the background). */
+async function walked(c: MetadataCacheLayer, pages = 1): Promise<void> {
+  for (let i = 0; i < 500 && c.treePages < pages; i++) await new Promise((r) => setTimeout(r, 10));
+}
+
 describe('MetadataCacheLayer', () => {
   let c: MetadataCacheLayer;
   beforeEach(() => {
@@ -66,6 +71,7 @@ describe('MetadataCacheLayer', () => {
   it('a listing fills every entry\'s attributes and answers lookups of names it lacks', async () => {
     await Promise.all(['d/x', 'd/y', 'd/sub/z'].map((k) => put(k, k)));
     expect((await c.readdir('/d')).map((e) => e.name).sort()).toEqual(['sub', 'x', 'y']);
+    await walked(c); // the page of the tree below /d (it has a subdirectory), in the background
     const free = await cost(async () => {
       expect((await c.stat('/d/x')).size).toBe(3);
       expect((await c.stat('/d/sub')).type).toBe('dir');
@@ -144,6 +150,37 @@ describe('MetadataCacheLayer', () => {
     await new Promise((r) => setTimeout(r, 450));
     expect((await c.stat('/o.txt')).size).toBe(5);
     expect((await c.stat('/other')).size).toBe(1);
+  });
+
+  it('listing a directory with subdirectories walks the tree below it: their listings and lookups ask nothing, until the TTL', async () => {
+    await Promise.all(['w/a/1', 'w/a/2', 'w/b/c/3', 'w/b/4', 'w/top'].map((k) => put(k, k)));
+    expect((await c.readdir('/w')).map((e) => e.name).sort()).toEqual(['a', 'b', 'top']);
+    await walked(c);
+    const free = await cost(async () => {
+      expect((await c.readdir('/w/a')).map((e) => e.name).sort()).toEqual(['1', '2']);
+      expect((await c.readdir('/w/b')).map((e) => e.name).sort()).toEqual(['4', 'c']);
+      expect((await c.readdir('/w/b/c')).map((e) => e.name)).toEqual(['3']);
+      expect((await c.stat('/w/b/c/3')).size).toBe(7);
+      await expectCode(c.stat('/w/b/c/nope'), 'ENOENT');
+    });
+    expect(free).toBe(0);
+    expect(c.treePages).toBe(1);
+    // the TTL holds for what a walk filled as for any listing
+    await put('w/a/new', 'n');
+    expect((await c.readdir('/w/a')).map((e) => e.name).sort()).toEqual(['1', '2']);
+    await new Promise((r) => setTimeout(r, 450));
+    expect((await c.readdir('/w/a')).map((e) => e.name).sort()).toEqual(['1', '2', 'new']);
+  });
+
+  it('a walk page that was on its way while a mutation ran fills nothing; with a TTL of 0 there is no walk', async () => {
+    await Promise.all(['v/s/gone', 'v/s/kept', 'v/t/x'].map((k) => put(k, k)));
+    await c.readdir('/v'); // starts the walk
+    await c.unlink('/v/s/gone');
+    expect((await c.readdir('/v/s')).map((e) => e.name)).toEqual(['kept']);
+    const off = new MetadataCacheLayer(gcs, { ttlMs: 0, maxEntries: 1000, maxListings: 100 });
+    expect(await cost(() => off.readdir('/v'))).toBe(1);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(off.treePages).toBe(0);
   });
 
   it('a lookup in flight while a mutation runs does not store its stale answer', async () => {
@@ -266,8 +303,11 @@ describe('ReadCacheLayer and ContentCache', () => {
       const f = await r.open(`/${k}`, { write: false });
       await readAll(f);
       await f.close();
+      // the copy is written in the background; wait for it
+      for (let i = 0; i < 200 && !cache.has(f.version as string); i++) await new Promise((res) => setTimeout(res, 10));
     }
-    await new Promise((res) => setTimeout(res, 50)); // evicted files are removed asynchronously
+    // evicted files are removed asynchronously
+    for (let i = 0; i < 200 && fs.readdirSync(cache.dir).length > 2; i++) await new Promise((res) => setTimeout(res, 10));
     const files = fs.readdirSync(cache.dir);
     expect(files).toHaveLength(2);
     const f = await r.open('/a', { write: false });

@@ -1,4 +1,4 @@
-import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, OpenMode, TimeSpec } from '../types.js';
+import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, OpenMode, TimeSpec, TreePage } from '../types.js';
 
 /**
  * A layer that passes every call to the backend it wraps (OpenDAL's layer model): concrete
@@ -18,7 +18,7 @@ export class ForwardingLayer implements Backend {
     // concrete layer implements one itself.
     const base = ForwardingLayer.prototype as unknown as Record<string, unknown>;
     const self = this as unknown as Record<string, unknown>;
-    for (const m of ['tryStat', 'readdirPlus', 'copyOut', 'getxattr', 'setxattr', 'listxattr', 'removexattr'] as const) {
+    for (const m of ['tryStat', 'readdirPlus', 'readdirTree', 'copyOut', 'getxattr', 'setxattr', 'listxattr', 'removexattr'] as const) {
       if (!inner[m] && self[m] === base[m]) self[m] = undefined;
     }
   }
@@ -34,6 +34,9 @@ export class ForwardingLayer implements Backend {
   }
   readdirPlus?(path: string): Promise<Array<DirEntry & { attr?: Attr }>> {
     return (this.inner.readdirPlus as (p: string) => Promise<Array<DirEntry & { attr?: Attr }>>).call(this.inner, path);
+  }
+  readdirTree?(path: string, pageToken?: string): Promise<TreePage> {
+    return (this.inner.readdirTree as NonNullable<Backend['readdirTree']>).call(this.inner, path, pageToken);
   }
   readlink(path: string): Promise<string> {
     return this.inner.readlink(path);

@@ -18,6 +18,16 @@ interface Writer {
   gone: boolean;
 }
 
+/** A walk of the tree below `root` a page of objects at a time (Backend.readdirTree). */
+interface TreeWalk {
+  root: string;
+  /** the next page's token; undefined once the walk is complete (or failed) */
+  next?: string | undefined;
+  /** the path of the last object seen (directories sorting after it are not listed yet) */
+  last?: string | undefined;
+  pending?: Promise<void> | undefined;
+}
+
 /** What the cache knows about a path: its attributes, or that nothing is there. */
 type Known = { attr: Attr; target?: string } | { missing: true };
 
@@ -39,15 +49,20 @@ export class MetadataCacheLayer extends ForwardingLayer {
   /** writable handles open (or opening) through this layer; their paths follow renames */
   private readonly writers = new Set<Writer>();
   private epoch = 0;
+  /** tree walks (readdirTree) by their root; kept while their listings would be */
+  private readonly walks: LRUCache<string, TreeWalk>;
   /** lookups answered by the store (for tests and the bench) */
   misses = 0;
   hits = 0;
+  /** tree pages fetched (readdirTree) */
+  treePages = 0;
 
   constructor(inner: Backend, opts: MetadataCacheOptions) {
     super(inner);
     const ttl = Math.max(1, opts.ttlMs);
     this.nodes = new LRUCache({ max: opts.maxEntries, ttl, updateAgeOnGet: false });
     this.lists = new LRUCache({ max: opts.maxListings, ttl, updateAgeOnGet: false });
+    this.walks = new LRUCache({ max: 64, ttl, updateAgeOnGet: false });
     if (opts.ttlMs <= 0) this.enabled = false;
     const { setxattr, removexattr } = inner;
     if (setxattr) this.setxattr = (p, n, v, f) => this.change([p], false, () => setxattr.call(inner, p, n, v, f));
@@ -105,24 +120,69 @@ export class MetadataCacheLayer extends ForwardingLayer {
   }
 
   override async readdir(path: string): Promise<DirEntry[]> {
-    const cached = this.enabled ? this.lists.get(path) : undefined;
+    let cached = this.enabled ? this.lists.get(path) : undefined;
+    if (!cached && this.enabled && this.inner.readdirTree) cached = await this.fromWalk(path);
     if (cached) {
       this.hits++;
       return [...cached].map(([name, type]) => ({ name, type }));
     }
     this.misses++;
     const epoch = this.epoch;
-    const dir = path === '/' ? '' : path;
     let entries: DirEntry[];
     if (this.inner.readdirPlus) {
       const plus = await this.inner.readdirPlus(path);
-      for (const e of plus) if (e.attr) this.remember(`${dir}/${e.name}`, { attr: e.attr }, epoch);
+      this.fill(path, plus, epoch);
       entries = plus.map(({ name, type }) => ({ name, type }));
     } else {
       entries = await this.inner.readdir(path);
+      if (this.enabled && epoch === this.epoch) this.lists.set(path, new Map(entries.map((e) => [e.name, e.type])));
     }
-    if (this.enabled && epoch === this.epoch) this.lists.set(path, new Map(entries.map((e) => [e.name, e.type])));
+    // a directory with subdirectories: the next lookups are likely below it (find, du, a tree
+    // of stats); list them a page of objects at a time, in the background
+    if (this.enabled && this.inner.readdirTree && entries.some((e) => e.type === 'dir')) this.walkPage({ root: path });
     return entries;
+  }
+
+  /** A listing and its entries' attributes, unless a mutation ran meanwhile (`epoch` moved). */
+  private fill(path: string, plus: Array<DirEntry & { attr?: Attr }>, epoch: number): void {
+    if (!this.enabled || epoch !== this.epoch) return;
+    const dir = path === '/' ? '' : path;
+    for (const e of plus) if (e.attr) this.remember(`${dir}/${e.name}`, { attr: e.attr }, epoch);
+    this.lists.set(path, new Map(plus.map((e) => [e.name, e.type])));
+  }
+
+  /**
+   * The listing of `path` from a tree walk above it: the page on its way, or the walk's next
+   * page when `path` sorts after what the walk has seen (a tree read in order).
+   */
+  private async fromWalk(path: string): Promise<Map<string, NodeType> | undefined> {
+    let walk: TreeWalk | undefined;
+    for (const w of this.walks.values()) if (isWithin(path, w.root) && (!walk || w.root.length > walk.root.length)) walk = w;
+    if (!walk) return undefined;
+    if (!walk.pending && walk.next && walk.last && Buffer.compare(Buffer.from(`${path}/`), Buffer.from(walk.last)) > 0) this.walkPage(walk);
+    if (walk.pending) await walk.pending;
+    return this.lists.get(path);
+  }
+
+  /** Fetch the walk's next page (its first, for a new walk) and fill the listings it holds. */
+  private walkPage(walk: TreeWalk): void {
+    const readdirTree = this.inner.readdirTree as NonNullable<Backend['readdirTree']>;
+    const epoch = this.epoch;
+    this.walks.set(walk.root, walk);
+    walk.pending = readdirTree
+      .call(this.inner, walk.root, walk.next)
+      .then(
+        (page) => {
+          walk.next = page.nextPageToken;
+          walk.last = page.last;
+          this.treePages++;
+          for (const [dir, plus] of page.dirs) this.fill(dir, plus, epoch);
+        },
+        () => {
+          walk.next = undefined; // a walk is only a shortcut: lookups list as usual
+        },
+      )
+      .finally(() => (walk.pending = undefined));
   }
 
   override async readdirPlus(path: string): Promise<Array<DirEntry & { attr?: Attr }>> {
