@@ -11,6 +11,10 @@
 //   git add+commit   of the extracted tree                                 (seconds)
 //   raw download     @google-cloud/storage download of the large object    (MB/s, no FUSE)
 //
+// Indented rows say what some of them cost besides wall time, which a busy machine distorts:
+// emulator requests (cold ls and stat; per MiB of the sequential read) and CPU per MiB (the
+// daemon's for the sequential read, the bench process's own for the raw download).
+//
 // The emulator runs as a child process (tracked by PID) on 127.0.0.1; mounts go through
 // daemonTarget (targets.mjs), so cleanup is the same as the main bench's.
 import { spawn } from 'node:child_process';
@@ -122,6 +126,25 @@ async function timed(cmd, cwd) {
   return r.seconds;
 }
 
+const TICK = 100; // USER_HZ: /proc/PID/stat counts CPU time in 1/100 s
+/** CPU seconds (user + system) a process has used so far. */
+function cpuOf(pid) {
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(f[11]) + Number(f[12])) / TICK;
+}
+
+/**
+ * `cmd` timed, with what it cost besides wall time (which is noisy on a busy machine): the
+ * requests the emulator answered and the CPU the daemon used.
+ */
+async function measured(cmd, h, emuUrl) {
+  const requests = async () => (await (await fetch(`${emuUrl}/_emulator/stats`)).json()).requests;
+  const r0 = await requests();
+  const c0 = cpuOf(h.pid);
+  const seconds = await timed(cmd, h.path);
+  return { seconds, requests: (await requests()) - r0, cpu: cpuOf(h.pid) - c0 };
+}
+
 export async function mainGcs(argv) {
   const o = parseArgs(argv);
   const repo = path.resolve(import.meta.dirname, '../..');
@@ -158,8 +181,11 @@ export async function mainGcs(argv) {
     for (let round = 1; round <= o.rounds; round++) {
       // raw client download speed: the ceiling for sequential reads
       const t0 = process.hrtime.bigint();
+      const c0 = process.cpuUsage();
       await new Promise((res, rej) => bucket.file('large.bin').createReadStream({ validation: false }).on('error', rej).on('end', res).resume());
       add('raw download (MB/s)', 'client', o.large / MB / (Number(process.hrtime.bigint() - t0) / 1e9));
+      const c1 = process.cpuUsage(c0);
+      add('  raw download CPU ms/MiB', 'client', (c1.user + c1.system) / 1000 / (o.large / 2 ** 20));
 
       for (const t of targetsFor(o, repo, emu.url, work)) {
         const why = t.problem();
@@ -170,17 +196,24 @@ export async function mainGcs(argv) {
         const mnt = path.join(work, 'mnt', `${t.name}-${round}`);
         let h = await t.mount('', mnt, work);
         try {
-          add('ls -l 10k cold (s)', t.name, await timed('ls -l big > /dev/null', h.path));
+          const ls = await measured('ls -l big > /dev/null', h, emu.url);
+          add('ls -l 10k cold (s)', t.name, ls.seconds);
           add('ls -l 10k warm (s)', t.name, await timed('ls -l big > /dev/null', h.path));
-          add('stat 3k tree cold (s)', t.name, await timed('find tree -type f -exec stat -c %s {} + > /dev/null', h.path));
+          const st = await measured('find tree -type f -exec stat -c %s {} + > /dev/null', h, emu.url);
+          add('stat 3k tree cold (s)', t.name, st.seconds);
           add('stat 3k tree warm (s)', t.name, await timed('find tree -type f -exec stat -c %s {} + > /dev/null', h.path));
+          add('  ls -l 10k cold requests', t.name, ls.requests);
+          add('  stat 3k cold requests', t.name, st.requests);
         } finally {
           await h.stop();
         }
         h = await t.mount('', mnt + 'b', work);
         const tag = `${t.name}-${round}`; // every column writes into the same bucket
         try {
-          add('seq read (MB/s)', t.name, o.large / MB / (await timed('cat large.bin > /dev/null', h.path)));
+          const rd = await measured('cat large.bin > /dev/null', h, emu.url);
+          add('seq read (MB/s)', t.name, o.large / MB / rd.seconds);
+          add('  seq read requests/MiB', t.name, rd.requests / (o.large / 2 ** 20));
+          add('  seq read CPU ms/MiB', t.name, (rd.cpu * 1000) / (o.large / 2 ** 20));
           add('seq write to close (MB/s)', t.name, o.large / MB / (await timed(`dd if=${large} of=w-${tag}.bin bs=1M status=none`, h.path)));
           add('tar -x 3k (s)', t.name, await timed(`mkdir x-${tag} && tar -xf ${tarball} -C x-${tag}`, h.path));
           add('git add+commit 3k (s)', t.name, await timed(`cd x-${tag} && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench`, h.path));
