@@ -96,12 +96,15 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
     }
     try {
       const ttl = flags.metadataTtlSec;
-      const { store } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
+      const { store, gcs } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
         stagingDir: layout.stagingDir,
         conflictsDir: layout.conflictsDir,
         onConflict: (c) =>
           log?.error({ path: c.path, reason: c.reason, kept: c.localFile, expectedGeneration: c.expectedGeneration, currentGeneration: c.currentGeneration }, 'gcs: local version not uploaded; kept in the conflict area'),
       });
+      for (const r of gcs.recoveredRenames) {
+        log?.warn({ from: r.from, to: r.to, objects: r.objects, leftInPlace: r.leftInPlace.length ? r.leftInPlace : undefined }, `gcs: a directory rename a crash had cut short was ${r.outcome === 'completed' ? 'finished' : 'undone'}`);
+      }
       return { store };
     } catch (err) {
       throw new WorkspaceError(`${label}: backend: ${(err as Error).message}`);
