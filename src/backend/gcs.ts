@@ -7,7 +7,7 @@ import { GcsFile, type GcsFileHost } from './gcs/file.js';
 import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo } from './gcs/metadata.js';
 import { ObjectNames, isPosixName } from './gcs/names.js';
 import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
-import { RenameIntents, inBatches, registerInstance, sameMetadata, unregisterInstance, type RenameRecovery } from './gcs/rename-intent.js';
+import { RenameIntents, inBatches, registerInstance, sameMetadata, unregisterInstance, type RenameIntent, type RenameRecovery } from './gcs/rename-intent.js';
 import { withRetries } from './gcs/retry.js';
 import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec } from './types.js';
 
@@ -527,11 +527,23 @@ export class GcsBackend implements Backend, GcsFileHost {
     const intent = await this.intents.begin(from, to, fromKey, toKey, objects, replaced).catch((err) => {
       throw toVfsError(err, `rename ${from}: write its intent`);
     });
+    const stopRenewing = this.intents.keepAlive(intent);
+    try {
+      await this.moveObjects(from, to, objects, intent);
+    } finally {
+      stopRenewing();
+    }
+  }
+
+  /** The copies, then the deletes, of a directory rename whose intent is written. */
+  private async moveObjects(from: string, to: string, objects: ObjectInfo[], intent: RenameIntent): Promise<void> {
+    const { fromKey, toKey } = intent;
+    const replacedGen = intent.replaced ? BigInt(intent.replaced.generation) : 0n;
     const copies = new Map<string, ObjectInfo>();
     try {
       await this.inBatches(objects, async (o) => {
         const dstKey = toKey + o.name.slice(fromKey.length);
-        const pre = dstKey === toKey && existing?.placeholder ? existing.placeholder.generation : 0n;
+        const pre = dstKey === toKey ? replacedGen : 0n;
         copies.set(o.name, await this.copyObject(o, dstKey, pre, to));
         await this.opts.renameHook?.('copied', copies.size);
       });

@@ -114,6 +114,30 @@ describe('directory rename intent', () => {
     expect(await intentsLeft()).toBe(0);
   });
 
+  it('onto an empty directory with a placeholder of its own: undone, that placeholder comes back as it was', async () => {
+    await raw.file(`${prefix}/dst/`).save('', { resumable: false, metadata: { metadata: { 'goog-reserved-posix-mode': '700' } } });
+    const a = await renameStoppedAfter(1); // the source's placeholder (listed first) has replaced the destination's
+    await a.close();
+    expect((await raw.file(`${prefix}/dst/`).getMetadata())[0].metadata?.['goog-reserved-posix-mode']).toBeUndefined();
+    await raw.file(`${prefix}/src/f1`).delete(); // a source vanished before its copy: finishing is impossible
+    const b = await open();
+    expect(b.recoveredRenames[0]?.outcome).toBe('undone');
+    const want = expected('src');
+    want.delete('src/f1');
+    want.set('dst/', '');
+    expect(await tree()).toEqual(want);
+    expect((await b.stat('/dst')).mode & 0o7777).toBe(0o700);
+  });
+
+  it('onto an empty directory with a placeholder of its own: finished', async () => {
+    await raw.file(`${prefix}/dst/`).save('', { resumable: false });
+    const a = await renameStoppedAfter(3);
+    await a.close();
+    const b = await open();
+    expect(b.recoveredRenames[0]?.outcome).toBe('completed');
+    expect(await tree()).toEqual(expected('dst'));
+  });
+
   it("a live owner's intent is left alone by another opener", async () => {
     const a = await renameStoppedAfter(5);
     const other = await open();

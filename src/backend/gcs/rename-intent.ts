@@ -143,6 +143,22 @@ export class RenameIntents {
     return intent;
   }
 
+  /**
+   * While a long rename runs, renew the intent's lease (a metadata patch moves its `updated`
+   * time) so another host does not take it for abandoned. Returns the stop function.
+   */
+  keepAlive(intent: RenameIntent): () => void {
+    const every = (DEFAULTS.gcs.renameIntentLeaseSec * 1000) / 3;
+    const timer = setInterval(() => {
+      void (async () => {
+        const cur = await this.host.req.head(this.keyOf(intent.id));
+        if (cur) await this.host.req.patchMetadata(cur.name, { renewed: new Date().toISOString() }, { ifGenerationMatch: cur.generation, ifMetagenerationMatch: cur.metageneration });
+      })().catch(() => undefined); // a missed renewal only shortens the lease
+    }, every);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
   /** The rename is over (finished or undone): drop its intent. */
   async end(intent: RenameIntent): Promise<void> {
     try {
