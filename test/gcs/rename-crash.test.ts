@@ -37,7 +37,14 @@ describe('gcs: a daemon killed during a directory rename', () => {
 
   const names = async (prefix: string) => (await g.storage.bucket(g.bucket).getFiles({ prefix }))[0].map((f) => f.name);
 
-  it('is finished at the next mount, journaled as done, and rolled back wholly', async () => {
+  const ledgerfs = (...args: string[]) =>
+    spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
+  type Entry = { seq: number; op: string; paths: string[]; status: string; recovered?: boolean; undoes?: number };
+  const journal = () => JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Entry[];
+  const allAt = (dir: string) => Array.from({ length: N }, (_, i) => `${dir}/${i % 3 === 0 ? 'sub/' : ''}f${i}`).sort();
+
+  /** Mount, start `mv dir moved`, SIGKILL the daemon once 60 objects are copied. */
+  async function killDuringMv(): Promise<void> {
     const a = await mount();
     // every copy (a rewrite POST) takes 20 ms more: 300 copies, 8 at a time, take ~0.8 s
     await g.fault({ status: 0, delayMs: 20, count: -1, method: 'POST', pathPrefix: `/storage/v1/b/${g.bucket}/o/dir` });
@@ -57,18 +64,19 @@ describe('gcs: a daemon killed during a directory rename', () => {
     expect(midSrc).toBe(N); // no delete had started: every source still there, some copied
     expect(midDst).toBeLessThan(N);
     expect(await names(DEFAULTS.gcs.renameIntentsPrefix)).toHaveLength(1);
+  }
 
+  it('is finished at the next mount, journaled as done, and rolled back wholly', async () => {
+    await killDuringMv();
     const b = await mount();
     expect(await names('dir/')).toEqual([]);
     const moved = await names('moved/');
-    expect(moved.sort()).toEqual(Array.from({ length: N }, (_, i) => `moved/${i % 3 === 0 ? 'sub/' : ''}f${i}`).sort());
+    expect(moved.sort()).toEqual(allAt('moved'));
     expect(await names('.ledgerfs/')).toEqual([]);
     expect(sh('find moved -type f | wc -l', b.mnt).trim()).toBe(String(N));
     expect(sh('cat moved/sub/f3', b.mnt)).toBe('same');
 
-    const ledgerfs = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, ...b.env } });
-    const log = JSON.parse(ledgerfs('log', '--state', state(), '--json').stdout) as { seq: number; op: string; paths: string[]; status: string; recovered?: boolean }[];
-    const renames = log.filter((e) => e.op === 'rename');
+    const renames = journal().filter((e) => e.op === 'rename');
     expect(renames).toHaveLength(1);
     expect(renames[0]).toMatchObject({ paths: ['/dir', '/moved'], status: 'done', recovered: true });
     const r = ledgerfs('rollback', '--state', state(), '--to', String((renames[0] as { seq: number }).seq - 1));
@@ -77,5 +85,21 @@ describe('gcs: a daemon killed during a directory rename', () => {
     expect((await names('dir/')).length).toBe(N);
     expect(sh('find dir -type f | wc -l', b.mnt).trim()).toBe(String(N));
     expect(fs.existsSync(path.join(b.mnt, 'moved'))).toBe(false);
+  });
+
+  it('a rollback on the unmounted workspace settles the rename first, then undoes it', async () => {
+    await killDuringMv();
+    const before = journal().filter((e) => e.op === 'rename');
+    expect(before).toEqual([expect.objectContaining({ paths: ['/dir', '/moved'], status: 'pending' })]); // the log only reads
+    const r = ledgerfs('rollback', '--state', state(), '--to', String((before[0] as Entry).seq - 1));
+    expect(r.status, r.stderr + r.stdout).toBe(0);
+    expect(await names('moved/')).toEqual([]);
+    expect((await names('dir/')).sort()).toEqual(allAt('dir'));
+    expect(await names('.ledgerfs/')).toEqual([]);
+    const after = journal().filter((e) => e.op === 'rename').reverse(); // the log is newest first
+    expect(after).toEqual([
+      expect.objectContaining({ paths: ['/dir', '/moved'], status: 'done', recovered: true }),
+      expect.objectContaining({ paths: ['/moved', '/dir'], status: 'done', undoes: (before[0] as Entry).seq }),
+    ]);
   });
 });
