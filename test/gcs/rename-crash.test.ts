@@ -35,7 +35,17 @@ describe('gcs: a daemon killed during a directory rename', () => {
     rmTemp(home);
   });
 
-  const names = async (prefix: string) => (await g.storage.bucket(g.bucket).getFiles({ prefix }))[0].map((f) => f.name);
+  /** Object names under a prefix, as another client sees them (the fixture's client does not
+   * retry; a kept-alive socket the emulator closed meanwhile is worth another try here). */
+  const names = async (prefix: string): Promise<string[]> => {
+    for (let i = 0; ; i++) {
+      try {
+        return (await g.storage.bucket(g.bucket).getFiles({ prefix }))[0].map((f) => f.name);
+      } catch (err) {
+        if (i >= 3 || !/socket hang up|ECONNRESET/.test((err as Error).message)) throw err;
+      }
+    }
+  };
 
   const ledgerfs = (...args: string[]) =>
     spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
