@@ -127,6 +127,10 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
         },
       });
       for (const r of gcs.recoveredRenames) {
+        if (r.outcome === 'unreadable') {
+          log?.error({ object: r.id }, 'gcs: a directory rename intent this version cannot read was left in place; look at it by hand');
+          continue;
+        }
         log?.warn({ from: r.from, to: r.to, objects: r.objects, leftInPlace: r.leftInPlace.length ? r.leftInPlace : undefined }, `gcs: a directory rename a crash had cut short was ${r.outcome === 'completed' ? 'finished' : 'undone'}`);
       }
       return { store, conflicts };

@@ -149,6 +149,15 @@ describe('directory rename intent', () => {
     expect(await tree()).toEqual(expected('dst'));
   });
 
+  it('an intent object this version cannot read is reported and left alone, never a reason to refuse an open', async () => {
+    const junk = `${prefix}/${DEFAULTS.gcs.renameIntentsPrefix}junk.json`;
+    await raw.file(junk).save('{"v": 1, "fromKey": "elsewhere/"', { resumable: false });
+    const b = await open();
+    expect(b.recoveredRenames).toEqual([expect.objectContaining({ id: junk, outcome: 'unreadable' })]);
+    expect(await intentsLeft()).toBe(1);
+    expect(await tree()).toEqual(new Map([...expected('src'), [junk.slice(prefix.length + 1), '{"v": 1, "fromKey": "elsewhere/"']]));
+  });
+
   it('a finished rename leaves no intent: the next open has nothing to settle', async () => {
     const b = await open();
     await b.rename('/src', '/dst');

@@ -45,7 +45,8 @@ export interface RenameRecovery {
   id: string;
   from: string;
   to: string;
-  outcome: 'completed' | 'undone';
+  /** unreadable: an intent object this version cannot parse, left in place */
+  outcome: 'completed' | 'undone' | 'unreadable';
   objects: number;
   /** source objects changed by someone else meanwhile, left where they are */
   leftInPlace: string[];
@@ -110,6 +111,18 @@ export async function inBatches<T>(items: T[], concurrency: number, fn: (item: T
     while (next < items.length) await fn(items[next++] as T);
   };
   await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, items.length)) }, worker));
+}
+
+/** An intent as this version writes it, moving objects within this workspace's prefix; else undefined. */
+function parseIntent(text: string, prefix: string): RenameIntent | undefined {
+  try {
+    const i = JSON.parse(text) as RenameIntent;
+    const ok = i && i.v === 1 && typeof i.fromKey === 'string' && typeof i.toKey === 'string' && i.fromKey.endsWith('/') && i.toKey.endsWith('/') &&
+      i.fromKey.startsWith(prefix) && i.toKey.startsWith(prefix) && Array.isArray(i.objects) && typeof i.owner?.host === 'string';
+    return ok && i.objects.every((o) => typeof o.name === 'string' && o.name.startsWith(i.fromKey) && /^\d+$/.test(o.generation)) ? i : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export class RenameIntents {
@@ -180,14 +193,20 @@ export class RenameIntents {
       pageToken = page.nextPageToken;
     } while (pageToken);
     for (const obj of found) {
-      let intent: RenameIntent;
+      let text: string;
       try {
-        intent = JSON.parse((await this.host.req.readRange(obj.name, obj.generation, 0, Math.max(0, obj.size - 1))).toString('utf8')) as RenameIntent;
+        text = obj.size > 0 ? (await this.host.req.readRange(obj.name, obj.generation, 0, obj.size - 1)).toString('utf8') : '';
       } catch (err) {
         if (isNotFound(err)) continue; // finished by its owner (or another host) meanwhile
         throw err;
       }
-      if (intent.v !== 1 || !abandoned(intent, obj.updatedNs)) continue;
+      const intent = parseIntent(text, this.host.prefix);
+      if (!intent) {
+        // not something this version wrote: left alone (and said), never a reason to refuse a mount
+        out.push({ id: obj.name, from: '?', to: '?', outcome: 'unreadable', objects: 0, leftInPlace: [] });
+        continue;
+      }
+      if (!abandoned(intent, obj.updatedNs)) continue;
       out.push(await this.recover(intent));
     }
     return out;
