@@ -11,7 +11,8 @@ import { startGcsFixture, type GcsFixture } from './fixture.js';
  * A daemon SIGKILLed in the middle of `mv` of a 300-object directory (copies slowed down by the
  * emulator so the kill lands mid-way) leaves the tree in both places. The next mount of the
  * workspace finishes the rename from its intent in the bucket, the journal records the rename
- * as done (recovered), and `ledgerfs rollback` of it brings the whole directory back.
+ * as done (recovered), and `ledgerfs rollback` of it brings the whole directory back. If a source
+ * not yet copied changed in between, finishing is impossible: the rename is undone instead.
  */
 describe('gcs: a daemon killed during a directory rename', () => {
   const N = 300;
@@ -95,6 +96,20 @@ describe('gcs: a daemon killed during a directory rename', () => {
     expect((await names('dir/')).length).toBe(N);
     expect(sh('find dir -type f | wc -l', b.mnt).trim()).toBe(String(N));
     expect(fs.existsSync(path.join(b.mnt, 'moved'))).toBe(false);
+  });
+
+  it('undone at the next mount when a source not yet copied changed meanwhile: wholly at the source, journaled as not applied', async () => {
+    await killDuringMv();
+    const copied = new Set((await names('moved/')).map((n) => n.replace(/^moved\//, 'dir/')));
+    const uncopied = allAt('dir').find((n) => !copied.has(n)) as string;
+    await g.storage.bucket(g.bucket).file(uncopied).save('changed by another host', { resumable: false });
+    const b = await mount();
+    expect(await names('moved/')).toEqual([]);
+    expect((await names('dir/')).sort()).toEqual(allAt('dir'));
+    expect(await names('.ledgerfs/')).toEqual([]);
+    expect(sh(`cat ${uncopied}`, b.mnt)).toBe('changed by another host');
+    expect(sh('find dir -type f | wc -l', b.mnt).trim()).toBe(String(N));
+    expect(journal().filter((e) => e.op === 'rename')).toEqual([expect.objectContaining({ paths: ['/dir', '/moved'], status: 'failed', recovered: true })]);
   });
 
   it('a rollback on the unmounted workspace settles the rename first, then undoes it', async () => {
