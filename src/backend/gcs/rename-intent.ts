@@ -86,15 +86,15 @@ function pidAlive(pid: number): boolean {
 
 /**
  * Whether an intent's owner is gone. On this host: its process is dead (or, in this process,
- * its backend was closed). On another host we cannot look: after the lease (measured from the
- * intent object's `updated` time) it is taken for dead.
+ * its backend was closed). Anywhere: its lease ran out (the owner renews it while it works,
+ * see keepAlive; measured from the intent object's `updated` time), which also covers another
+ * host, where we cannot look, and a pid reused by an unrelated process here.
  */
 function abandoned(i: RenameIntent, updatedNs: bigint): boolean {
-  if (i.owner.host === os.hostname()) {
-    if (i.owner.pid === process.pid) return !liveInstances.has(i.owner.instance);
-    return !pidAlive(i.owner.pid);
-  }
-  return Date.now() - Number(updatedNs / 1_000_000n) > DEFAULTS.gcs.renameIntentLeaseSec * 1000;
+  if (Date.now() - Number(updatedNs / 1_000_000n) > DEFAULTS.gcs.renameIntentLeaseSec * 1000) return true;
+  if (i.owner.host !== os.hostname()) return false;
+  if (i.owner.pid === process.pid) return !liveInstances.has(i.owner.instance);
+  return !pidAlive(i.owner.pid);
 }
 
 const isCopyOf = (dst: ObjectInfo, o: IntentObject) =>
