@@ -98,6 +98,12 @@ export const DEFAULTS = {
     dirMode: 0o755,
     /** objects copied at once by a directory rename */
     renameConcurrency: 8,
+    /** where a directory rename's intent object lives while it runs, below the workspace prefix
+     * (src/backend/gcs/rename-intent.ts); inside the reserved `.ledgerfs/` prefix the view never shows */
+    renameIntentsPrefix: '.ledgerfs/intents/',
+    /** an intent written by another host is taken as abandoned (and finished by whoever opens
+     * the workspace next) when it is older than this; on this host a dead pid decides */
+    renameIntentLeaseSec: 900,
   },
   /** Cache layers around the GCS backend (src/backend/layers); the policy's `backend.cache` overrides. */
   gcsCache: {

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import type { GcsConflict } from '../backend/gcs.js';
 import { openGcsStack } from '../backend/gcs-stack.js';
 import { gcsSource } from './gcs-url.js';
 import { LocalBackend } from '../backend/local.js';
@@ -13,6 +14,7 @@ import { PolicyStage } from '../policy/stage.js';
 import { UsageTable } from '../policy/usage.js';
 import { PolicyView } from '../policy/view.js';
 import { VfsError } from '../vfs/errors.js';
+import { isWithin } from '../vfs/paths.js';
 import type { MutationStage } from '../vfs/pipeline.js';
 import { DEFAULTS, POLICY_DEFAULTS } from './defaults.js';
 import { ConfigError, loadMountFile, type BackendConfig, type MountConfig } from './load.js';
@@ -71,6 +73,25 @@ export interface OpenedWorkspace extends Workspace {
   /** journal directory and session: --state wins over the file's `state` */
   state?: string;
   session?: string;
+  /** (GCS) local versions the store kept aside because they could not be uploaded */
+  conflicts?: ConflictFeed;
+}
+
+/**
+ * Conflicts as the store reports them (store paths), handed on with their view path: the store
+ * is opened before the journal that records them, so the journal subscribes later.
+ */
+export class ConflictFeed {
+  private readonly listeners: Array<(c: GcsConflict, viewPath: string) => void> = [];
+  /** store path -> view path (set once the policy is compiled) */
+  toView: (storePath: string) => string = (p) => p;
+  listen(fn: (c: GcsConflict, viewPath: string) => void): void {
+    this.listeners.push(fn);
+  }
+  emit(c: GcsConflict): void {
+    const view = this.toView(c.path);
+    for (const fn of this.listeners) fn(c, view);
+  }
 }
 
 export interface OpenWorkspaceOptions extends WorkspaceFlags {
@@ -83,7 +104,7 @@ export interface OpenWorkspaceOptions extends WorkspaceFlags {
 }
 
 /** The real backend a mount file names. */
-async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string }> {
+async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string; conflicts?: ConflictFeed }> {
   if (b.type === 'gcs') {
     // Writes stage, and refused local versions are kept, in the workspace's state directory.
     let layout;
@@ -96,13 +117,23 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
     }
     try {
       const ttl = flags.metadataTtlSec;
-      const { store } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
+      const conflicts = new ConflictFeed();
+      const { store, gcs } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
         stagingDir: layout.stagingDir,
         conflictsDir: layout.conflictsDir,
-        onConflict: (c) =>
-          log?.error({ path: c.path, reason: c.reason, kept: c.localFile, expectedGeneration: c.expectedGeneration, currentGeneration: c.currentGeneration }, 'gcs: local version not uploaded; kept in the conflict area'),
+        onConflict: (c) => {
+          log?.error({ path: c.path, reason: c.reason, kept: c.localFile, expectedGeneration: c.expectedGeneration, currentGeneration: c.currentGeneration }, 'gcs: local version not uploaded; kept in the conflict area');
+          conflicts.emit(c);
+        },
       });
-      return { store };
+      for (const r of gcs.recoveredRenames) {
+        if (r.outcome === 'unreadable') {
+          log?.error({ object: r.id }, 'gcs: a directory rename intent this version cannot read was left in place; look at it by hand');
+          continue;
+        }
+        log?.warn({ from: r.from, to: r.to, objects: r.objects, leftInPlace: r.leftInPlace.length ? r.leftInPlace : undefined }, `gcs: a directory rename a crash had cut short was ${r.outcome === 'completed' ? 'finished' : 'undone'}`);
+      }
+      return { store, conflicts };
     } catch (err) {
       throw new WorkspaceError(`${label}: backend: ${(err as Error).message}`);
     }
@@ -128,8 +159,8 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
   }
   const gcs = gcsSource(opts.source);
   if (gcs && opts.policy === undefined) {
-    const { store } = await openStore(gcs, '--source', opts, opts.log);
-    return { backend: store, store, stages: [], demo: false, ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
+    const { store, conflicts } = await openStore(gcs, '--source', opts, opts.log);
+    return { backend: store, store, stages: [], demo: false, ...(conflicts ? { conflicts } : {}), ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   if (opts.policy === undefined) {
     const ws = openLocalWorkspace(opts);
@@ -143,7 +174,7 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     throw err;
   }
   const label = opts.policy;
-  const { store, sourceDir } = await openStore(config.backend, label, opts, opts.log);
+  const { store, sourceDir, conflicts } = await openStore(config.backend, label, opts, opts.log);
   const state = opts.state !== undefined ? path.resolve(opts.state) : config.state;
   // The journal's directory inside the served tree must never be visible nor writable.
   const reserved: string[] = [];
@@ -153,6 +184,12 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     if (!rel.startsWith('..') && !path.isAbsolute(rel)) reserved.push('/' + rel.split(path.sep).join('/'));
   }
   const compiled = new CompiledPolicy(config, reserved);
+  if (conflicts) {
+    conflicts.toView = (p) => {
+      const root = compiled.roots.find((r) => isWithin(p, r.source));
+      return root ? root.toView(p) : p;
+    };
+  }
   for (const root of compiled.roots) {
     let ok = false;
     try {
@@ -184,5 +221,6 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
   if (sourceDir !== undefined) ws.sourceDir = sourceDir;
   if (state !== undefined) ws.state = state;
   if (config.session !== undefined) ws.session = config.session;
+  if (conflicts) ws.conflicts = conflicts;
   return ws;
 }

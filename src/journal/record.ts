@@ -145,8 +145,31 @@ export const StartRecordSchema = z.object({
 });
 export type StartRecord = z.infer<typeof StartRecordSchema>;
 
+/**
+ * (GCS) A local version that did not reach the bucket: another writer changed the object since
+ * it was read (the upload was refused, 412), or the upload failed at last close. The bytes are
+ * kept in `localFile`, in the conflict area of the state directory. `of` names the write session
+ * (or operation) that made them, when the journal knows it.
+ */
+export const CONFLICT_REASONS = ['changed-remotely', 'upload-failed'] as const;
+export const ConflictRecordSchema = z.object({
+  kind: z.literal('conflict'),
+  of: z.number().int().positive().optional(),
+  time: z.number(),
+  /** view path of the file */
+  path: z.string(),
+  reason: z.enum(CONFLICT_REASONS),
+  /** the generation the local version was based on (0: a new object) */
+  expectedGeneration: decimal,
+  /** what the bucket had instead; absent: the object was deleted (or could not be looked up) */
+  currentGeneration: decimal.optional(),
+  localFile: z.string(),
+  size: z.number().int().nonnegative(),
+});
+export type ConflictRecord = z.infer<typeof ConflictRecordSchema>;
+
 export const RecordSchema = z.discriminatedUnion('kind', [
-  OpRecordSchema, DoneRecordSchema, FailedRecordSchema, CaptureRecordSchema, EndRecordSchema, StartRecordSchema,
+  OpRecordSchema, DoneRecordSchema, FailedRecordSchema, CaptureRecordSchema, EndRecordSchema, StartRecordSchema, ConflictRecordSchema,
 ]);
 export type JournalRecord = z.infer<typeof RecordSchema>;
 export type OutcomeRecord = DoneRecord | FailedRecord | EndRecord;
