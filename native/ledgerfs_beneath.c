@@ -1,12 +1,14 @@
 /*
  * Path resolution that cannot leave a directory, for the local backend (src/backend/beneath.ts):
  * openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS from a descriptor of the backend root.
- * The kernel refuses a symlink (or '..' escape) in any component, so the parent of a backend path
- * is verified in one syscall instead of realpath(3)'s readlink per host path component, and the
- * stat or open that follows runs on the descriptor the kernel verified: no window between check
- * and use. No libfuse here: the local backend uses this whatever binding serves the mount, and
+ * The kernel refuses a symlink (or '..' escape) in any component, so a backend path is resolved
+ * in one syscall instead of realpath(3)'s readlink per host path component, and for stat and
+ * open the resolution is the use: no window between check and use. No libfuse here: the local backend uses this whatever binding serves the mount, and
  * falls back to its realpath check when this addon is not built or the kernel lacks openat2.
  *
+ * stat and open resolve the whole path in one openat2 (the parent's check costs a second call
+ * only when that one fails with ELOOP); check verifies a parent for the path-based ops (mkdir,
+ * unlink, rename, ...), which keep the old check-then-use window.
  * Every call takes (rootFd, parent, name): parent is the backend path of the parent without its
  * leading '/' ("" for the root itself), name one component. Results: >= 0 success (a descriptor
  * for open), -errno when the final operation failed, -(PARENT + errno) when the parent did not
@@ -19,6 +21,7 @@
 #include <node_api.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -45,6 +48,37 @@ static int open_parent(int root, const char *parent) {
 }
 static void close_parent(int root, int fd) {
   if (fd != root) close(fd);
+}
+
+/*
+ * The node itself in one openat2 (never following it: O_NOFOLLOW; O_PATH gives a descriptor of
+ * a final symlink itself). Only when that fails with ELOOP, which a symlinked parent and (without
+ * O_PATH) a final symlink both give, does a second call tell them apart.
+ */
+static int open_node(int root, const char *parent, const char *name, int flags, mode_t mode) {
+  char full[PATH_BYTES + NAME_BYTES];
+  const char *path = name;
+  if (parent[0]) {
+    snprintf(full, sizeof full, "%s/%s", parent, name);
+    path = full;
+  }
+  struct open_how how;
+  memset(&how, 0, sizeof how);
+  how.flags = (uint64_t)(flags | O_NOFOLLOW | O_CLOEXEC);
+  if (flags & O_CREAT) how.mode = mode; /* openat2 refuses a mode without O_CREAT */
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+  int fd;
+  do fd = (int)syscall(SYS_openat2, root, path, &how, sizeof how);
+  while (fd < 0 && errno == EAGAIN);
+  if (fd >= 0) return fd;
+  int err = errno;
+  if (err == EXDEV || (err == ELOOP && (flags & O_PATH))) return -(PARENT + err);
+  if (err == ELOOP) {
+    int p = open_parent(root, parent);
+    if (p < 0) return p;
+    close_parent(root, p);
+  }
+  return -err;
 }
 
 /* read (rootFd, parent, name[, a, b]) into ints and two strings: 0, or the errno to answer */
@@ -88,11 +122,17 @@ static napi_value js_lstat(napi_env env, napi_callback_info info) {
   char parent[PATH_BYTES], name[NAME_BYTES];
   int e = rec ? args(env, info, 3, ints, parent, name) : EINVAL;
   if (e) return result(env, -e);
-  int p = open_parent(ints[0], parent);
-  if (p < 0) return result(env, p);
   struct stat st;
-  int r = fstatat(p, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
-  close_parent(ints[0], p);
+  int r;
+  if (!parent[0]) {
+    r = fstatat(ints[0], name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
+  } else {
+    /* a miss (every lookup before a create) is this one call */
+    int fd = open_node(ints[0], parent, name, O_PATH, 0);
+    if (fd < 0) return result(env, fd);
+    r = fstat(fd, &st) == 0 ? 0 : -errno;
+    close(fd);
+  }
   if (r) return result(env, r);
   double *f = (double *)rec;
   f[0] = st.st_mode; f[1] = (double)st.st_size; f[2] = (double)st.st_nlink; f[3] = st.st_uid;
@@ -110,12 +150,7 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   char parent[PATH_BYTES], name[NAME_BYTES];
   int e = args(env, info, 5, ints, parent, name);
   if (e) return result(env, -e);
-  int p = open_parent(ints[0], parent);
-  if (p < 0) return result(env, p);
-  int fd = openat(p, name, ints[1] | O_NOFOLLOW | O_CLOEXEC, (mode_t)ints[2]);
-  int r = fd < 0 ? -errno : fd;
-  close_parent(ints[0], p);
-  return result(env, r);
+  return result(env, open_node(ints[0], parent, name, ints[1], (mode_t)ints[2]));
 }
 
 /* setRecord(arrayBuffer): where lstat writes (at least 80 bytes) */

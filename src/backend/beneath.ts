@@ -6,8 +6,8 @@ import type { Attr } from './types.js';
 /*
  * The local backend's symlink-free path resolution in one syscall (native/ledgerfs_beneath.c:
  * openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS from a descriptor of the backend root),
- * instead of realpath(3)'s readlink per component of the host path. stat and open run on the
- * parent descriptor the kernel verified, so there is no window between the check and the use.
+ * instead of realpath(3)'s readlink per component of the host path. stat and open resolve the
+ * node itself that way, so there is no window between the check and the use.
  * Optional: without the addon (not built) or without openat2 (kernel < 5.6), `loadBeneath()`
  * answers null and the backend keeps its realpath check.
  */

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import nodePath from 'node:path';
 import { VfsError, fromNodeError } from '../vfs/errors.js';
 import { checkPath } from '../vfs/paths.js';
@@ -8,6 +9,7 @@ import type {
 } from './types.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
+const NO_ENTRY = -(os.constants.errno.ENOENT as number);
 
 /*
  * Why synchronous fs calls: measured on this machine, the libuv thread-pool hop of fs.promises
@@ -127,11 +129,12 @@ export class LocalBackend implements Backend {
     return fromNodeError({ code, message: `parent: ${code}` }, `resolve ${path}`);
   }
 
-  /** The node's failure as a Node-style error (the callers' catch blocks map its code). */
-  private nativeFailure(path: string, r: number): VfsError | NodeJS.ErrnoException {
+  /** The node's failure as a Node-style error (the callers' catch blocks map its code); no
+   * stack: a miss is the common answer, and fromNodeError keeps only code and message. */
+  private nativeFailure(path: string, r: number): VfsError | { code: string; message: string } {
     const f = (this.beneath as Beneath).failure(r);
     if (f.parent) return this.parentError(path, f.code);
-    return Object.assign(new Error(`${f.code}: ${path}`), { code: f.code });
+    return { code: f.code, message: `${f.code}: ${path}` };
   }
 
   /** (parent without its leading '/', last component) of a checked path; ('', '.') for '/' */
@@ -151,9 +154,8 @@ export class LocalBackend implements Backend {
     const [parent, name] = LocalBackend.split(path);
     const r = this.beneath.lstat(this.rootFd, parent, name);
     if (typeof r !== 'number') return r;
-    const err = this.nativeFailure(path, r);
-    if (err.code === 'ENOENT' && !(err instanceof VfsError)) return undefined;
-    throw fromNodeError(err, `stat ${path}`);
+    if (r === NO_ENTRY) return undefined; // the node (or its parent) is not there
+    throw fromNodeError(this.nativeFailure(path, r), `stat ${path}`);
   }
 
   /** open(2) of the node without following it; throws a VfsError for the parent, else like openSync */
@@ -207,8 +209,9 @@ export class LocalBackend implements Backend {
   async tryStat(path: string): Promise<Attr | null> {
     // Absence needs no parent check: if nothing is there by the lexical path, a parent swapped
     // for a symlink could only hide a node from us, never expose one (and any change there is
-    // refused by host() anyway). The journal asks this before every create.
-    if (path !== '/') {
+    // refused by host() anyway). The journal asks this before every create. With openat2 a miss
+    // is one call already and a hit would pay the quick lstat on top.
+    if (path !== '/' && !this.beneath) {
       let quick: fs.Stats | undefined | null = null;
       try {
         quick = fs.lstatSync(this.root + checkPath(path), { throwIfNoEntry: false });
@@ -220,7 +223,7 @@ export class LocalBackend implements Backend {
     try {
       return this.lstatNode(path) ?? null;
     } catch (err) {
-      if (err instanceof VfsError && (err.code === 'ENOENT' || err.code === 'ENOTDIR')) return null;
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
       throw err;
     }
   }
