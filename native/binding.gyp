@@ -13,6 +13,11 @@
       "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
                  "<!@(pkg-config --cflags fuse3)"],
       "libraries": ["<!@(pkg-config --libs fuse3)"]
+    },
+    {
+      "target_name": "ledgerfs_fdops",
+      "sources": ["ledgerfs_fdops.c"],
+      "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
     }
   ]
 }

@@ -16,8 +16,8 @@ import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const dir = join(root, 'native');
-const addons = ['ledgerfs_fuse3', 'ledgerfs_fuse3_ll'].map((n) => join(dir, 'build', 'Release', `${n}.node`));
-const sources = ['ledgerfs_fuse3.c', 'ledgerfs_fuse3_ll.c', 'ledgerfs_common.h', 'binding.gyp'].map((f) => join(dir, f));
+const addons = ['ledgerfs_fuse3', 'ledgerfs_fuse3_ll', 'ledgerfs_fdops'].map((n) => join(dir, 'build', 'Release', `${n}.node`));
+const sources = ['ledgerfs_fuse3.c', 'ledgerfs_fuse3_ll.c', 'ledgerfs_fdops.c', 'ledgerfs_common.h', 'binding.gyp'].map((f) => join(dir, f));
 const force = process.argv.includes('--force');
 const tag = 'build-native:';
 

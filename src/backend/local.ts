@@ -2,8 +2,9 @@ import fs from 'node:fs';
 import nodePath from 'node:path';
 import { VfsError, fromNodeError } from '../vfs/errors.js';
 import { checkPath } from '../vfs/paths.js';
+import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, SEEK_DATA, SEEK_HOLE, fdOps, type FdOps } from './fd-ops.js';
 import type {
-  Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec,
+  AllocateMode, Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec,
 } from './types.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
@@ -86,6 +87,32 @@ class LocalFile implements BackendFile {
     this.fd = -1;
     if (fd >= 0) sys(`close ${this.label}`, () => fs.closeSync(fd));
   }
+
+  // fallocate, copy_file_range and SEEK_DATA/SEEK_HOLE go to the backing fd itself, so what the
+  // disk does (blocks, holes, reflinks) is what the program gets.
+
+  async allocate(mode: AllocateMode, offset: number, length: number): Promise<void> {
+    const ops = needFdOps(`fallocate ${this.label}`);
+    const flags = mode === 'allocate' ? 0 : mode === 'keep-size' ? FALLOC_FL_KEEP_SIZE : FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+    sys(`fallocate ${this.label}`, () => ops.fallocate(this.fd, flags, offset, length));
+  }
+
+  async copyRangeTo(dst: BackendFile, srcPos: number, dstPos: number, length: number): Promise<number> {
+    if (!(dst instanceof LocalFile)) throw new VfsError('EXDEV', `copy ${this.label}: the destination is not in the local store`);
+    const ops = needFdOps(`copy ${this.label} to ${dst.label}`);
+    return sys(`copy ${this.label} to ${dst.label}`, () => ops.copyFileRange(this.fd, srcPos, dst.fd, dstPos, length));
+  }
+
+  async seekData(offset: number, what: 'data' | 'hole'): Promise<number> {
+    const ops = needFdOps(`lseek ${this.label}`);
+    return sys(`lseek ${this.label}`, () => ops.seek(this.fd, offset, what === 'data' ? SEEK_DATA : SEEK_HOLE));
+  }
+}
+
+function needFdOps(what: string): FdOps {
+  const ops = fdOps();
+  if (ops === null) throw new VfsError('EOPNOTSUPP', `${what}: native/ledgerfs_fdops is not built (node scripts/build-native.mjs)`);
+  return ops;
 }
 
 /**
