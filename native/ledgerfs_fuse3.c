@@ -350,6 +350,8 @@ static void *lf_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
   return m;
 }
 
+/* No getlk/setlk/flock on purpose: libfuse then leaves POSIX and flock locks to the kernel,
+ * local to this mount (README, "Semantics and limits"). */
 static struct fuse_operations lf_ops = {
   .getattr = lf_getattr, .readlink = lf_readlink, .mkdir = lf_mkdir, .unlink = lf_unlink,
   .rmdir = lf_rmdir, .symlink = lf_symlink, .rename = lf_rename, .link = lf_link,

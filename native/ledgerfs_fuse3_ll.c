@@ -431,6 +431,8 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn) {
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 }
 
+/* No getlk/setlk/flock on purpose: libfuse then leaves POSIX and flock locks to the kernel,
+ * local to this mount (README, "Semantics and limits"). */
 static const struct fuse_lowlevel_ops ll_ops = {
   .init = ll_init, .lookup = ll_lookup, .forget = ll_forget, .forget_multi = ll_forget_multi,
   .getattr = ll_getattr, .setattr = ll_setattr, .readlink = ll_readlink, .mkdir = ll_mkdir,

@@ -4,8 +4,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULTS } from '../../src/config/defaults.js';
-import { CLI, TEST_BINDING, onGcs, py, run, sh, startMount, type TestMount } from '../helpers/mount.js';
-import { makeTemp, rmTemp } from '../helpers/tmp.js';
+import { startJournaledMount, type JournaledMount } from '../helpers/journaled-mount.js';
+import { CLI, TEST_BINDING, onGcs, py, run, sh, type TestMount } from '../helpers/mount.js';
 
 /*
  * fallocate, copy_file_range and lseek SEEK_DATA/SEEK_HOLE through a real mount, driven by
@@ -38,14 +38,12 @@ const BIG = random(20 * MiB, 'big');
 const VICTIM = random(MiB, 'victim');
 
 describe('mount: fallocate, copy_file_range, SEEK_DATA/SEEK_HOLE', () => {
+  let j: JournaledMount;
   let m: TestMount;
-  let stateRoot: string;
   let state: string;
   beforeEach(async () => {
-    stateRoot = makeTemp('state');
-    state = path.join(stateRoot, 'state');
-    m = await startMount({
-      args: ['--state', state, '--session', 'ops-1', '--log-level', 'debug'],
+    j = await startJournaledMount('ops-1', {
+      args: ['--log-level', 'debug'],
       populate: (src) => {
         fs.writeFileSync(path.join(src, 'data'), DATA);
         fs.writeFileSync(path.join(src, 'big'), BIG);
@@ -53,12 +51,10 @@ describe('mount: fallocate, copy_file_range, SEEK_DATA/SEEK_HOLE', () => {
         fs.writeFileSync(path.join(src, 'small'), 'hello');
       },
     });
+    ({ m, state } = j);
   });
   afterEach(async () => {
-    const errors = m.errors();
-    await m.stop();
-    rmTemp(stateRoot);
-    expect(errors, 'the daemon logged errors').toEqual([]);
+    expect(await j.finish(), 'the daemon logged errors').toEqual([]);
   });
 
   const file = (name: string) => fs.readFileSync(path.join(m.mnt, name));
