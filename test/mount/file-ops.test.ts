@@ -3,9 +3,8 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DEFAULTS } from '../../src/config/defaults.js';
 import { startJournaledMount, type JournaledMount } from '../helpers/journaled-mount.js';
-import { CLI, TEST_BINDING, onGcs, py, run, sh, type TestMount } from '../helpers/mount.js';
+import { CLI, RUNNING_BINDING, onGcs, py, run, sh, type TestMount } from '../helpers/mount.js';
 
 /*
  * fallocate, copy_file_range and lseek SEEK_DATA/SEEK_HOLE through a real mount, driven by
@@ -17,10 +16,8 @@ import { CLI, TEST_BINDING, onGcs, py, run, sh, type TestMount } from '../helper
  */
 
 const MiB = 1024 * 1024;
-/** the binding the daemon runs (as the CLI picks it when the test names none) */
-const binding = TEST_BINDING ?? (onGcs ? DEFAULTS.bindingHidingUnlinked : DEFAULTS.binding);
 /** fuse-native (libfuse 2) has none of these ops: the kernel's own fallbacks answer there */
-const servesOps = binding !== 'fuse-native';
+const servesOps = RUNNING_BINDING !== 'fuse-native';
 /** blocks and holes are the backing file's: a local store behind a binding that passes them on */
 const realBlocks = servesOps && !onGcs;
 
