@@ -1,11 +1,14 @@
 import fs, { constants as C } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { fdOps } from '../../src/backend/fd-ops.js';
+import { LocalBackend } from '../../src/backend/local.js';
+import type { BackendFile } from '../../src/backend/types.js';
 import { JournalService } from '../../src/journal/service.js';
 import { silentLogger } from '../../src/log.js';
 import type { Vfs } from '../../src/vfs/vfs.js';
 import { policyFixture, type PolicyFixture } from '../helpers/policy.js';
-import { expectCode } from '../helpers/tmp.js';
+import { expectCode, makeTemp, rmTemp } from '../helpers/tmp.js';
 
 /**
  * fallocate, copy_file_range and SEEK_DATA/SEEK_HOLE in the core, without a mount: the policy
@@ -161,5 +164,62 @@ describe('core: fallocate, copy_file_range, lseek', () => {
     expect(await vfs.lseek(p, 10, SEEK_HOLE)).toBe(size);
     await expectCode(vfs.lseek(p, size, SEEK_DATA), 'ENXIO');
     await vfs.release(p);
+  });
+});
+
+/** The local store's own fallocate, copy and hole search on its backing fds (the fast paths above). */
+describe('LocalBackend: fd ops', () => {
+  let tmp: string;
+  let b: LocalBackend;
+  const files: BackendFile[] = [];
+  const open = async (p: string, write: boolean) => {
+    const f = await b.open(p, { write, create: write });
+    files.push(f);
+    return f;
+  };
+  beforeEach(() => {
+    tmp = makeTemp();
+    fs.writeFileSync(path.join(tmp, 'a'), A);
+    b = new LocalBackend(tmp);
+  });
+  afterEach(async () => {
+    for (const f of files.splice(0)) await f.close();
+    rmTemp(tmp);
+  });
+
+  it('is built (scripts/build-native.mjs): without it these ops would quietly take the slow paths', () => {
+    expect(fdOps()).not.toBeNull();
+  });
+
+  it('copies a range between two of its files, and refuses (EXDEV) a file of another store', async () => {
+    const a = await open('/a', false);
+    const c = await open('/c', true);
+    expect(await a.copyRangeTo?.(c, 1000, 10, 5000)).toBe(5000);
+    expect(await a.copyRangeTo?.(c, A.length - 100, 5010, 1000)).toBe(100); // short at the source's end
+    const got = fs.readFileSync(path.join(tmp, 'c'));
+    expect(got.length).toBe(5110);
+    expect(got.subarray(0, 10).equals(Buffer.alloc(10))).toBe(true);
+    expect(got.subarray(10, 5010).equals(A.subarray(1000, 6000))).toBe(true);
+    expect(got.subarray(5010).equals(A.subarray(A.length - 100))).toBe(true);
+    const foreign = { ...c } as BackendFile; // not one of its files
+    await expectCode(() => a.copyRangeTo?.(foreign, 0, 0, 10), 'EXDEV');
+  });
+
+  it('allocates, keeps the size, punches holes; finds data and holes; ENXIO past the end', async () => {
+    const f = await open('/f', true);
+    await f.allocate?.('allocate', 0, 256 * KiB);
+    expect((await f.stat()).size).toBe(256 * KiB);
+    await f.write(Buffer.alloc(256 * KiB, 'z'), 256 * KiB, 0);
+    await f.allocate?.('keep-size', 0, 512 * KiB);
+    const st = await f.stat();
+    expect(st.size).toBe(256 * KiB);
+    expect(st.blocks * 512).toBeGreaterThanOrEqual(512 * KiB);
+    await f.allocate?.('punch-hole', 64 * KiB, 64 * KiB);
+    const got = fs.readFileSync(path.join(tmp, 'f'));
+    expect(got.subarray(64 * KiB, 128 * KiB).equals(Buffer.alloc(64 * KiB))).toBe(true);
+    expect(got.subarray(128 * KiB).equals(Buffer.alloc(128 * KiB, 'z'))).toBe(true);
+    expect(await f.seekData?.(0, 'hole')).toBe(64 * KiB);
+    expect(await f.seekData?.(64 * KiB, 'data')).toBe(128 * KiB);
+    await expectCode(() => f.seekData?.(256 * KiB, 'data'), 'ENXIO');
   });
 });
