@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Build ledgerfs' own libfuse3 bindings (native/ledgerfs_fuse3.c, the high-level `native`, and
 // native/ledgerfs_fuse3_ll.c, the low-level `native-ll`; see native/README.md) with node-gyp
-// against Debian's libfuse3-dev. Run by `postinstall` after build-fuse-native.mjs.
+// against Debian's libfuse3-dev, and native/ledgerfs_fdops.c (fallocate, copy_file_range and
+// SEEK_DATA/SEEK_HOLE on fds, for the local backend). Run by `postinstall` after
+// build-fuse-native.mjs.
 //
 //   node scripts/build-native.mjs [--force]
 //
