@@ -1,9 +1,10 @@
 /*
- * Small synchronous helpers on file descriptors that Node's fs lacks: fallocate(2),
- * copy_file_range(2) and lseek(2) with SEEK_DATA/SEEK_HOLE. The local backend
- * (src/backend/fd-ops.ts) uses them on its own backing fds to serve the FUSE ops of the same
- * names. No libfuse: a separate addon, so the backend never loads a FUSE binding. Failures throw
- * an Error whose `code` is the errno name (ENOSPC, EOPNOTSUPP, ENXIO, EXDEV...), as Node's fs does.
+ * Small helpers on file descriptors that Node's fs lacks: fallocate(2) and lseek(2) with
+ * SEEK_DATA/SEEK_HOLE (synchronous: one quick syscall, like the local backend's other calls) and
+ * copy_file_range(2) (on libuv's thread pool, a promise). The local backend (src/backend/fd-ops.ts)
+ * uses them on its own backing fds to serve the FUSE ops of the same names. No libfuse: a
+ * separate addon, so the backend never loads a FUSE binding. Failures throw (reject) an Error
+ * whose `code` is the errno name (ENOSPC, EOPNOTSUPP, ENXIO, EXDEV...), as Node's fs does.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include <node_api.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -47,27 +49,69 @@ static napi_value js_fallocate(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-/* copyFileRange(fdIn, offIn, fdOut, offOut, length) -> bytes copied (short only at the source's
- * end: the kernel's own short counts are retried) */
+/* copyFileRange(fdIn, offIn, fdOut, offOut, length) -> Promise of the bytes copied (short only
+ * at the source's end: the kernel's own short counts are retried). On libuv's thread pool: a
+ * copy of megabytes takes long enough to hold up every other request on the JS thread. */
+struct copy_job {
+  napi_async_work work;
+  napi_deferred deferred;
+  int fd_in, fd_out;
+  off_t in, out;
+  size_t left, done;
+  int err;
+};
+
+static void copy_execute(napi_env env, void *data) {
+  struct copy_job *j = data;
+  while (j->left > 0) {
+    ssize_t n = copy_file_range(j->fd_in, &j->in, j->fd_out, &j->out, j->left, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (j->done == 0) j->err = errno; /* else: report what was copied; the caller asks again */
+      break;
+    }
+    if (n == 0) break;
+    j->done += (size_t)n;
+    j->left -= (size_t)n;
+  }
+}
+
+static void copy_complete(napi_env env, napi_status status, void *data) {
+  struct copy_job *j = data;
+  napi_value v;
+  if (status != napi_ok && !j->err) j->err = EIO;
+  if (j->err) {
+    char msg[256];
+    const char *name = strerrorname_np(j->err);
+    napi_value code, text;
+    snprintf(msg, sizeof msg, "copy_file_range: %s", strerror(j->err));
+    napi_create_string_utf8(env, name ? name : "EIO", NAPI_AUTO_LENGTH, &code);
+    napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &text);
+    napi_create_error(env, code, text, &v);
+    napi_reject_deferred(env, j->deferred, v);
+  } else {
+    napi_create_double(env, (double)j->done, &v);
+    napi_resolve_deferred(env, j->deferred, v);
+  }
+  napi_delete_async_work(env, j->work);
+  free(j);
+}
+
 static napi_value js_copy_file_range(napi_env env, napi_callback_info info) {
   double a[5];
   if (!nums(env, info, 5, a)) return NULL;
-  off_t in = (off_t)a[1], out = (off_t)a[3];
-  size_t left = (size_t)a[4], done = 0;
-  while (left > 0) {
-    ssize_t n = copy_file_range((int)a[0], &in, (int)a[2], &out, left, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (done > 0) break; /* report what was copied; the caller asks again for the rest */
-      return fail(env, "copy_file_range", errno);
-    }
-    if (n == 0) break;
-    done += (size_t)n;
-    left -= (size_t)n;
+  struct copy_job *j = calloc(1, sizeof *j);
+  if (!j) return fail(env, "copy_file_range", ENOMEM);
+  j->fd_in = (int)a[0]; j->in = (off_t)a[1]; j->fd_out = (int)a[2]; j->out = (off_t)a[3]; j->left = (size_t)a[4];
+  napi_value promise, name;
+  napi_create_string_utf8(env, "ledgerfs:copy_file_range", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_promise(env, &j->deferred, &promise) != napi_ok ||
+      napi_create_async_work(env, NULL, name, copy_execute, copy_complete, j, &j->work) != napi_ok ||
+      napi_queue_async_work(env, j->work) != napi_ok) {
+    free(j);
+    return fail(env, "copy_file_range", EIO);
   }
-  napi_value r;
-  napi_create_double(env, (double)done, &r);
-  return r;
+  return promise;
 }
 
 /* seek(fd, offset, whence) -> the offset lseek(2) answers (SEEK_DATA = 3, SEEK_HOLE = 4) */

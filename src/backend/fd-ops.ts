@@ -4,13 +4,14 @@ import path from 'node:path';
 /**
  * fallocate(2), copy_file_range(2) and lseek(2) SEEK_DATA/SEEK_HOLE on file descriptors, which
  * Node's fs lacks: native/ledgerfs_fdops.c, built with the libfuse3 addons by
- * scripts/build-native.mjs but linked to no libfuse, so a backend may use it. Synchronous, like
- * the local backend's other fs calls. Failures throw Errors with the errno name as `code`.
+ * scripts/build-native.mjs but linked to no libfuse, so a backend may use it. fallocate and seek
+ * are synchronous, like the local backend's other fs calls; a copy runs on libuv's thread pool.
+ * Failures throw (reject) Errors with the errno name as `code`.
  */
 export interface FdOps {
   fallocate(fd: number, mode: number, offset: number, length: number): void;
-  /** bytes copied; short only at the source's end */
-  copyFileRange(fdIn: number, offIn: number, fdOut: number, offOut: number, length: number): number;
+  /** bytes copied; short only at the source's end. Both fds must stay open until it settles. */
+  copyFileRange(fdIn: number, offIn: number, fdOut: number, offOut: number, length: number): Promise<number>;
   seek(fd: number, offset: number, whence: number): number;
 }
 

@@ -59,6 +59,10 @@ function sys<T>(what: string, fn: () => T): T {
 }
 
 class LocalFile implements BackendFile {
+  /** copies off the JS thread that use this fd: close waits for them (the fd number could be
+   * reused by the next open meanwhile) */
+  private readonly copies = new Set<Promise<number>>();
+
   constructor(private fd: number, readonly writable: boolean, private readonly label: string) {}
 
   async read(buf: Buffer, length: number, position: number): Promise<number> {
@@ -83,6 +87,7 @@ class LocalFile implements BackendFile {
   }
 
   async close(): Promise<void> {
+    while (this.copies.size) await Promise.allSettled([...this.copies]);
     const fd = this.fd;
     this.fd = -1;
     if (fd >= 0) sys(`close ${this.label}`, () => fs.closeSync(fd));
@@ -99,8 +104,19 @@ class LocalFile implements BackendFile {
 
   async copyRangeTo(dst: BackendFile, srcPos: number, dstPos: number, length: number): Promise<number> {
     if (!(dst instanceof LocalFile)) throw new VfsError('EXDEV', `copy ${this.label}: the destination is not in the local store`);
-    const ops = needFdOps(`copy ${this.label} to ${dst.label}`);
-    return sys(`copy ${this.label} to ${dst.label}`, () => ops.copyFileRange(this.fd, srcPos, dst.fd, dstPos, length));
+    const what = `copy ${this.label} to ${dst.label}`;
+    const ops = needFdOps(what);
+    const copy = sys(what, () => ops.copyFileRange(this.fd, srcPos, dst.fd, dstPos, length));
+    this.copies.add(copy);
+    dst.copies.add(copy);
+    try {
+      return await copy;
+    } catch (err) {
+      throw fromNodeError(err, what);
+    } finally {
+      this.copies.delete(copy);
+      dst.copies.delete(copy);
+    }
   }
 
   async seekData(offset: number, what: 'data' | 'hole'): Promise<number> {

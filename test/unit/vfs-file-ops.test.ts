@@ -205,6 +205,23 @@ describe('LocalBackend: fd ops', () => {
     await expectCode(() => a.copyRangeTo?.(foreign, 0, 0, 10), 'EXDEV');
   });
 
+  it('copies off the JS thread, and closing a file waits for a copy still using its fd', async () => {
+    const big = Buffer.alloc(8 * 1024 * KiB, 'q');
+    fs.writeFileSync(path.join(tmp, 'big'), big);
+    // more copies than libuv has threads (4): the last ones wait in its queue, fds still unused
+    const n = 8;
+    const srcs = await Promise.all(Array.from({ length: n }, () => b.open('/big', { write: false })));
+    const dsts = await Promise.all(Array.from({ length: n }, (_, i) => open(`/copy${i}`, true)));
+    const copies = srcs.map((src, i) => src.copyRangeTo?.(dsts[i] as BackendFile, 0, 0, big.length));
+    let ticked = false;
+    setImmediate(() => (ticked = true));
+    // the fds must not go (nor be reused by the next open) under the copies
+    await Promise.all(srcs.map((src) => src.close()));
+    expect(await Promise.all(copies)).toEqual(Array(n).fill(big.length));
+    expect(ticked).toBe(true); // the loop ran while the copies did
+    for (let i = 0; i < n; i++) expect(fs.readFileSync(path.join(tmp, `copy${i}`)).equals(big)).toBe(true);
+  });
+
   it('allocates, keeps the size, punches holes; finds data and holes; ENXIO past the end', async () => {
     const f = await open('/f', true);
     await f.allocate?.('allocate', 0, 256 * KiB);
