@@ -14,6 +14,7 @@
 #define FUSE_USE_VERSION 312
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <node_api.h>
@@ -35,6 +36,7 @@ enum op {
   OP_UNLINK, OP_RMDIR, OP_SYMLINK, OP_RENAME, OP_LINK, OP_OPEN, OP_READ, OP_WRITE, OP_FLUSH,
   OP_RELEASE, OP_FSYNC, OP_OPENDIR, OP_READDIR, OP_RELEASEDIR, OP_STATFS, OP_SETXATTR,
   OP_GETXATTR, OP_LISTXATTR, OP_REMOVEXATTR, OP_ACCESS, OP_CREATE,
+  OP_FALLOCATE, OP_COPY_FILE_RANGE, OP_LSEEK,
 };
 /* the handler gets this op when the session has ended (unmounted, by us or from outside) */
 #define OP_CLOSED (-1)
@@ -396,6 +398,25 @@ static void ll_access(fuse_req_t req, fuse_ino_t ino, int mask) {
   START(OP_ACCESS);
   call_js(m, i, OP_ACCESS, req, (double)ino, mask, 0, 0, NULL, NULL, NULL);
 }
+/* fallocate: the mode goes through the scratch record (f[0]), offset/length as b/c */
+static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length, struct fuse_file_info *fi) {
+  START(OP_FALLOCATE);
+  ((double *)scratch)[0] = mode;
+  call_js(m, i, OP_FALLOCATE, req, (double)ino, (double)fi->fh, (double)offset, (double)length, NULL, NULL, NULL);
+}
+/* copy_file_range: the source (fh, offset) as a/b, the length as c; the destination (ino, fh,
+ * offset) and flags through the scratch record (f[0..3]) */
+static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
+                               fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len, int flags) {
+  START(OP_COPY_FILE_RANGE);
+  double *f = (double *)scratch;
+  f[0] = (double)ino_out; f[1] = (double)fi_out->fh; f[2] = (double)off_out; f[3] = flags;
+  call_js(m, i, OP_COPY_FILE_RANGE, req, (double)ino_in, (double)fi_in->fh, (double)off_in, (double)len, NULL, NULL, NULL);
+}
+static void ll_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi) {
+  START(OP_LSEEK);
+  call_js(m, i, OP_LSEEK, req, (double)ino, (double)fi->fh, (double)off, whence, NULL, NULL, NULL);
+}
 
 static void ll_init(void *userdata, struct fuse_conn_info *conn) {
   struct mnt *m = userdata;
@@ -412,6 +433,8 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn) {
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 }
 
+/* No getlk/setlk/flock on purpose: libfuse then leaves POSIX and flock locks to the kernel,
+ * local to this mount (README, "Semantics and limits"). */
 static const struct fuse_lowlevel_ops ll_ops = {
   .init = ll_init, .lookup = ll_lookup, .forget = ll_forget, .forget_multi = ll_forget_multi,
   .getattr = ll_getattr, .setattr = ll_setattr, .readlink = ll_readlink, .mkdir = ll_mkdir,
@@ -420,6 +443,7 @@ static const struct fuse_lowlevel_ops ll_ops = {
   .release = ll_release, .fsync = ll_fsync, .opendir = ll_opendir, .readdir = ll_readdir,
   .readdirplus = ll_readdirplus, .releasedir = ll_releasedir, .fsyncdir = ll_fsyncdir,
   .statfs = ll_statfs, .access = ll_access, .create = ll_create,
+  .fallocate = ll_fallocate, .copy_file_range = ll_copy_file_range, .lseek = ll_lseek,
 };
 
 /* ---- replies (JS thread, any time after the request) -------------------------------------- */
@@ -551,7 +575,8 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
   struct slot *s = &slots[i];
   struct mnt *m = s->m;
   fuse_req_t req = s->req;
-  int rc = (int)code, sent = 0;
+  /* an LSEEK offset may pass INT_MAX: its reply reads `code` itself */
+  int rc = code > INT_MAX ? INT_MAX : (int)code, sent = 0;
   if (rc < 0) {
     slot_release_mem(env, s);
     if (s->op == OP_LOOKUP && rc == -ENOENT && m->lim.negative_timeout > 0) {
@@ -619,6 +644,12 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
         break;
       case OP_LISTXATTR:
         if (argc < 3) fuse_reply_err(req, EIO); else reply_names(env, s, argv[2]);
+        break;
+      case OP_COPY_FILE_RANGE:
+        fuse_reply_write(req, (size_t)code);
+        break;
+      case OP_LSEEK: /* an offset: may pass 2^31, so from the double, not rc */
+        fuse_reply_lseek(req, (off_t)code);
         break;
       default:
         fuse_reply_err(req, 0);

@@ -4,8 +4,9 @@ import nodePath from 'node:path';
 import { VfsError, fromNodeError } from '../vfs/errors.js';
 import { checkPath } from '../vfs/paths.js';
 import { loadBeneath, type Beneath } from './beneath.js';
+import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, SEEK_DATA, SEEK_HOLE, fdOps, type FdOps } from './fd-ops.js';
 import type {
-  Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec,
+  AllocateMode, Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec,
 } from './types.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
@@ -61,6 +62,10 @@ function sys<T>(what: string, fn: () => T): T {
 }
 
 class LocalFile implements BackendFile {
+  /** copies off the JS thread that use this fd: close waits for them (the fd number could be
+   * reused by the next open meanwhile) */
+  private readonly copies = new Set<Promise<number>>();
+
   constructor(private fd: number, readonly writable: boolean, private readonly label: string) {}
 
   async read(buf: Buffer, length: number, position: number): Promise<number> {
@@ -85,10 +90,48 @@ class LocalFile implements BackendFile {
   }
 
   async close(): Promise<void> {
+    while (this.copies.size) await Promise.allSettled([...this.copies]);
     const fd = this.fd;
     this.fd = -1;
     if (fd >= 0) sys(`close ${this.label}`, () => fs.closeSync(fd));
   }
+
+  // fallocate, copy_file_range and SEEK_DATA/SEEK_HOLE go to the backing fd itself, so what the
+  // disk does (blocks, holes, reflinks) is what the program gets.
+
+  async allocate(mode: AllocateMode, offset: number, length: number): Promise<void> {
+    const ops = needFdOps(`fallocate ${this.label}`);
+    const flags = mode === 'allocate' ? 0 : mode === 'keep-size' ? FALLOC_FL_KEEP_SIZE : FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+    sys(`fallocate ${this.label}`, () => ops.fallocate(this.fd, flags, offset, length));
+  }
+
+  async copyRangeTo(dst: BackendFile, srcPos: number, dstPos: number, length: number): Promise<number> {
+    if (!(dst instanceof LocalFile)) throw new VfsError('EXDEV', `copy ${this.label}: the destination is not in the local store`);
+    const what = `copy ${this.label} to ${dst.label}`;
+    const ops = needFdOps(what);
+    const copy = sys(what, () => ops.copyFileRange(this.fd, srcPos, dst.fd, dstPos, length));
+    this.copies.add(copy);
+    dst.copies.add(copy);
+    try {
+      return await copy;
+    } catch (err) {
+      throw fromNodeError(err, what);
+    } finally {
+      this.copies.delete(copy);
+      dst.copies.delete(copy);
+    }
+  }
+
+  async seekData(offset: number, what: 'data' | 'hole'): Promise<number> {
+    const ops = needFdOps(`lseek ${this.label}`);
+    return sys(`lseek ${this.label}`, () => ops.seek(this.fd, offset, what === 'data' ? SEEK_DATA : SEEK_HOLE));
+  }
+}
+
+function needFdOps(what: string): FdOps {
+  const ops = fdOps();
+  if (ops === null) throw new VfsError('EOPNOTSUPP', `${what}: native/ledgerfs_fdops is not built (node scripts/build-native.mjs)`);
+  return ops;
 }
 
 /**

@@ -24,6 +24,9 @@ export const DEFAULTS = {
   bindingHidingUnlinked: 'fuse-native' as BindingName,
   /** Largest write request the kernel may send (needs big_writes on libfuse 2). */
   maxWriteBytes: 1024 * 1024,
+  /** Most bytes one copy_file_range request copies (callers loop for the rest): the local store
+   * copies on libuv's thread pool, but a read+write copy (GCS) runs on the JS thread. */
+  copyRangeMaxBytes: 16 * 1024 * 1024,
   logLevel: 'info' as const,
   fsName: 'ledgerfs',
   /** Where `ledgerfs mount` without --source puts its demo workspace. */

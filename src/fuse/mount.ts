@@ -66,6 +66,8 @@ export async function mountVfs(req: MountRequest): Promise<RunningMount> {
     finished = true;
     clearInterval(watch);
     await req.vfs.closeAll();
+    // what the kernel asked for, by op (counted only at debug: see OpCounters)
+    if (req.log.isLevelEnabled('debug')) req.log.debug({ requests: counters.snapshot() }, 'requests by op');
     req.log.info({ mountpoint: req.mountpoint }, 'unmounted');
     resolveClosed();
   };

@@ -119,6 +119,8 @@ export class JournalStage implements MutationStage {
   }
 
   run<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    // fallocate KEEP_SIZE changes neither size nor bytes: nothing to record or undo
+    if (m.allocate === 'keep-size') return apply();
     return isSessionOp(m) ? this.sessionOp(m, apply) : this.namespaceOp(m, apply);
   }
 
@@ -261,7 +263,9 @@ export class JournalStage implements MutationStage {
       s = this.sessions.get(path) ?? this.beginSession(path, m);
       while (s.busy) await s.busy;
     }
-    const overwrites = m.op === 'write' ? (m.offset ?? 0) < s.oldSize : (m.size ?? 0) < s.oldSize;
+    // fallocate's 'allocate' keeps every byte (it may only grow the file, undone by a truncate)
+    const overwrites = m.allocate === 'allocate' ? false
+      : m.op === 'write' ? (m.offset ?? 0) < s.oldSize : (m.size ?? 0) < s.oldSize;
     if (!s.captured && overwrites) {
       const sess = s;
       sess.busy = this.capture(sess).finally(() => (sess.busy = null));
