@@ -74,6 +74,13 @@ export const DEFAULTS = {
     /** actor label of a mount's records, and of a rollback's */
     mountActor: 'mount',
     rollbackActor: 'rollback',
+    /** GCS: what the spool sends to the bucket is gathered this long, then uploaded as one part
+     * (the local spool stays the durability point; this only bounds how stale the bucket is) */
+    mirrorIntervalMs: 1000,
+    /** GCS: at unmount, how long to wait for the bucket to take the rest of the spool */
+    mirrorDrainTimeoutMs: 30_000,
+    /** GCS: after a failed upload the mirror tries again after this (doubling up to 30 s) */
+    mirrorRetryMs: 1000,
   },
   /** GCS backend (src/backend/gcs.ts); every value can be overridden in the policy's `backend`. */
   gcs: {
@@ -98,6 +105,9 @@ export const DEFAULTS = {
     dirMode: 0o755,
     /** objects copied at once by a directory rename */
     renameConcurrency: 8,
+    /** name, below the workspace prefix, of the reserved area holding the journal's mirror
+     * (journal/<writer>/..., blobs/..): the view never shows it, and refuses to make it */
+    reservedName: '.ledgerfs',
   },
   /** Cache layers around the GCS backend (src/backend/layers); the policy's `backend.cache` overrides. */
   gcsCache: {

@@ -6,6 +6,7 @@ import { LocalBackend } from '../backend/local.js';
 import { stateLayout } from '../journal/layout.js';
 import { resolveStateDir } from '../journal/state-dir.js';
 import type { Backend } from '../backend/types.js';
+import type { JournalRemote } from '../journal/remote.js';
 import type { Logger } from '../log.js';
 import { CompiledPolicy } from '../policy/compile.js';
 import { DenialLog } from '../policy/denials.js';
@@ -65,6 +66,8 @@ export interface OpenedWorkspace extends Workspace {
   store: Backend;
   /** mutation stages in pipeline order (policy first); the journal appends its stage after */
   stages: MutationStage[];
+  /** GCS (with a journal): the bucket's reserved area the journal is mirrored to */
+  journalRemote?: JournalRemote;
   /** the loaded mount file (with --policy) */
   config?: MountConfig;
   policy?: PolicyRuntime;
@@ -83,7 +86,7 @@ export interface OpenWorkspaceOptions extends WorkspaceFlags {
 }
 
 /** The real backend a mount file names. */
-async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string }> {
+async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string; journalRemote?: JournalRemote }> {
   if (b.type === 'gcs') {
     // Writes stage, and refused local versions are kept, in the workspace's state directory.
     let layout;
@@ -96,13 +99,13 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
     }
     try {
       const ttl = flags.metadataTtlSec;
-      const { store } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
+      const { store, journalRemote } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
         stagingDir: layout.stagingDir,
         conflictsDir: layout.conflictsDir,
         onConflict: (c) =>
           log?.error({ path: c.path, reason: c.reason, kept: c.localFile, expectedGeneration: c.expectedGeneration, currentGeneration: c.currentGeneration }, 'gcs: local version not uploaded; kept in the conflict area'),
       });
-      return { store };
+      return flags.noJournal ? { store } : { store, journalRemote };
     } catch (err) {
       throw new WorkspaceError(`${label}: backend: ${(err as Error).message}`);
     }
@@ -128,8 +131,8 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
   }
   const gcs = gcsSource(opts.source);
   if (gcs && opts.policy === undefined) {
-    const { store } = await openStore(gcs, '--source', opts, opts.log);
-    return { backend: store, store, stages: [], demo: false, ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
+    const { store, journalRemote } = await openStore(gcs, '--source', opts, opts.log);
+    return { backend: store, store, stages: [], demo: false, ...(journalRemote ? { journalRemote } : {}), ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   if (opts.policy === undefined) {
     const ws = openLocalWorkspace(opts);
@@ -143,7 +146,7 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     throw err;
   }
   const label = opts.policy;
-  const { store, sourceDir } = await openStore(config.backend, label, opts, opts.log);
+  const { store, sourceDir, journalRemote } = await openStore(config.backend, label, opts, opts.log);
   const state = opts.state !== undefined ? path.resolve(opts.state) : config.state;
   // The journal's directory inside the served tree must never be visible nor writable.
   const reserved: string[] = [];
@@ -182,6 +185,7 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     backend: view, store, stages: [stage], config, policy: { compiled, usage, denials, view, stage }, demo: false,
   };
   if (sourceDir !== undefined) ws.sourceDir = sourceDir;
+  if (journalRemote !== undefined) ws.journalRemote = journalRemote;
   if (state !== undefined) ws.state = state;
   if (config.session !== undefined) ws.session = config.session;
   return ws;

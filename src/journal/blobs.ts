@@ -22,11 +22,20 @@ export interface BlobInfo {
  * under blobs/tmp/ and renamed into place), so a crash can leave only stray temp files, which
  * the next writer removes.
  */
+/** A copy of the store elsewhere (the bucket of a GCS workspace, journal/bucket-mirror.ts). */
+export interface BlobMirror {
+  /** a new blob is in place here (to be uploaded) */
+  committed(hash: string): void;
+  /** fetch a blob this store lacks into `dest` */
+  fetch(hash: string, dest: string): Promise<void>;
+}
+
 export class BlobStore {
   readonly dir: string;
   private readonly tmpDir: string;
   private unsynced = new Set<string>();
   private tmpCounter = 0;
+  mirror: BlobMirror | null = null;
 
   constructor(dir: string) {
     this.dir = dir;
@@ -62,7 +71,33 @@ export class BlobStore {
     fs.mkdirSync(path.dirname(dest), { recursive: true, mode: 0o700 });
     fs.renameSync(tmp, dest);
     this.unsynced.add(dest);
+    this.mirror?.committed(hash);
     return hash;
+  }
+
+  /**
+   * Make sure the blobs are here, fetching missing ones from the mirror (a host that did not
+   * write them); each is checked against its hash before it is kept. Throws if one cannot be had.
+   */
+  async ensure(hashes: Iterable<string>): Promise<void> {
+    for (const hash of new Set(hashes)) {
+      if (this.has(hash)) continue;
+      if (!this.mirror) throw new VfsError('EIO', `journal: blob ${hash} is missing`);
+      fs.mkdirSync(this.tmpDir, { recursive: true, mode: 0o700 });
+      const tmp = this.tmpName();
+      try {
+        await this.mirror.fetch(hash, tmp);
+        const got = await hashFile(tmp);
+        if (got !== hash) throw new VfsError('EIO', `journal: blob ${hash} fetched from the bucket has the hash ${got}`);
+        const dest = this.pathOf(hash);
+        fs.mkdirSync(path.dirname(dest), { recursive: true, mode: 0o700 });
+        fs.renameSync(tmp, dest); // not committed(): it came from the mirror
+      } catch (err) {
+        fs.rmSync(tmp, { force: true });
+        if (err instanceof VfsError) throw err;
+        throw new VfsError('EIO', `journal: blob ${hash} is missing here and could not be fetched: ${(err as Error).message}`);
+      }
+    }
   }
 
   /**
@@ -116,6 +151,7 @@ export class BlobStore {
 
   /** Read a blob in chunks (restores of big files do not hold them in memory). */
   async *chunks(hash: string): AsyncGenerator<Buffer> {
+    if (this.mirror) await this.ensure([hash]);
     const fh = await fs.promises.open(this.pathOf(hash), 'r');
     try {
       const buf = Buffer.allocUnsafe(CHUNK);

@@ -28,7 +28,7 @@ export interface VerifyOptions {
 }
 
 /** The size a blob must have: the state it belongs to, or the capture's size. */
-function blobRefs(op: Operation): { hash: string; size: number; what: string }[] {
+export function blobRefs(op: Operation): { hash: string; size: number; what: string }[] {
   const out: { hash: string; size: number; what: string }[] = [];
   op.before.forEach((s, i) => {
     if (s?.blob) out.push({ hash: s.blob, size: s.size, what: `#${op.seq} before-image of ${op.paths[i]}` });
