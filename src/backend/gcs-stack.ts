@@ -6,7 +6,7 @@ import { ContentCache } from './layers/content-cache.js';
 import { MetadataCacheLayer } from './layers/metadata-cache.js';
 import { ReadCacheLayer } from './layers/read-cache.js';
 import { ReservedNameLayer } from './layers/reserved.js';
-import { GcsJournalRemote } from './gcs/journal-remote.js';
+import type { GcsJournalRemote } from './gcs/journal-remote.js';
 import type { Backend } from './types.js';
 
 export interface GcsStack {
@@ -55,7 +55,7 @@ export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Pro
     ...(content ? { content } : {}),
   });
   const metadata = new MetadataCacheLayer(read, { ttlMs: c.metadataTtlSec * 1000, maxEntries: c.metadataMaxEntries, maxListings: c.metadataMaxListings });
-  return { store: metadata, gcs, metadata, journalRemote: journalRemoteOf(gcs) };
+  return { store: metadata, gcs, metadata, journalRemote: gcs.journalArea };
 }
 
 /**
@@ -63,11 +63,7 @@ export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Pro
  * it): the bucket is checked as a mount checks it, so a missing bucket or credentials say so.
  */
 export async function openGcsJournalRemote(b: GcsBackendConfig, stagingDir: string): Promise<GcsJournalRemote> {
-  return journalRemoteOf(await createGcsBackend({ ...b, stagingDir }));
-}
-
-function journalRemoteOf(gcs: GcsBackend): GcsJournalRemote {
-  return new GcsJournalRemote(gcs.req, gcs.names.prefix + DEFAULTS.gcs.reservedName + '/');
+  return (await createGcsBackend({ ...b, stagingDir })).journalArea;
 }
 
 /** A note next to a conflicting local version saying what it is (the version is kept by the backend). */

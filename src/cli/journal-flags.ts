@@ -74,39 +74,44 @@ function gcsBackendOf(flags: StateFlags, stateDir: string): GcsBackendConfig | u
 /**
  * stateDirOf for the commands that read the journal (log, show, diff, rollback). On a GCS
  * workspace the journal is mirrored in the bucket: first bring what other hosts wrote there into
- * this host's spool (all of it, on a host that never mounted the workspace), and with `blobs`
- * also the before-images the history names. Skipped while something here holds the journal (a
- * mount pulled at its start, and its own spool is current).
+ * this host's spool (all of it, on a host that never mounted the workspace) -- not while
+ * something here holds the journal (a mount pulled at its start and its spool is current) --
+ * and with `blobs` also the before-images the history names that are not here (server-side
+ * copies are only in the bucket).
  */
 export async function journalStateDir(flags: StateFlags, log: Logger, o: { blobs?: boolean } = {}): Promise<string> {
   const dir = stateDirOf(flags, false);
   const b = gcsBackendOf(flags, dir);
-  if (b && !liveDaemon(dir)) {
-    const layout = stateLayout(dir);
-    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-    let lock: JournalLock;
+  if (!b) return stateDirOf(flags);
+  const layout = stateLayout(dir);
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const remote = await openGcsJournalRemote(b, layout.stagingDir).catch((err: unknown) => {
+    throw new CliError(`cannot reach the journal in the bucket: ${(err as Error).message}`);
+  });
+  const lock = liveDaemon(dir) ? null : tryLock(layout.lockFile, 'journal pull');
+  if (lock) {
     try {
-      lock = JournalLock.acquire(layout.lockFile, 'journal pull');
-    } catch (err) {
-      if (err instanceof JournalLockedError) return stateDirOf(flags);
-      throw err;
-    }
-    try {
-      const remote = await openGcsJournalRemote(b, layout.stagingDir).catch((err: unknown) => {
-        throw new CliError(`cannot reach the journal in the bucket: ${(err as Error).message}`);
-      });
-      const { mirror } = await BucketMirror.open({ remote, layout, log, intervalMs: DEFAULTS.journal.mirrorIntervalMs, retryMs: DEFAULTS.journal.mirrorRetryMs });
-      if (o.blobs) {
-        const blobs = new BlobStore(layout.blobsDir);
-        mirror.lend(blobs);
-        const h = buildHistory(readJournal(dir).records);
-        await blobs.ensure(h.ops.flatMap((op) => blobRefs(op).map((r) => r.hash)));
-      }
+      await BucketMirror.open({ remote, layout, log, intervalMs: DEFAULTS.journal.mirrorIntervalMs, retryMs: DEFAULTS.journal.mirrorRetryMs });
     } finally {
       lock.release();
     }
   }
-  return stateDirOf(flags);
+  const found = stateDirOf(flags);
+  if (o.blobs) {
+    const blobs = new BlobStore(layout.blobsDir);
+    blobs.mirror = { committed: () => undefined, fetch: (ref, dest) => remote.fetchBlob(ref, dest) };
+    await blobs.ensure(buildHistory(readJournal(dir).records).ops.flatMap((op) => blobRefs(op).map((r) => r.hash)));
+  }
+  return found;
+}
+
+function tryLock(file: string, role: string): JournalLock | null {
+  try {
+    return JournalLock.acquire(file, role);
+  } catch (err) {
+    if (err instanceof JournalLockedError) return null;
+    throw err;
+  }
 }
 
 /** Ask a running daemon to write out what it buffers, so the journal on disk is current. */

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Backend } from '../backend/types.js';
 import { VfsError } from '../vfs/errors.js';
-import { SHA256_HEX } from './record.js';
+import { BLOB_REF, keptByBackend, SHA256_HEX } from './record.js';
 
 /** Captures at most this big are read and written in one go on the request path. */
 const SMALL_CAPTURE_BYTES = 1 << 20;
@@ -48,8 +48,10 @@ export class BlobStore {
     for (const n of fs.readdirSync(this.tmpDir)) fs.rmSync(path.join(this.tmpDir, n), { force: true });
   }
 
+  /** Where a blob is (or would be) here; one the backend kept is here only once fetched. */
   pathOf(hash: string): string {
-    if (!SHA256_HEX.test(hash)) throw new Error(`not a blob hash: ${hash}`);
+    if (!BLOB_REF.test(hash)) throw new Error(`not a blob reference: ${hash}`);
+    if (keptByBackend(hash)) return path.join(this.dir, 'kept', hash);
     return path.join(this.dir, hash.slice(0, 2), hash.slice(2));
   }
 
@@ -87,7 +89,8 @@ export class BlobStore {
       const tmp = this.tmpName();
       try {
         await this.mirror.fetch(hash, tmp);
-        const got = await hashFile(tmp);
+        // (a blob the backend kept has no sha256 to check; its download checked the crc32c)
+        const got = keptByBackend(hash) ? hash : await hashFile(tmp);
         if (got !== hash) throw new VfsError('EIO', `journal: blob ${hash} fetched from the bucket has the hash ${got}`);
         const dest = this.pathOf(hash);
         fs.mkdirSync(path.dirname(dest), { recursive: true, mode: 0o700 });
@@ -124,6 +127,11 @@ export class BlobStore {
    */
   async capture(backend: Backend, file: string, size: number): Promise<string> {
     try {
+      if (backend.keepCopy) {
+        // the store keeps it itself (GCS server-side copy): no byte through this host
+        const kept = await backend.keepCopy(file, size);
+        if (kept !== null) return kept;
+      }
       if (size <= SMALL_CAPTURE_BYTES) return this.putBuffer(await readRange(backend, file, size));
       const tmp = this.tmpName();
       try {

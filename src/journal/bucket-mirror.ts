@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { Logger } from '../log.js';
 import type { BlobStore } from './blobs.js';
 import { listSegments, segmentName, type StateLayout } from './layout.js';
-import type { JournalRemote } from './remote.js';
+import type { JournalRemote, RemotePart } from './remote.js';
 
 /*
  * The journal of a GCS workspace, mirrored into the bucket's reserved area so that `log`,
@@ -13,14 +13,11 @@ import type { JournalRemote } from './remote.js';
  * a record is durable there before the change it describes is acknowledged, exactly as for a
  * local workspace; the mirror copies what is durable to the bucket off the request path.
  *
- * In the area (names relative to `<prefix>/.ledgerfs/`):
- *   journal/<writer>/<segment>/<offset>   a run of whole records of segment <segment> (6 digits)
- *                                         starting at byte <offset> (12 digits); a segment is the
- *                                         concatenation of its parts in offset order
- *   blobs/ab/cdef...                      before-images, by sha256 as in the spool
- * Every object is created once (ifGenerationMatch=0) and never replaced: appending to a segment
- * is one new part, a retried upload finds its part there already, and writers on two hosts
- * (each state directory has its own writer id) never touch each other's names.
+ * The remote keeps (names: src/backend/gcs/journal-remote.ts) parts of segments, each a run of
+ * whole records of one segment of one writer from a byte offset on (a segment is its parts in
+ * offset order), and blobs. Everything is created once and never replaced: appending to a
+ * segment is one new part, a retried upload finds its part there already, and writers on two
+ * hosts (each state directory has its own writer id) never touch each other's names.
  *
  * Segment numbers are one sequence across hosts: a writer first imports the segments other
  * writers left in the bucket (pull), then appends to a segment of its own numbered after them,
@@ -31,8 +28,6 @@ import type { JournalRemote } from './remote.js';
  * from other writers (never uploaded again, never appended to).
  */
 
-const PART_RE = /^journal\/([A-Za-z0-9._-]+)\/(\d{6,})\/(\d{12})$/;
-const BLOB_RE = /^blobs\/([0-9a-f]{2})\/([0-9a-f]{62})$/;
 
 interface MirrorState {
   writer: string;
@@ -53,8 +48,6 @@ export interface MirrorOptions {
   retryMs: number;
 }
 
-const partName = (writer: string, seg: number, offset: number) => `journal/${writer}/${String(seg).padStart(6, '0')}/${String(offset).padStart(12, '0')}`;
-const blobName = (hash: string) => `blobs/${hash.slice(0, 2)}/${hash.slice(2)}`;
 
 function newWriterId(): string {
   const host = os.hostname().replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 40) || 'host';
@@ -113,27 +106,23 @@ export class BucketMirror {
    * spool is their source.
    */
   async pull(): Promise<PullResult> {
-    const objs = await this.o.remote.list('journal/');
-    const bySeg = new Map<number, Map<string, Array<{ offset: number; size: number; name: string }>>>();
-    for (const ob of objs) {
-      const m = PART_RE.exec(ob.name);
-      if (!m) continue;
-      const [writer, seg, off] = [m[1] as string, Number(m[2]), Number(m[3])];
-      if (writer === this.state.writer) {
-        const end = off + ob.size;
-        if (end > (this.uploaded.get(seg) ?? 0)) this.uploaded.set(seg, end);
+    const bySeg = new Map<number, Map<string, RemotePart[]>>();
+    for (const p of await this.o.remote.listParts()) {
+      if (p.writer === this.state.writer) {
+        const end = p.offset + p.size;
+        if (end > (this.uploaded.get(p.segment) ?? 0)) this.uploaded.set(p.segment, end);
         continue;
       }
-      let w = bySeg.get(seg);
-      if (!w) bySeg.set(seg, (w = new Map()));
-      let parts = w.get(writer);
-      if (!parts) w.set(writer, (parts = []));
-      parts.push({ offset: off, size: ob.size, name: ob.name });
+      let w = bySeg.get(p.segment);
+      if (!w) bySeg.set(p.segment, (w = new Map()));
+      let parts = w.get(p.writer);
+      if (!parts) w.set(p.writer, (parts = []));
+      parts.push(p);
     }
     const local = new Map(listSegments(this.o.layout.journalDir).map((s) => [s.index, s.path]));
     const result: PullResult = { segments: 0, bytes: 0 };
     for (const seg of [...bySeg.keys()].sort((a, b) => a - b)) {
-      const writers = bySeg.get(seg) as Map<string, Array<{ offset: number; size: number; name: string }>>;
+      const writers = bySeg.get(seg) as Map<string, RemotePart[]>;
       const had = this.state.imported[String(seg)];
       if (!had && local.has(seg)) {
         this.o.log.warn({ segment: seg, writers: [...writers.keys()] }, 'journal mirror: another writer used a segment number this spool has as its own (two hosts journaled at once); its records are not imported');
@@ -151,7 +140,7 @@ export class BucketMirror {
       for (const p of parts) {
         if (p.offset + p.size <= have) continue;
         if (p.offset !== have) break; // a gap: a part not uploaded yet; the rest waits for it
-        await this.appendPart(p.name, file);
+        await this.appendPart(p, file);
         have += p.size;
       }
       if (have > before) {
@@ -164,10 +153,10 @@ export class BucketMirror {
     return result;
   }
 
-  private async appendPart(name: string, file: string): Promise<void> {
+  private async appendPart(part: RemotePart, file: string): Promise<void> {
     const tmp = path.join(this.o.layout.journalDir, `.pull-${process.pid}`);
     try {
-      await this.o.remote.downloadTo(name, tmp);
+      await this.o.remote.fetchPart(part, tmp);
       const data = await fs.promises.readFile(tmp);
       const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
       try {
@@ -197,11 +186,7 @@ export class BucketMirror {
       const size = fs.statSync(s.path).size;
       if (size > (this.uploaded.get(s.index) ?? 0)) this.wanted.set(s.index, size);
     }
-    const inBucket = new Set<string>();
-    for (const ob of await this.o.remote.list('blobs/')) {
-      const m = BLOB_RE.exec(ob.name);
-      if (m) inBucket.add((m[1] as string) + (m[2] as string));
-    }
+    const inBucket = await this.o.remote.listBlobs();
     for (const b of blobs.list()) if (!inBucket.has(b.hash)) this.pendingBlobs.add(b.hash);
     if (this.wanted.size + this.pendingBlobs.size > 0) {
       this.o.log.info({ segments: this.wanted.size, blobs: this.pendingBlobs.size }, 'journal mirror: uploading what the spool has and the bucket does not');
@@ -209,12 +194,7 @@ export class BucketMirror {
     }
   }
 
-  /** Let a store that only reads (no writer here) fetch the blobs it lacks from the bucket. */
-  lend(blobs: BlobStore): void {
-    blobs.mirror = { committed: () => undefined, fetch: this.fetchBlob };
-  }
-
-  private readonly fetchBlob = (hash: string, dest: string): Promise<void> => this.o.remote.downloadTo(blobName(hash), dest);
+  private readonly fetchBlob = (ref: string, dest: string): Promise<void> => this.o.remote.fetchBlob(ref, dest);
 
   /** The writer appended whole records: segment `seg` is now `bytes` long. */
   segmentAppended(seg: number, bytes: number): void {
@@ -273,7 +253,7 @@ export class BucketMirror {
         this.pendingBlobs.delete(hash); // gc removed it meanwhile
         continue;
       }
-      if (await this.o.remote.create(blobName(hash), { file: file as string, size })) {
+      if (await this.o.remote.putBlob(hash, file as string, size)) {
         this.stats.blobs++;
         this.stats.blobBytes += size;
       }
@@ -284,7 +264,7 @@ export class BucketMirror {
       const from = this.uploaded.get(seg) ?? 0;
       if (want > from) {
         const data = await readRange(path.join(this.o.layout.journalDir, segmentName(seg)), from, want - from);
-        await this.o.remote.create(partName(this.state.writer, seg, from), data);
+        await this.o.remote.putPart({ writer: this.state.writer, segment: seg, offset: from }, data);
         this.stats.parts++;
         this.stats.partBytes += data.length;
         this.uploaded.set(seg, from + data.length);

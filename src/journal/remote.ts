@@ -1,14 +1,26 @@
 /**
  * Where a journal is mirrored off the host (for GCS: the workspace's reserved area in the
- * bucket, src/backend/gcs/journal-remote.ts). Objects are written once under a name and never
- * replaced, so two hosts cannot overwrite each other and a retried upload is harmless.
+ * bucket, src/backend/gcs/journal-remote.ts, which also decides the object names). Everything
+ * is written once and never replaced, so two hosts cannot overwrite each other and a retried
+ * upload is harmless.
  */
 export interface JournalRemote {
   /** for messages: where the mirror lives */
   readonly location: string;
-  /** every object whose name starts with `prefix` (names relative to the area) */
-  list(prefix: string): Promise<Array<{ name: string; size: number }>>;
-  /** create `name` only if it does not exist; false if it did (left as it was) */
-  create(name: string, data: Buffer | { file: string; size: number }): Promise<boolean>;
-  downloadTo(name: string, file: string): Promise<void>;
+  /** every part of every writer's segments */
+  listParts(): Promise<RemotePart[]>;
+  /** a run of whole records of `segment` starting at byte `offset`; false if it was there already */
+  putPart(part: Omit<RemotePart, 'size'>, data: Buffer): Promise<boolean>;
+  fetchPart(part: RemotePart, dest: string): Promise<void>;
+  /** references of the blobs the remote keeps */
+  listBlobs(): Promise<Set<string>>;
+  putBlob(ref: string, file: string, size: number): Promise<boolean>;
+  fetchBlob(ref: string, dest: string): Promise<void>;
+}
+
+export interface RemotePart {
+  writer: string;
+  segment: number;
+  offset: number;
+  size: number;
 }

@@ -75,6 +75,7 @@ describe('GCS journal in the bucket', () => {
         fs.writeFileSync(path.join(src, 'keep.txt'), 'original\n');
         fs.mkdirSync(path.join(src, 'docs'));
         fs.writeFileSync(path.join(src, 'docs', 'gone.txt'), 'to be deleted\n');
+        fs.writeFileSync(path.join(src, 'docs', 'dirty.txt'), 'seeded content\n');
       },
     });
     sessionA = 'host-a';
@@ -84,6 +85,12 @@ describe('GCS journal in the bucket', () => {
       fs.writeFileSync(path.join(m.mnt, 'keep.txt'), 'changed on host A\n');
       fs.rmSync(path.join(m.mnt, 'docs', 'gone.txt'));
       fs.mkdirSync(path.join(m.mnt, 'made-dir'));
+      // removed while a handle holds bytes the bucket has not got: that before-image can only
+      // come from this host (read through the daemon, uploaded from the spool)
+      const fd = fs.openSync(path.join(m.mnt, 'docs', 'dirty.txt'), 'r+');
+      fs.writeSync(fd, 'LOCAL', 0);
+      fs.rmSync(path.join(m.mnt, 'docs', 'dirty.txt'));
+      fs.closeSync(fd);
       await waitFor(async () => (await bucketTree()).reserved.some((n) => n.startsWith('.ledgerfs/journal/')), 10_000);
       // a listing made after the area exists (the metadata TTL is 0.2 s in tests)
       await new Promise((r) => setTimeout(r, 300));
@@ -101,8 +108,16 @@ describe('GCS journal in the bucket', () => {
     const { view, reserved } = await bucketTree();
     expect(view['keep.txt']).toBe('changed on host A\n');
     expect(reserved.some((n) => /^\.ledgerfs\/journal\/[^/]+\/000001\/\d{12}$/.test(n))).toBe(true);
-    // the before-images of keep.txt and docs/gone.txt
-    expect(reserved.filter((n) => n.startsWith('.ledgerfs/blobs/')).length).toBeGreaterThanOrEqual(2);
+    // the before-images of keep.txt, docs/gone.txt and docs/dirty.txt (at its first write) are
+    // server-side copies: never in the spool
+    expect(reserved.filter((n) => n.startsWith('.ledgerfs/blobs/gcs/')).length).toBe(3);
+    const kept = (await storage.bucket(BUCKET).file(reserved.find((n) => n.startsWith('.ledgerfs/blobs/gcs/')) as string).download())[0].toString();
+    expect(['original\n', 'to be deleted\n', 'seeded content\n']).toContain(kept);
+    // docs/dirty.txt's at its removal (local bytes) went through the daemon and up from the spool
+    const spooled = reserved.filter((n) => /^\.ledgerfs\/blobs\/[0-9a-f]{2}\/[0-9a-f]{62}$/.test(n));
+    expect(spooled.length).toBe(1);
+    expect(mirrorStats(m).blobs).toBe(1);
+    expect(fs.readdirSync(path.join(stateA, 'blobs')).filter((d) => /^[0-9a-f]{2}$/.test(d)).length).toBe(1);
   });
 
   it('host B with an empty state directory: log shows A\'s changes; rollback restores the bucket, journaled and mirrored', async () => {
@@ -120,7 +135,10 @@ describe('GCS journal in the bucket', () => {
     const { view } = await bucketTree();
     expect(view['keep.txt']).toBe('original\n');
     expect(view['docs/gone.txt']).toBe('to be deleted\n');
+    expect(view['docs/dirty.txt']).toBe('seeded content\n');
     expect(Object.keys(view).filter((k) => k === 'new.txt' || k.startsWith('made-dir'))).toEqual([]);
+    // the server-side copies were fetched to restore from them
+    expect(fs.readdirSync(path.join(stateB, 'blobs', 'kept')).length).toBe(3);
 
     // a third host sees the rollback too: it was journaled on B and mirrored
     const stateC = path.join(tmp, 'state-c');

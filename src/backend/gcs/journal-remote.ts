@@ -1,11 +1,29 @@
-import { isPreconditionFailed } from './errors.js';
+import crypto from 'node:crypto';
+import { isNotFound, isPreconditionFailed } from './errors.js';
 import type { GcsRequests } from './client.js';
 
-/**
- * The workspace's reserved area in the bucket (`<prefix>/.ledgerfs/`), as the journal's mirror
- * uses it (src/journal/remote.ts JournalRemote): write-once objects, listed and fetched by name
- * relative to the area. Every request goes through GcsRequests, so it has the backend's retries.
+/*
+ * The workspace's reserved area in the bucket (`<prefix>/.ledgerfs/`), where the journal of a
+ * GCS workspace is mirrored (src/journal/bucket-mirror.ts):
+ *   journal/<writer>/<segment:6>/<offset:12>   a run of whole records of a segment
+ *   blobs/ab/cdef...                           before-images uploaded from the spool (sha256)
+ *   blobs/gcs/<generation>-<name hash>         before-images kept by a server-side copy of the
+ *                                              object generation (journal ref gcs-<gen>-<hash>)
+ * Every object is created with ifGenerationMatch=0 and never replaced.
  */
+
+const PART_RE = /^journal\/([A-Za-z0-9._-]+)\/(\d{6,})\/(\d{12})$/;
+const SHA_RE = /^blobs\/([0-9a-f]{2})\/([0-9a-f]{62})$/;
+const KEPT_RE = /^blobs\/gcs\/(\d{1,20}-[0-9a-f]{16})$/;
+
+const partName = (p: { writer: string; segment: number; offset: number }) =>
+  `journal/${p.writer}/${String(p.segment).padStart(6, '0')}/${String(p.offset).padStart(12, '0')}`;
+
+function blobName(ref: string): string {
+  if (ref.startsWith('gcs-')) return `blobs/gcs/${ref.slice(4)}`;
+  return `blobs/${ref.slice(0, 2)}/${ref.slice(2)}`;
+}
+
 export class GcsJournalRemote {
   readonly location: string;
 
@@ -17,7 +35,7 @@ export class GcsJournalRemote {
     this.location = `gs://${req.bucket.name}/${area}`;
   }
 
-  async list(prefix: string): Promise<Array<{ name: string; size: number }>> {
+  private async list(prefix: string): Promise<Array<{ name: string; size: number }>> {
     const out: Array<{ name: string; size: number }> = [];
     let pageToken: string | undefined;
     do {
@@ -29,7 +47,7 @@ export class GcsJournalRemote {
   }
 
   /** Upload only if nothing has that name yet; false when something had (412). */
-  async create(name: string, data: Buffer | { file: string; size: number }): Promise<boolean> {
+  private async create(name: string, data: Buffer | { file: string; size: number }): Promise<boolean> {
     const spec = { ifGenerationMatch: 0n, metadata: {}, contentType: 'application/octet-stream' };
     try {
       if (Buffer.isBuffer(data)) await this.req.uploadBuffer(this.area + name, data, spec);
@@ -41,8 +59,58 @@ export class GcsJournalRemote {
     }
   }
 
-  /** The live object, whole, into a local file (crc32c checked). */
-  downloadTo(name: string, file: string): Promise<void> {
-    return this.req.downloadTo(this.area + name, 0n, file);
+  async listParts(): Promise<Array<{ writer: string; segment: number; offset: number; size: number }>> {
+    const out = [];
+    for (const o of await this.list('journal/')) {
+      const m = PART_RE.exec(o.name);
+      if (m) out.push({ writer: m[1] as string, segment: Number(m[2]), offset: Number(m[3]), size: o.size });
+    }
+    return out;
+  }
+
+  putPart(p: { writer: string; segment: number; offset: number }, data: Buffer): Promise<boolean> {
+    return this.create(partName(p), data);
+  }
+
+  fetchPart(p: { writer: string; segment: number; offset: number }, dest: string): Promise<void> {
+    return this.req.downloadTo(this.area + partName(p), 0n, dest);
+  }
+
+  async listBlobs(): Promise<Set<string>> {
+    const out = new Set<string>();
+    for (const o of await this.list('blobs/')) {
+      const sha = SHA_RE.exec(o.name);
+      const kept = KEPT_RE.exec(o.name);
+      if (sha) out.add((sha[1] as string) + (sha[2] as string));
+      else if (kept) out.add(`gcs-${kept[1] as string}`);
+    }
+    return out;
+  }
+
+  putBlob(ref: string, file: string, size: number): Promise<boolean> {
+    return this.create(blobName(ref), { file, size });
+  }
+
+  /** The blob, whole, into a local file (crc32c checked). */
+  fetchBlob(ref: string, dest: string): Promise<void> {
+    return this.req.downloadTo(this.area + blobName(ref), 0n, dest);
+  }
+
+  /**
+   * Keep one generation of an object as a before-image by a server-side copy into the area:
+   * no byte passes through this host. The reference names the generation (unique per object
+   * name) and the name, so the same generation is kept once. Undefined when that generation is
+   * gone already (the caller falls back to reading the bytes it has).
+   */
+  async keepObject(key: string, generation: bigint): Promise<string | undefined> {
+    const ref = `gcs-${generation}-${crypto.createHash('sha256').update(key).digest('hex').slice(0, 16)}`;
+    try {
+      await this.req.copy(key, generation, this.area + blobName(ref), { ifGenerationMatch: 0n });
+    } catch (err) {
+      if (isPreconditionFailed(err)) return ref; // kept before: same generation, same bytes
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+    return ref;
   }
 }

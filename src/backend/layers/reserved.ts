@@ -18,7 +18,7 @@ export class ReservedNameLayer extends ForwardingLayer {
     this.top = '/' + name;
     // as in ForwardingLayer: an optional method exists here exactly when the inner one does
     const self = this as unknown as Record<string, unknown>;
-    for (const m of ['tryStat', 'readdirPlus', 'copyOut'] as const) if (!inner[m]) self[m] = undefined;
+    for (const m of ['tryStat', 'readdirPlus', 'copyOut', 'keepCopy'] as const) if (!inner[m]) self[m] = undefined;
   }
 
   private reserved(path: string): boolean {
@@ -61,6 +61,10 @@ export class ReservedNameLayer extends ForwardingLayer {
   override copyOut(path: string, hostFile: string): Promise<void> {
     this.absent(path);
     return (this.inner.copyOut as (p: string, h: string) => Promise<void>).call(this.inner, path, hostFile);
+  }
+  override keepCopy(path: string, size: number): Promise<string | null> {
+    this.absent(path);
+    return (this.inner.keepCopy as (p: string, s: number) => Promise<string | null>).call(this.inner, path, size);
   }
   override open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
     if (mode.create) this.refuseNew(path, 'create');
