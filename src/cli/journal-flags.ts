@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import type { Command } from 'commander';
 import { openGcsJournalRemote } from '../backend/gcs-stack.js';
+import type { GcsJournalRemote } from '../backend/gcs/journal-remote.js';
 import { DEFAULT_STATE_DIR_PATTERN, DEFAULTS } from '../config/defaults.js';
 import { gcsSource } from '../config/gcs-url.js';
 import { ConfigError, loadMountFile, type GcsBackendConfig } from '../config/load.js';
@@ -84,14 +85,16 @@ export async function journalStateDir(flags: StateFlags, log: Logger, o: { blobs
   const b = gcsBackendOf(flags, dir);
   if (!b) return stateDirOf(flags);
   const layout = stateLayout(dir);
+  let remote: GcsJournalRemote | undefined;
+  const reach = async () =>
+    (remote ??= await openGcsJournalRemote(b, layout.stagingDir).catch((err: unknown) => {
+      throw new CliError(`cannot reach the journal in the bucket: ${(err as Error).message}`);
+    }));
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const remote = await openGcsJournalRemote(b, layout.stagingDir).catch((err: unknown) => {
-    throw new CliError(`cannot reach the journal in the bucket: ${(err as Error).message}`);
-  });
   const lock = liveDaemon(dir) ? null : tryLock(layout.lockFile, 'journal pull');
   if (lock) {
     try {
-      await BucketMirror.open({ remote, layout, log, intervalMs: DEFAULTS.journal.mirrorIntervalMs, retryMs: DEFAULTS.journal.mirrorRetryMs });
+      await BucketMirror.open({ remote: await reach(), layout, log, intervalMs: DEFAULTS.journal.mirrorIntervalMs, retryMs: DEFAULTS.journal.mirrorRetryMs });
     } finally {
       lock.release();
     }
@@ -99,8 +102,12 @@ export async function journalStateDir(flags: StateFlags, log: Logger, o: { blobs
   const found = stateDirOf(flags);
   if (o.blobs) {
     const blobs = new BlobStore(layout.blobsDir);
-    blobs.mirror = { committed: () => undefined, fetch: (ref, dest) => remote.fetchBlob(ref, dest) };
-    await blobs.ensure(buildHistory(readJournal(dir).records).ops.flatMap((op) => blobRefs(op).map((r) => r.hash)));
+    const refs = buildHistory(readJournal(dir).records).ops.flatMap((op) => blobRefs(op).map((r) => r.hash));
+    if (refs.some((r) => !blobs.has(r))) {
+      const from = await reach();
+      blobs.mirror = { committed: () => undefined, fetch: (ref, dest) => from.fetchBlob(ref, dest) };
+      await blobs.ensure(refs);
+    }
   }
   return found;
 }

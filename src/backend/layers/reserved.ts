@@ -37,12 +37,12 @@ export class ReservedNameLayer extends ForwardingLayer {
     return path === '/' ? ents.filter((e) => '/' + e.name !== this.top) : ents;
   }
 
-  override stat(path: string): Promise<Attr> {
+  override async stat(path: string): Promise<Attr> {
     this.absent(path);
     return super.stat(path);
   }
-  override tryStat(path: string): Promise<Attr | null> {
-    if (this.reserved(path)) return Promise.resolve(null);
+  override async tryStat(path: string): Promise<Attr | null> {
+    if (this.reserved(path)) return null;
     return (this.inner.tryStat as (p: string) => Promise<Attr | null>).call(this.inner, path);
   }
   override async readdir(path: string): Promise<DirEntry[]> {
@@ -54,62 +54,62 @@ export class ReservedNameLayer extends ForwardingLayer {
     const inner = this.inner.readdirPlus as (p: string) => Promise<Array<DirEntry & { attr?: Attr }>>;
     return this.visible(path, await inner.call(this.inner, path));
   }
-  override readlink(path: string): Promise<string> {
+  override async readlink(path: string): Promise<string> {
     this.absent(path);
     return super.readlink(path);
   }
-  override copyOut(path: string, hostFile: string): Promise<void> {
+  override async copyOut(path: string, hostFile: string): Promise<void> {
     this.absent(path);
     return (this.inner.copyOut as (p: string, h: string) => Promise<void>).call(this.inner, path, hostFile);
   }
-  override keepCopy(path: string, size: number): Promise<string | null> {
+  override async keepCopy(path: string, size: number): Promise<string | null> {
     this.absent(path);
     return (this.inner.keepCopy as (p: string, s: number) => Promise<string | null>).call(this.inner, path, size);
   }
-  override open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
+  override async open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
     if (mode.create) this.refuseNew(path, 'create');
     this.absent(path);
     return super.open(path, mode, createMode);
   }
-  override mkdir(path: string, mode: number): Promise<void> {
+  override async mkdir(path: string, mode: number): Promise<void> {
     this.refuseNew(path, 'mkdir');
     return super.mkdir(path, mode);
   }
-  override rmdir(path: string): Promise<void> {
+  override async rmdir(path: string): Promise<void> {
     this.absent(path);
     return super.rmdir(path);
   }
-  override unlink(path: string): Promise<void> {
+  override async unlink(path: string): Promise<void> {
     this.absent(path);
     return super.unlink(path);
   }
-  override rename(from: string, to: string): Promise<void> {
+  override async rename(from: string, to: string): Promise<void> {
     this.absent(from);
     this.refuseNew(to, 'rename to');
     return super.rename(from, to);
   }
-  override symlink(target: string, path: string): Promise<void> {
+  override async symlink(target: string, path: string): Promise<void> {
     this.refuseNew(path, 'symlink');
     return super.symlink(target, path);
   }
-  override link(existing: string, newPath: string): Promise<void> {
+  override async link(existing: string, newPath: string): Promise<void> {
     this.absent(existing);
     this.refuseNew(newPath, 'link');
     return super.link(existing, newPath);
   }
-  override chmod(path: string, mode: number): Promise<void> {
+  override async chmod(path: string, mode: number): Promise<void> {
     this.absent(path);
     return super.chmod(path, mode);
   }
-  override chown(path: string, uid: number, gid: number): Promise<void> {
+  override async chown(path: string, uid: number, gid: number): Promise<void> {
     this.absent(path);
     return super.chown(path, uid, gid);
   }
-  override utimens(path: string, times: TimeSpec): Promise<void> {
+  override async utimens(path: string, times: TimeSpec): Promise<void> {
     this.absent(path);
     return super.utimens(path, times);
   }
-  override truncate(path: string, size: number): Promise<void> {
+  override async truncate(path: string, size: number): Promise<void> {
     this.absent(path);
     return super.truncate(path, size);
   }
