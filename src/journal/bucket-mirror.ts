@@ -262,8 +262,15 @@ export class BucketMirror {
     for (const seg of [...this.wanted.keys()].sort((a, b) => a - b)) {
       const want = this.wanted.get(seg) as number;
       const from = this.uploaded.get(seg) ?? 0;
+      const file = path.join(this.o.layout.journalDir, segmentName(seg));
+      if (want > from && localSize(file) < want) {
+        // gc rewrote or removed this closed segment meanwhile: the bucket keeps what it had
+        this.o.log.warn({ segment: seg, uploaded: from }, 'journal mirror: a segment changed by gc before all of it was uploaded; the bucket keeps the part it had');
+        this.wanted.delete(seg);
+        continue;
+      }
       if (want > from) {
-        const data = await readRange(path.join(this.o.layout.journalDir, segmentName(seg)), from, want - from);
+        const data = await readRange(file, from, want - from);
         await this.o.remote.putPart({ writer: this.state.writer, segment: seg, offset: from }, data);
         this.stats.parts++;
         this.stats.partBytes += data.length;
@@ -317,6 +324,14 @@ function writeState(file: string, s: MirrorState): void {
   const tmp = `${file}.tmp`;
   fs.writeFileSync(tmp, JSON.stringify(s, null, 2) + '\n', { mode: 0o600 });
   fs.renameSync(tmp, file);
+}
+
+function localSize(file: string): number {
+  try {
+    return fs.statSync(file).size;
+  } catch {
+    return 0;
+  }
 }
 
 async function readRange(file: string, start: number, length: number): Promise<Buffer> {

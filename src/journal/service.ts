@@ -196,6 +196,8 @@ export class JournalService {
       const cutoff = Date.now() - keepMs;
       this.writer.rollNow(); // every record so far into closed segments, which gc may rewrite
       await this.writer.sync();
+      // the bucket gets them whole first: gc prunes the spool, the bucket keeps the history
+      await this.mirror?.pump().catch((err: unknown) => this.o.log.warn({ err: (err as Error).message }, 'journal mirror: upload before gc failed; the bucket keeps what it has'));
       const result = collectGarbage(this.o.stateDir, cutoff, this.writer.activeSegment);
       // numbering must go on after the last seq even if gc dropped every operation
       this.writer.appendNow({
