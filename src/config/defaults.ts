@@ -77,8 +77,9 @@ export const DEFAULTS = {
     /** GCS: what the spool sends to the bucket is gathered this long, then uploaded as one part
      * (the local spool stays the durability point; this only bounds how stale the bucket is) */
     mirrorIntervalMs: 1000,
-    /** GCS: at unmount, how long to wait for the bucket to take the rest of the spool */
-    mirrorDrainTimeoutMs: 30_000,
+    /** GCS: at unmount, how long to wait for the bucket to take the rest of the spool (below
+     * run.daemonExitExtraSec, so the daemon says what it left before `run` signals it again) */
+    mirrorDrainTimeoutMs: 8_000,
     /** GCS: after a failed upload the mirror tries again after this (doubling up to 30 s) */
     mirrorRetryMs: 1000,
   },

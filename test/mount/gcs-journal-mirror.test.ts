@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Storage } from '@google-cloud/storage';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readJournal } from '../../src/journal/reader.js';
 import { CLI, startMount, startTestEmulator, type TestEmulator, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
@@ -170,6 +171,30 @@ describe('GCS journal in the bucket', () => {
     const logF = JSON.parse(cliOk(['log', '--json'], path.join(tmp, 'state-f'))) as Array<{ session: string; op: string; paths: string[] }>;
     expect(logF.some((e) => e.session === 'host-d' && e.paths.includes('/from-d.txt'))).toBe(true);
     expect(logF.some((e) => e.session === 'host-d2')).toBe(false); // nothing changed in that mount
+  });
+
+  it('an unmount with the bucket gone waits a bounded time and says what stays in the spool', async () => {
+    const own = await startTestEmulator([BUCKET]);
+    const stateH = path.join(tmp, 'state-h');
+    const m = await startMount({ gcs: { emulator: own, bucket: BUCKET }, args: ['--state', stateH, '--session', 'host-h'] });
+    let took = 0;
+    try {
+      fs.mkdirSync(path.join(m.mnt, 'made-before-the-outage'));
+      await own.stop();
+      const t0 = Date.now();
+      await m.stop();
+      took = Date.now() - t0;
+    } finally {
+      await m.stop().catch(() => undefined);
+      await own.stop();
+    }
+    const line = m.logs().split('\n').find((l) => l.includes('not uploaded to'));
+    expect(line, m.logs()).toBeDefined();
+    expect(line).toContain(stateH);
+    expect(took).toBeLessThan(15_000);
+    // nothing was lost: the spool has the record
+    const ops = readJournal(stateH).records.map((r) => r.record).filter((r) => r.kind === 'op') as Array<{ op: string; paths: string[] }>;
+    expect(ops.map((o) => [o.op, o.paths[0]])).toEqual([['mkdir', '/made-before-the-outage']]);
   });
 
   it('measures what the mirror adds per create', async () => {
