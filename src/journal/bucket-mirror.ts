@@ -135,6 +135,13 @@ export class BucketMirror {
       let have = had?.bytes ?? 0;
       // gc may have rewritten an imported segment here: only append to one that is as imported
       if (had && (local.has(seg) ? fs.statSync(file).size : 0) !== had.bytes) continue;
+      const grown = parts.some((p) => p.offset + p.size > have);
+      if (had && grown && [...local.keys()].some((i) => i > seg)) {
+        // its writer went on after later segments were written (two hosts journaling at once):
+        // those records would share seq numbers with the later ones; they stay in the bucket
+        this.o.log.warn({ segment: seg, writer, imported: had.bytes }, 'journal mirror: another writer appended to a segment after later ones were written here (two hosts journaling at once); not imported');
+        continue;
+      }
       fs.mkdirSync(this.o.layout.journalDir, { recursive: true, mode: 0o700 });
       const before = have;
       for (const p of parts) {

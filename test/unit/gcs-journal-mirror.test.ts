@@ -105,6 +105,28 @@ describe('bucket mirror', () => {
     expect(await ctx.b.journalArea.putPart({ writer: svcA.mirror?.writer as string, segment: 1, offset: 0 }, Buffer.from('other'))).toBe(false);
   });
 
+  it('two writers at once: records appended to a segment after later ones exist are not imported (no seq is used twice)', async () => {
+    const a = path.join(ctx.tmp, `${ctx.prefix}-a`);
+    const b = path.join(ctx.tmp, `${ctx.prefix}-b`);
+    const svcA = await openService(a, 'sa');
+    const vfsA = svcA.attachDirect();
+    await vfsA.mkdir('/a1', 0o755);
+    await svcA.writer.sync();
+    await svcA.mirror?.pump();
+    const svcB = await openService(b, 'sb'); // imports A's segment 1 while A goes on
+    await svcB.attachDirect().mkdir('/b1', 0o755);
+    await svcB.close();
+    await vfsA.mkdir('/a2', 0o755); // same seq as B's /b1
+    await svcA.close();
+    const seg1 = path.join(stateLayout(b).journalDir, '000001.log');
+    const before = fs.statSync(seg1).size;
+    const svcB2 = await openService(b, 'sb2');
+    await svcB2.close();
+    expect(fs.statSync(seg1).size).toBe(before);
+    const seqs = readJournal(b).records.map((r) => r.record).filter((r) => r.kind === 'op').map((r) => (r as { seq: number }).seq);
+    expect(new Set(seqs).size).toBe(seqs.length);
+  });
+
   it('before-images of clean objects are server-side copies; fetched and checked on another host', async () => {
     await ctx.raw.file(`${ctx.prefix}/f.txt`).save('before\n');
     const a = path.join(ctx.tmp, `${ctx.prefix}-a`);
