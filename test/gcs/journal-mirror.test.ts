@@ -1,11 +1,11 @@
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Storage } from '@google-cloud/storage';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readJournal } from '../../src/journal/reader.js';
-import { CLI, startMount, startTestEmulator, type TestEmulator, type TestMount } from '../helpers/mount.js';
+import { CLI, startMount, startTestEmulator, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
+import { startGcsFixture, type GcsFixture } from './fixture.js';
 
 /*
  * The journal of a GCS workspace is mirrored into the bucket's reserved area (.ledgerfs/), so a
@@ -14,23 +14,21 @@ import { makeTemp, rmTemp } from '../helpers/tmp.js';
  */
 
 const BUCKET = 'journal-mirror';
-let emu: TestEmulator;
-let storage: Storage;
+let g: GcsFixture;
 let tmp: string;
 
 beforeAll(async () => {
-  emu = await startTestEmulator([BUCKET]);
-  storage = new Storage({ apiEndpoint: emu.url, projectId: 'test' });
+  g = await startGcsFixture(BUCKET);
   tmp = makeTemp('gcs-journal-mirror');
 });
 afterAll(async () => {
-  await emu?.stop();
+  await g?.stop();
   rmTemp(tmp);
 });
 
 function cli(args: string[], state: string): { status: number | null; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, [CLI, ...args, '--source', `gs://${BUCKET}`, '--state', state], {
-    encoding: 'utf8', env: { ...process.env, LEDGERFS_GCS_ENDPOINT: emu.url }, timeout: 60_000,
+    encoding: 'utf8', env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url }, timeout: 60_000,
   });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
@@ -43,7 +41,7 @@ function cliOk(args: string[], state: string): string {
 
 /** The workspace as another tool sees the bucket: name -> content, the reserved area apart. */
 async function bucketTree(): Promise<{ view: Record<string, string>; reserved: string[] }> {
-  const [files] = await storage.bucket(BUCKET).getFiles();
+  const [files] = await g.storage.bucket(BUCKET).getFiles();
   const view: Record<string, string> = {};
   const reserved: string[] = [];
   for (const f of files) {
@@ -51,11 +49,6 @@ async function bucketTree(): Promise<{ view: Record<string, string>; reserved: s
     else view[f.name] = (await f.download())[0].toString();
   }
   return { view, reserved: reserved.sort() };
-}
-
-async function emulatorRequests(): Promise<number> {
-  const r = await fetch(`${emu.url}/_emulator/stats`);
-  return ((await r.json()) as { requests: number }).requests;
 }
 
 function mirrorStats(m: TestMount): { parts: number; partBytes: number; blobs: number; blobBytes: number } {
@@ -70,7 +63,7 @@ describe('GCS journal in the bucket', () => {
   it('host A: the reserved area is invisible and refused in the view; the journal reaches the bucket by unmount', async () => {
     const stateA = path.join(tmp, 'state-a');
     const m = await startMount({
-      gcs: { emulator: emu, bucket: BUCKET },
+      gcs: { emulator: g.emulator, bucket: BUCKET },
       args: ['--state', stateA, '--session', 'host-a'],
       populate: (src) => {
         fs.writeFileSync(path.join(src, 'keep.txt'), 'original\n');
@@ -112,7 +105,7 @@ describe('GCS journal in the bucket', () => {
     // the before-images of keep.txt, docs/gone.txt and docs/dirty.txt (at its first write) are
     // server-side copies: never in the spool
     expect(reserved.filter((n) => n.startsWith('.ledgerfs/blobs/gcs/')).length).toBe(3);
-    const kept = (await storage.bucket(BUCKET).file(reserved.find((n) => n.startsWith('.ledgerfs/blobs/gcs/')) as string).download())[0].toString();
+    const kept = (await g.storage.bucket(BUCKET).file(reserved.find((n) => n.startsWith('.ledgerfs/blobs/gcs/')) as string).download())[0].toString();
     expect(['original\n', 'to be deleted\n', 'seeded content\n']).toContain(kept);
     // docs/dirty.txt's at its removal (local bytes) went through the daemon and up from the spool
     const spooled = reserved.filter((n) => /^\.ledgerfs\/blobs\/[0-9a-f]{2}\/[0-9a-f]{62}$/.test(n));
@@ -155,18 +148,18 @@ describe('GCS journal in the bucket', () => {
 
   it('records durable in the spool but not in the bucket are uploaded by the next mount', async () => {
     const stateD = path.join(tmp, 'state-d');
-    const m = await startMount({ gcs: { emulator: emu, bucket: BUCKET }, args: ['--state', stateD, '--session', 'host-d'] });
+    const m = await startMount({ gcs: { emulator: g.emulator, bucket: BUCKET }, args: ['--state', stateD, '--session', 'host-d'] });
     const writer = (JSON.parse(fs.readFileSync(path.join(stateD, 'mirror.json'), 'utf8')) as { writer: string }).writer;
     fs.writeFileSync(path.join(m.mnt, 'from-d.txt'), 'host D\n');
     // the record is in the spool (the write returned); kill before the unmount drains
     m.daemon.kill('SIGKILL');
     await m.stop().catch(() => undefined);
     // whatever the mirror managed before the kill is taken out: as if it never got there
-    const [parts] = await storage.bucket(BUCKET).getFiles({ prefix: `.ledgerfs/journal/${writer}/` });
+    const [parts] = await g.storage.bucket(BUCKET).getFiles({ prefix: `.ledgerfs/journal/${writer}/` });
     await Promise.all(parts.map((p) => p.delete()));
     expect(JSON.parse(cliOk(['log', '--json'], path.join(tmp, 'state-e'))).some((e: { session: string }) => e.session === 'host-d')).toBe(false);
 
-    const again = await startMount({ gcs: { emulator: emu, bucket: BUCKET }, args: ['--state', stateD, '--session', 'host-d2'] });
+    const again = await startMount({ gcs: { emulator: g.emulator, bucket: BUCKET }, args: ['--state', stateD, '--session', 'host-d2'] });
     await again.stop();
     const logF = JSON.parse(cliOk(['log', '--json'], path.join(tmp, 'state-f'))) as Array<{ session: string; op: string; paths: string[] }>;
     expect(logF.some((e) => e.session === 'host-d' && e.paths.includes('/from-d.txt'))).toBe(true);
@@ -199,16 +192,16 @@ describe('GCS journal in the bucket', () => {
 
   it('measures what the mirror adds per create', async () => {
     const stateG = path.join(tmp, 'state-g');
-    const m = await startMount({ gcs: { emulator: emu, bucket: BUCKET }, args: ['--state', stateG, '--session', 'host-g'] });
+    const m = await startMount({ gcs: { emulator: g.emulator, bucket: BUCKET }, args: ['--state', stateG, '--session', 'host-g'] });
     const N = 200;
     let before = 0;
     let after = 0;
     try {
       fs.mkdirSync(path.join(m.mnt, 'many'));
       await new Promise((r) => setTimeout(r, 1500)); // let the mkdir's part go up first
-      before = await emulatorRequests();
+      before = await g.requests();
       for (let i = 0; i < N; i++) fs.writeFileSync(path.join(m.mnt, 'many', `f${i}`), `file ${i}\n`);
-      after = await emulatorRequests();
+      after = await g.requests();
     } finally {
       await m.stop();
     }
