@@ -25,7 +25,9 @@ import type { JournalRemote, RemotePart } from './remote.js';
  * the same time are not ordered against each other (see "Journal mirror" in the GCS README).
  *
  * mirror.json in the state directory names this directory's writer and the segments imported
- * from other writers (never uploaded again, never appended to).
+ * from other writers (never uploaded again, never appended to), and remembers how far it has
+ * seen each writer's parts and how much of its own segments the bucket has, so a start lists
+ * only parts that are new (GCS lists names in order: parts are listed from a startOffset).
  */
 
 
@@ -33,6 +35,12 @@ interface MirrorState {
   writer: string;
   /** segment number -> the writer it came from and how many of its bytes are here */
   imported: Record<string, { writer: string; bytes: number }>;
+  /** writer -> its last part this spool has accounted for (imported, skipped, or uploaded) */
+  seen: Record<string, { segment: number; offset: number }>;
+  /** own segment number -> bytes the bucket has */
+  uploaded: Record<string, number>;
+  /** every blob committed before this time (ms) is in the bucket */
+  blobsSyncedAt: number;
 }
 
 export interface PullResult {
@@ -57,7 +65,7 @@ function newWriterId(): string {
 export class BucketMirror {
   private readonly state: MirrorState;
   private readonly stateFile: string;
-  /** own segments: bytes the bucket has (from the listing at start, then our uploads) */
+  /** own segments: bytes the bucket has (remembered, corrected by the listing at start, then our uploads) */
   private readonly uploaded = new Map<number, number>();
   /** own segments: bytes that are whole and durable in the spool and should be in the bucket */
   private readonly wanted = new Map<number, number>();
@@ -73,7 +81,8 @@ export class BucketMirror {
 
   private constructor(private readonly o: MirrorOptions) {
     this.stateFile = path.join(o.layout.root, 'mirror.json');
-    this.state = readState(this.stateFile) ?? { writer: newWriterId(), imported: {} };
+    this.state = readState(this.stateFile) ?? { writer: newWriterId(), imported: {}, seen: {}, uploaded: {}, blobsSyncedAt: 0 };
+    for (const [seg, bytes] of Object.entries(this.state.uploaded)) this.uploaded.set(Number(seg), bytes);
     this.retryMs = o.retryMs;
     writeState(this.stateFile, this.state);
   }
@@ -107,8 +116,12 @@ export class BucketMirror {
    */
   async pull(): Promise<PullResult> {
     const bySeg = new Map<number, Map<string, RemotePart[]>>();
-    for (const p of await this.o.remote.listParts()) {
+    const listed: RemotePart[] = [];
+    for (const w of await this.o.remote.listWriters()) listed.push(...(await this.o.remote.listParts(w, this.state.seen[w])));
+    const gapAt = new Map<string, RemotePart>();
+    for (const p of listed) {
       if (p.writer === this.state.writer) {
+        // parts a crash kept us from remembering
         const end = p.offset + p.size;
         if (end > (this.uploaded.get(p.segment) ?? 0)) this.uploaded.set(p.segment, end);
         continue;
@@ -146,7 +159,10 @@ export class BucketMirror {
       const before = have;
       for (const p of parts) {
         if (p.offset + p.size <= have) continue;
-        if (p.offset !== have) break; // a gap: a part not uploaded yet; the rest waits for it
+        if (p.offset !== have) {
+          gapAt.set(writer, p); // a gap (a part missing): the rest waits for it
+          break;
+        }
         await this.appendPart(p, file);
         have += p.size;
       }
@@ -156,7 +172,10 @@ export class BucketMirror {
         result.bytes += have - before;
       }
     }
-    if (result.segments > 0) writeState(this.stateFile, this.state);
+    // next time, list each writer from where this listing ended (or from a gap)
+    for (const p of listed) if (!gapAt.has(p.writer)) this.state.seen[p.writer] = { segment: p.segment, offset: p.offset };
+    for (const [w, p] of gapAt) this.state.seen[w] = { segment: p.segment, offset: 0 };
+    this.rememberUploads();
     return result;
   }
 
@@ -193,8 +212,9 @@ export class BucketMirror {
       const size = fs.statSync(s.path).size;
       if (size > (this.uploaded.get(s.index) ?? 0)) this.wanted.set(s.index, size);
     }
-    const inBucket = await this.o.remote.listBlobs();
-    for (const b of blobs.list()) if (!inBucket.has(b.hash)) this.pendingBlobs.add(b.hash);
+    // blobs committed since the last time every committed blob was known to be up (a crash
+    // may have come between): uploaded again, which finds the ones that are there already
+    for (const b of blobs.list()) if (b.mtimeMs >= this.state.blobsSyncedAt - BLOB_CLOCK_SLACK_MS) this.pendingBlobs.add(b.hash);
     if (this.wanted.size + this.pendingBlobs.size > 0) {
       this.o.log.info({ segments: this.wanted.size, blobs: this.pendingBlobs.size }, 'journal mirror: uploading what the spool has and the bucket does not');
       this.schedule(0);
@@ -249,6 +269,7 @@ export class BucketMirror {
   }
 
   private async pumpOnce(): Promise<void> {
+    const began = Date.now();
     await this.beforeUpload();
     // blobs before the records that name them: a host reading the bucket finds both
     for (const hash of [...this.pendingBlobs]) {
@@ -279,12 +300,20 @@ export class BucketMirror {
       if (want > from) {
         const data = await readRange(file, from, want - from);
         await this.o.remote.putPart({ writer: this.state.writer, segment: seg, offset: from }, data);
+        this.state.seen[this.state.writer] = { segment: seg, offset: from };
         this.stats.parts++;
         this.stats.partBytes += data.length;
         this.uploaded.set(seg, from + data.length);
       }
       if ((this.uploaded.get(seg) ?? 0) >= (this.wanted.get(seg) ?? 0)) this.wanted.delete(seg);
     }
+    if (this.pendingBlobs.size === 0) this.state.blobsSyncedAt = began;
+    this.rememberUploads();
+  }
+
+  private rememberUploads(): void {
+    for (const [seg, bytes] of this.uploaded) this.state.uploaded[String(seg)] = bytes;
+    writeState(this.stateFile, this.state);
   }
 
   /**
@@ -318,10 +347,14 @@ export class BucketMirror {
   }
 }
 
+/** blob mtimes and the pass's start come from one clock; this covers coarse file timestamps */
+const BLOB_CLOCK_SLACK_MS = 2000;
+
 function readState(file: string): MirrorState | null {
   try {
-    const s = JSON.parse(fs.readFileSync(file, 'utf8')) as MirrorState;
-    return typeof s.writer === 'string' && /^[A-Za-z0-9._-]+$/.test(s.writer) ? { writer: s.writer, imported: s.imported ?? {} } : null;
+    const s = JSON.parse(fs.readFileSync(file, 'utf8')) as Partial<MirrorState>;
+    if (typeof s.writer !== 'string' || !/^[A-Za-z0-9._-]+$/.test(s.writer)) return null;
+    return { writer: s.writer, imported: s.imported ?? {}, seen: s.seen ?? {}, uploaded: s.uploaded ?? {}, blobsSyncedAt: s.blobsSyncedAt ?? 0 };
   } catch {
     return null;
   }

@@ -7,13 +7,13 @@
 export interface JournalRemote {
   /** for messages: where the mirror lives */
   readonly location: string;
-  /** every part of every writer's segments */
-  listParts(): Promise<RemotePart[]>;
+  /** writers that have parts */
+  listWriters(): Promise<string[]>;
+  /** one writer's parts in (segment, offset) order; with `from`, that part and those after it */
+  listParts(writer: string, from?: { segment: number; offset: number }): Promise<RemotePart[]>;
   /** a run of whole records of `segment` starting at byte `offset`; false if it was there already */
   putPart(part: Omit<RemotePart, 'size'>, data: Buffer): Promise<boolean>;
   fetchPart(part: RemotePart, dest: string): Promise<void>;
-  /** references of the blobs the remote keeps */
-  listBlobs(): Promise<Set<string>>;
   putBlob(ref: string, file: string, size: number): Promise<boolean>;
   fetchBlob(ref: string, dest: string): Promise<void>;
 }

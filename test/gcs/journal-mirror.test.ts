@@ -154,9 +154,15 @@ describe('GCS journal in the bucket', () => {
     // the record is in the spool (the write returned); kill before the unmount drains
     m.daemon.kill('SIGKILL');
     await m.stop().catch(() => undefined);
-    // whatever the mirror managed before the kill is taken out: as if it never got there
+    // as if the kill came before the mirror uploaded anything: whatever it managed is taken out
+    // of the bucket, and out of what the spool remembers having uploaded
     const [parts] = await g.storage.bucket(BUCKET).getFiles({ prefix: `.ledgerfs/journal/${writer}/` });
     await Promise.all(parts.map((p) => p.delete()));
+    const mirrorJson = path.join(stateD, 'mirror.json');
+    const remembered = JSON.parse(fs.readFileSync(mirrorJson, 'utf8')) as { seen: Record<string, unknown>; uploaded: Record<string, number> };
+    delete remembered.seen[writer];
+    remembered.uploaded = {};
+    fs.writeFileSync(mirrorJson, JSON.stringify(remembered));
     expect(JSON.parse(cliOk(['log', '--json'], path.join(tmp, 'state-e'))).some((e: { session: string }) => e.session === 'host-d')).toBe(false);
 
     const again = await startMount({ gcs: { emulator: g.emulator, bucket: BUCKET }, args: ['--state', stateD, '--session', 'host-d2'] });

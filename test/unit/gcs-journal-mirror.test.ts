@@ -6,6 +6,7 @@ import { DEFAULTS } from '../../src/config/defaults.js';
 import { BlobStore } from '../../src/journal/blobs.js';
 import { BucketMirror } from '../../src/journal/bucket-mirror.js';
 import { readJournal } from '../../src/journal/reader.js';
+import type { JournalRemote } from '../../src/journal/remote.js';
 import { stateLayout } from '../../src/journal/layout.js';
 import { JournalService } from '../../src/journal/service.js';
 import { createLogger } from '../../src/log.js';
@@ -103,6 +104,41 @@ describe('bucket mirror', () => {
     expect(fs.readFileSync(path.join(layoutC.journalDir, '000001.log'))).toEqual(fs.readFileSync(path.join(stateLayout(a).journalDir, '000001.log')));
     // an upload of a part that is there already is not an error and changes nothing
     expect(await ctx.b.journalArea.putPart({ writer: svcA.mirror?.writer as string, segment: 1, offset: 0 }, Buffer.from('other'))).toBe(false);
+  });
+
+  it('a start lists only the parts it has not seen', async () => {
+    const a = path.join(ctx.tmp, `${ctx.prefix}-a`);
+    const svcA = await openService(a, 'sa');
+    const vfsA = svcA.attachDirect();
+    for (const d of ['/p1', '/p2', '/p3']) {
+      await vfsA.mkdir(d, 0o755);
+      await svcA.mirror?.pump();
+    }
+    const area = ctx.b.journalArea;
+    let listed = 0;
+    const counting: JournalRemote = {
+      location: area.location,
+      listWriters: () => area.listWriters(),
+      listParts: async (w, from) => {
+        const parts = await area.listParts(w, from);
+        listed += parts.length;
+        return parts;
+      },
+      putPart: (p, d) => area.putPart(p, d),
+      fetchPart: (p, dest) => area.fetchPart(p, dest),
+      putBlob: (r, f, n) => area.putBlob(r, f, n),
+      fetchBlob: (r, dest) => area.fetchBlob(r, dest),
+    };
+    const layoutC = stateLayout(path.join(ctx.tmp, `${ctx.prefix}-c`));
+    fs.mkdirSync(layoutC.root, { recursive: true });
+    await BucketMirror.open({ remote: counting, layout: layoutC, log, intervalMs: 1000, retryMs: 100 });
+    expect(listed).toBeGreaterThanOrEqual(3); // one part per pump
+    await vfsA.mkdir('/p4', 0o755);
+    await svcA.close();
+    listed = 0;
+    await BucketMirror.open({ remote: counting, layout: layoutC, log, intervalMs: 1000, retryMs: 100 });
+    expect(listed).toBe(2); // the last one seen, and the new one
+    expect(fs.readFileSync(path.join(layoutC.journalDir, '000001.log'))).toEqual(fs.readFileSync(path.join(stateLayout(a).journalDir, '000001.log')));
   });
 
   it('two writers at once: records appended to a segment after later ones exist are not imported (no seq is used twice)', async () => {

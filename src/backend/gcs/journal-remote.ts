@@ -13,8 +13,6 @@ import type { GcsRequests } from './client.js';
  */
 
 const PART_RE = /^journal\/([A-Za-z0-9._-]+)\/(\d{6,})\/(\d{12})$/;
-const SHA_RE = /^blobs\/([0-9a-f]{2})\/([0-9a-f]{62})$/;
-const KEPT_RE = /^blobs\/gcs\/(\d{1,20}-[0-9a-f]{16})$/;
 
 const partName = (p: { writer: string; segment: number; offset: number }) =>
   `journal/${p.writer}/${String(p.segment).padStart(6, '0')}/${String(p.offset).padStart(12, '0')}`;
@@ -35,11 +33,13 @@ export class GcsJournalRemote {
     this.location = `gs://${req.bucket.name}/${area}`;
   }
 
-  private async list(prefix: string): Promise<Array<{ name: string; size: number }>> {
+  private async list(prefix: string, startOffset?: string): Promise<Array<{ name: string; size: number }>> {
     const out: Array<{ name: string; size: number }> = [];
     let pageToken: string | undefined;
     do {
-      const page = await this.req.list({ prefix: this.area + prefix, ...(pageToken ? { pageToken } : {}) });
+      const page = await this.req.list({
+        prefix: this.area + prefix, ...(startOffset ? { startOffset: this.area + startOffset } : {}), ...(pageToken ? { pageToken } : {}),
+      });
       for (const o of page.items) out.push({ name: o.name.slice(this.area.length), size: o.size });
       pageToken = page.nextPageToken;
     } while (pageToken);
@@ -59,9 +59,22 @@ export class GcsJournalRemote {
     }
   }
 
-  async listParts(): Promise<Array<{ writer: string; segment: number; offset: number; size: number }>> {
+  /** Writers that have parts here. */
+  async listWriters(): Promise<string[]> {
+    const out: string[] = [];
+    let pageToken: string | undefined;
+    do {
+      const page = await this.req.list({ prefix: this.area + 'journal/', delimiter: '/', ...(pageToken ? { pageToken } : {}) });
+      for (const p of page.prefixes) out.push(p.slice((this.area + 'journal/').length, -1));
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+    return out;
+  }
+
+  /** One writer's parts, in (segment, offset) order; with `from`, that part and the ones after it only. */
+  async listParts(writer: string, from?: { segment: number; offset: number }): Promise<Array<{ writer: string; segment: number; offset: number; size: number }>> {
     const out = [];
-    for (const o of await this.list('journal/')) {
+    for (const o of await this.list(`journal/${writer}/`, from ? partName({ writer, ...from }) : undefined)) {
       const m = PART_RE.exec(o.name);
       if (m) out.push({ writer: m[1] as string, segment: Number(m[2]), offset: Number(m[3]), size: o.size });
     }
@@ -74,17 +87,6 @@ export class GcsJournalRemote {
 
   fetchPart(p: { writer: string; segment: number; offset: number }, dest: string): Promise<void> {
     return this.req.downloadTo(this.area + partName(p), 0n, dest);
-  }
-
-  async listBlobs(): Promise<Set<string>> {
-    const out = new Set<string>();
-    for (const o of await this.list('blobs/')) {
-      const sha = SHA_RE.exec(o.name);
-      const kept = KEPT_RE.exec(o.name);
-      if (sha) out.add((sha[1] as string) + (sha[2] as string));
-      else if (kept) out.add(`gcs-${kept[1] as string}`);
-    }
-    return out;
   }
 
   putBlob(ref: string, file: string, size: number): Promise<boolean> {
