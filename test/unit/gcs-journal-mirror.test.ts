@@ -24,6 +24,9 @@ async function openService(state: string, session: string): Promise<JournalServi
   return JournalService.open({ stateDir: state, backend: view, source: ctx.b.location, session, actor: 'test', role: 'test', log, remote: ctx.b.journalArea });
 }
 
+/** State directories of this test's hosts (each test has its own prefix, so its own dirs). */
+const host = (name: string) => path.join(ctx.tmp, `${ctx.prefix}-${name}`);
+
 async function names(prefix: string): Promise<string[]> {
   const [files] = await ctx.raw.getFiles({ prefix: `${ctx.prefix}/${prefix}` });
   return files.map((f) => f.name.slice(ctx.prefix.length + 1)).sort();
@@ -51,8 +54,8 @@ describe('reserved area in the view', () => {
 
 describe('bucket mirror', () => {
   it('a second state dir imports the first one\'s journal and continues in a segment of its own', async () => {
-    const a = path.join(ctx.tmp, `${ctx.prefix}-a`);
-    const b = path.join(ctx.tmp, `${ctx.prefix}-b`);
+    const a = host('a');
+    const b = host('b');
     const svcA = await openService(a, 'sa');
     const vfsA = svcA.attachDirect();
     await vfsA.mkdir('/d', 0o755);
@@ -83,14 +86,14 @@ describe('bucket mirror', () => {
   });
 
   it('appends to an imported segment only what follows it; a part upload retried finds itself there', async () => {
-    const a = path.join(ctx.tmp, `${ctx.prefix}-a`);
+    const a = host('a');
     const svcA = await openService(a, 'sa');
     const vfsA = svcA.attachDirect();
     await vfsA.mkdir('/one', 0o755);
     await svcA.writer.sync();
     await svcA.mirror?.pump();
     // another host pulls now (segment 1 so far)...
-    const c = path.join(ctx.tmp, `${ctx.prefix}-c`);
+    const c = host('c');
     const layoutC = stateLayout(c);
     fs.mkdirSync(c, { recursive: true });
     const first = await BucketMirror.open({ remote: ctx.b.journalArea, layout: layoutC, log, intervalMs: 1000, retryMs: 100 });
@@ -107,7 +110,7 @@ describe('bucket mirror', () => {
   });
 
   it('a start lists only the parts it has not seen', async () => {
-    const a = path.join(ctx.tmp, `${ctx.prefix}-a`);
+    const a = host('a');
     const svcA = await openService(a, 'sa');
     const vfsA = svcA.attachDirect();
     for (const d of ['/p1', '/p2', '/p3']) {
@@ -129,7 +132,7 @@ describe('bucket mirror', () => {
       putBlob: (r, f, n) => area.putBlob(r, f, n),
       fetchBlob: (r, dest) => area.fetchBlob(r, dest),
     };
-    const layoutC = stateLayout(path.join(ctx.tmp, `${ctx.prefix}-c`));
+    const layoutC = stateLayout(host('c'));
     fs.mkdirSync(layoutC.root, { recursive: true });
     await BucketMirror.open({ remote: counting, layout: layoutC, log, intervalMs: 1000, retryMs: 100 });
     expect(listed).toBeGreaterThanOrEqual(3); // one part per pump
@@ -142,8 +145,8 @@ describe('bucket mirror', () => {
   });
 
   it('two writers at once: records appended to a segment after later ones exist are not imported (no seq is used twice)', async () => {
-    const a = path.join(ctx.tmp, `${ctx.prefix}-a`);
-    const b = path.join(ctx.tmp, `${ctx.prefix}-b`);
+    const a = host('a');
+    const b = host('b');
     const svcA = await openService(a, 'sa');
     const vfsA = svcA.attachDirect();
     await vfsA.mkdir('/a1', 0o755);
@@ -165,7 +168,7 @@ describe('bucket mirror', () => {
 
   it('before-images of clean objects are server-side copies; fetched and checked on another host', async () => {
     await ctx.raw.file(`${ctx.prefix}/f.txt`).save('before\n');
-    const a = path.join(ctx.tmp, `${ctx.prefix}-a`);
+    const a = host('a');
     const svcA = await openService(a, 'sa');
     const vfsA = svcA.attachDirect();
     await vfsA.unlink('/f.txt');
@@ -175,7 +178,7 @@ describe('bucket mirror', () => {
     expect(kept).toHaveLength(1);
     expect(kept[0]).toMatch(/^\.ledgerfs\/blobs\/gcs\/\d+-[0-9a-f]{16}$/);
 
-    const blobs = new BlobStore(path.join(ctx.tmp, `${ctx.prefix}-b`, 'blobs'));
+    const blobs = new BlobStore(path.join(host('b'), 'blobs'));
     blobs.mirror = { committed: () => undefined, fetch: (ref, dest) => ctx.b.journalArea.fetchBlob(ref, dest) };
     const ref = `gcs-${(kept[0] as string).split('/').pop() as string}`;
     await blobs.ensure([ref]);
