@@ -163,11 +163,15 @@ export class BucketMirror {
           gapAt.set(writer, p); // a gap (a part missing): the rest waits for it
           break;
         }
+        // remembered as imported before the file exists, and its length after each part, so the
+        // writer never takes it for its own (a crash in between leaves a length mismatch,
+        // which stops further imports into it, as for a segment gc rewrote)
+        if (!this.state.imported[String(seg)]) this.remember(seg, writer, have);
         await this.appendPart(p, file);
         have += p.size;
+        this.remember(seg, writer, have);
       }
       if (have > before) {
-        this.state.imported[String(seg)] = { writer, bytes: have };
         result.segments++;
         result.bytes += have - before;
       }
@@ -177,6 +181,11 @@ export class BucketMirror {
     for (const [w, p] of gapAt) this.state.seen[w] = { segment: p.segment, offset: 0 };
     this.rememberUploads();
     return result;
+  }
+
+  private remember(seg: number, writer: string, bytes: number): void {
+    this.state.imported[String(seg)] = { writer, bytes };
+    writeState(this.stateFile, this.state);
   }
 
   private async appendPart(part: RemotePart, file: string): Promise<void> {
@@ -246,7 +255,10 @@ export class BucketMirror {
     this.timer = setTimeout(() => {
       this.timer = null;
       void this.pump().then(
-        () => (this.retryMs = this.o.retryMs),
+        () => {
+          this.retryMs = this.o.retryMs;
+          if (this.backlog > 0) this.schedule(this.o.intervalMs);
+        },
         (err: unknown) => {
           this.o.log.warn({ err: (err as Error).message, backlog: this.backlog, retryMs: this.retryMs }, 'journal mirror: upload to the bucket failed; will retry (the spool keeps everything)');
           const wait = this.retryMs;
@@ -299,11 +311,18 @@ export class BucketMirror {
       }
       if (want > from) {
         const data = await readRange(file, from, want - from);
-        await this.o.remote.putPart({ writer: this.state.writer, segment: seg, offset: from }, data);
+        const at = { writer: this.state.writer, segment: seg, offset: from };
         this.state.seen[this.state.writer] = { segment: seg, offset: from };
-        this.stats.parts++;
-        this.stats.partBytes += data.length;
-        this.uploaded.set(seg, from + data.length);
+        if (await this.o.remote.putPart(at, data)) {
+          this.stats.parts++;
+          this.stats.partBytes += data.length;
+          this.uploaded.set(seg, from + data.length);
+        } else {
+          // an attempt this spool forgot (a crash before mirror.json was written): its length counts
+          const there = (await this.o.remote.listParts(at.writer, at)).find((p) => p.segment === seg && p.offset === from);
+          this.uploaded.set(seg, from + (there?.size ?? 0));
+          continue; // the rest goes up in the next part
+        }
       }
       if ((this.uploaded.get(seg) ?? 0) >= (this.wanted.get(seg) ?? 0)) this.wanted.delete(seg);
     }

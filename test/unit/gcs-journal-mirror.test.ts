@@ -144,6 +144,25 @@ describe('bucket mirror', () => {
     expect(fs.readFileSync(path.join(layoutC.journalDir, '000001.log'))).toEqual(fs.readFileSync(path.join(stateLayout(a).journalDir, '000001.log')));
   });
 
+  it('a part this spool forgot it uploaded (crash before mirror.json) counts with its real length', async () => {
+    const a = host('a');
+    const svcA = await openService(a, 'sa');
+    const vfsA = svcA.attachDirect();
+    await svcA.mirror?.pump();
+    const seg1 = path.join(stateLayout(a).journalDir, '000001.log');
+    const from = fs.statSync(seg1).size;
+    await vfsA.mkdir('/late', 0o755);
+    await svcA.writer.sync();
+    // the first 10 bytes of what comes next are up already, under the name the mirror will use
+    const head = fs.readFileSync(seg1).subarray(from, from + 10);
+    expect(await ctx.b.journalArea.putPart({ writer: svcA.mirror?.writer as string, segment: 1, offset: from }, head)).toBe(true);
+    await svcA.close();
+    const layoutC = stateLayout(host('c'));
+    fs.mkdirSync(layoutC.root, { recursive: true });
+    await BucketMirror.open({ remote: ctx.b.journalArea, layout: layoutC, log, intervalMs: 1000, retryMs: 100 });
+    expect(fs.readFileSync(path.join(layoutC.journalDir, '000001.log'))).toEqual(fs.readFileSync(seg1));
+  });
+
   it('two writers at once: records appended to a segment after later ones exist are not imported (no seq is used twice)', async () => {
     const a = host('a');
     const b = host('b');
