@@ -1,9 +1,11 @@
 import fs from 'node:fs';
 import { VfsError } from '../vfs/errors.js';
 import { checkPath, isWithin, parentOf, rebase } from '../vfs/paths.js';
+import { DEFAULTS } from '../config/defaults.js';
 import { GcsRequests, makeStorage } from './gcs/client.js';
 import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
 import { GcsFile, type GcsFileHost } from './gcs/file.js';
+import { GcsJournalRemote } from './gcs/journal-remote.js';
 import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo } from './gcs/metadata.js';
 import { ObjectNames, isPosixName } from './gcs/names.js';
 import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
@@ -81,6 +83,8 @@ export class GcsBackend implements Backend, GcsFileHost {
   recoveredRenames: RenameRecovery[] = [];
   readonly intents: RenameIntents;
   private readonly instance = registerInstance();
+  /** the reserved area below the prefix (hidden from the view by layers/reserved.ts) */
+  readonly journalArea: GcsJournalRemote;
   private readonly openFiles = new Map<string, Set<GcsFile>>();
 
   constructor(
@@ -91,6 +95,7 @@ export class GcsBackend implements Backend, GcsFileHost {
     this.location = `gs://${opts.bucket}/${opts.prefix}`;
     this.stagingDir = opts.stagingDir;
     this.conflictsDir = opts.conflictsDir;
+    this.journalArea = new GcsJournalRemote(req, this.names.prefix + DEFAULTS.gcs.reservedName + '/');
     this.attrDefaults = { fileMode: opts.fileMode, dirMode: opts.dirMode, uid: opts.uid, gid: opts.gid, implicitTimeNs: nowNs() };
     this.intents = new RenameIntents({
       req, prefix: opts.prefix, instance: this.instance, concurrency: opts.renameConcurrency,
@@ -317,6 +322,22 @@ export class GcsBackend implements Backend, GcsFileHost {
     } catch (err) {
       if (isNotFound(err)) throw new VfsError('ESTALE', `${path} changed in the bucket while being copied out`);
       throw toVfsError(err, `copy out ${path}`);
+    }
+  }
+
+  /**
+   * A before-image by server-side copy of the object's live generation, when that generation is
+   * the file's content: no handle here holds local bytes for it, and the size is the one the
+   * journal expects. Otherwise null, and the journal reads the bytes (copyOut).
+   */
+  async keepCopy(path: string, size: number): Promise<string | null> {
+    if (this.filesAt(path).some((f) => f.hasLocalState)) return null;
+    try {
+      const obj = await this.req.head(this.names.key(path));
+      if (!obj || typeOfObject(obj) !== 'file' || obj.size !== size) return null;
+      return (await this.journalArea.keepObject(obj.name, obj.generation)) ?? null;
+    } catch (err) {
+      throw toVfsError(err, `keep a copy of ${path}`);
     }
   }
 

@@ -168,6 +168,15 @@ export interface Backend {
    */
   copyOut?(path: string, hostFile: string): Promise<void>;
 
+  /**
+   * Keep the current content of a file (exactly `size` bytes) as a before-image inside the
+   * store itself, without its bytes passing through this host (GCS: a server-side copy into the
+   * journal's reserved area); returns the journal's reference to it, or null when the store
+   * cannot do that for this file now (e.g. it holds local changes the store has not got), and the
+   * journal reads the bytes instead. Optional.
+   */
+  keepCopy?(path: string, size: number): Promise<string | null>;
+
   /** Release resources (file descriptors, connections). */
   close(): Promise<void>;
 }

@@ -3,8 +3,9 @@ import { describeConflict, formatTime, statusNotes, summarize, undoneByMap } fro
 import { buildHistory, type Operation } from '../journal/history.js';
 import { readJournal } from '../journal/reader.js';
 import { isWithin } from '../vfs/paths.js';
+import { createLogger } from '../log.js';
 import { CliError } from './errors.js';
-import { addStateFlags, parseWhen, pathArg, printJson, STATE_HELP, stateDirOf, syncLiveDaemon, type StateFlags } from './journal-flags.js';
+import { addStateFlags, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 
 interface LogOptions extends StateFlags {
   since?: string;
@@ -57,7 +58,7 @@ Examples:
 ${STATE_HELP}`,
     )
     .action(async (o: LogOptions) => {
-      const stateDir = stateDirOf(o);
+      const stateDir = await journalStateDir(o, createLogger('warn'));
       await syncLiveDaemon(stateDir);
       const h = buildHistory(readJournal(stateDir).records);
       const since = o.since !== undefined ? parseWhen(o.since) : undefined;

@@ -5,8 +5,9 @@ import { describeState } from '../journal/node-state.js';
 import { readJournal } from '../journal/reader.js';
 import type { State } from '../journal/record.js';
 import { describeUndo } from '../journal/rollback.js';
+import { createLogger } from '../log.js';
 import { CliError } from './errors.js';
-import { addStateFlags, printJson, STATE_HELP, stateDirOf, syncLiveDaemon, type StateFlags } from './journal-flags.js';
+import { addStateFlags, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 import { operationJson } from './log-command.js';
 
 const shellQuote = (s: string) => (/^[\w./@%+=:,-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
@@ -27,7 +28,7 @@ export function registerShowCommand(program: Command): void {
     .action(async (seqArg: string, o: StateFlags & { json: boolean }) => {
       const seq = Number(seqArg.replace(/^#/, ''));
       if (!Number.isInteger(seq) || seq <= 0) throw new CliError(`not a seq: ${JSON.stringify(seqArg)}`);
-      const stateDir = stateDirOf(o);
+      const stateDir = await journalStateDir(o, createLogger('warn'));
       await syncLiveDaemon(stateDir);
       const h = buildHistory(readJournal(stateDir).records);
       const op = h.bySeq.get(seq);

@@ -6,6 +6,9 @@ import path from 'node:path';
  * The one place defaults live. Everything else imports from here; CLI help texts print these
  * values so the documentation cannot drift from the behaviour.
  */
+/** The GCS workspace's reserved area (journal mirror, rename intents), below its prefix. */
+const GCS_RESERVED = '.ledgerfs';
+
 export const DEFAULTS = {
   /** Kernel attribute/entry cache lifetimes, seconds. Every mutation passes through us, so the
    * kernel's cache is only stale for changes made beside the mount (in the source directory). */
@@ -86,6 +89,14 @@ export const DEFAULTS = {
     /** actor label of a mount's records, and of a rollback's */
     mountActor: 'mount',
     rollbackActor: 'rollback',
+    /** GCS: what the spool sends to the bucket is gathered this long, then uploaded as one part
+     * (the local spool stays the durability point; this only bounds how stale the bucket is) */
+    mirrorIntervalMs: 1000,
+    /** GCS: at unmount, how long to wait for the bucket to take the rest of the spool (below
+     * run.daemonExitExtraSec, so the daemon says what it left before `run` signals it again) */
+    mirrorDrainTimeoutMs: 8_000,
+    /** GCS: after a failed upload the mirror tries again after this (doubling up to 30 s) */
+    mirrorRetryMs: 1000,
   },
   /** GCS backend (src/backend/gcs.ts); every value can be overridden in the policy's `backend`. */
   gcs: {
@@ -110,9 +121,12 @@ export const DEFAULTS = {
     dirMode: 0o755,
     /** objects copied at once by a directory rename */
     renameConcurrency: 8,
+    /** name, below the workspace prefix, of the reserved area holding the journal's mirror
+     * (journal/<writer>/..., blobs/..) and rename intents: the view never shows it, and refuses to make it */
+    reservedName: GCS_RESERVED,
     /** where a directory rename's intent object lives while it runs, below the workspace prefix
-     * (src/backend/gcs/rename-intent.ts); inside the reserved `.ledgerfs/` prefix the view never shows */
-    renameIntentsPrefix: '.ledgerfs/intents/',
+     * (src/backend/gcs/rename-intent.ts), inside the reserved area */
+    renameIntentsPrefix: `${GCS_RESERVED}/intents/`,
     /** an intent written by another host is taken as abandoned (and finished by whoever opens
      * the workspace next) when it is older than this; on this host a dead pid decides */
     renameIntentLeaseSec: 900,

@@ -7,6 +7,7 @@ import { LocalBackend } from '../backend/local.js';
 import { stateLayout } from '../journal/layout.js';
 import { resolveStateDir } from '../journal/state-dir.js';
 import type { Backend } from '../backend/types.js';
+import type { JournalRemote } from '../journal/remote.js';
 import type { Logger } from '../log.js';
 import { CompiledPolicy } from '../policy/compile.js';
 import { DenialLog } from '../policy/denials.js';
@@ -67,6 +68,8 @@ export interface OpenedWorkspace extends Workspace {
   store: Backend;
   /** mutation stages in pipeline order (policy first); the journal appends its stage after */
   stages: MutationStage[];
+  /** GCS (with a journal): the bucket's reserved area the journal is mirrored to */
+  journalRemote?: JournalRemote;
   /** the loaded mount file (with --policy) */
   config?: MountConfig;
   policy?: PolicyRuntime;
@@ -104,7 +107,7 @@ export interface OpenWorkspaceOptions extends WorkspaceFlags {
 }
 
 /** The real backend a mount file names. */
-async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string; conflicts?: ConflictFeed }> {
+async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string; conflicts?: ConflictFeed; journalRemote?: JournalRemote }> {
   if (b.type === 'gcs') {
     // Writes stage, and refused local versions are kept, in the workspace's state directory.
     let layout;
@@ -118,7 +121,7 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
     try {
       const ttl = flags.metadataTtlSec;
       const conflicts = new ConflictFeed();
-      const { store, gcs } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
+      const { store, gcs, journalRemote } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
         stagingDir: layout.stagingDir,
         conflictsDir: layout.conflictsDir,
         onConflict: (c) => {
@@ -133,7 +136,7 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
         }
         log?.warn({ from: r.from, to: r.to, objects: r.objects, leftInPlace: r.leftInPlace.length ? r.leftInPlace : undefined }, `gcs: a directory rename a crash had cut short was ${r.outcome === 'completed' ? 'finished' : 'undone'}`);
       }
-      return { store, conflicts };
+      return flags.noJournal ? { store, conflicts } : { store, conflicts, journalRemote };
     } catch (err) {
       throw new WorkspaceError(`${label}: backend: ${(err as Error).message}`);
     }
@@ -159,8 +162,8 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
   }
   const gcs = gcsSource(opts.source);
   if (gcs && opts.policy === undefined) {
-    const { store, conflicts } = await openStore(gcs, '--source', opts, opts.log);
-    return { backend: store, store, stages: [], demo: false, ...(conflicts ? { conflicts } : {}), ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
+    const { store, conflicts, journalRemote } = await openStore(gcs, '--source', opts, opts.log);
+    return { backend: store, store, stages: [], demo: false, ...(conflicts ? { conflicts } : {}), ...(journalRemote ? { journalRemote } : {}), ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   if (opts.policy === undefined) {
     const ws = openLocalWorkspace(opts);
@@ -174,7 +177,7 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     throw err;
   }
   const label = opts.policy;
-  const { store, sourceDir, conflicts } = await openStore(config.backend, label, opts, opts.log);
+  const { store, sourceDir, conflicts, journalRemote } = await openStore(config.backend, label, opts, opts.log);
   const state = opts.state !== undefined ? path.resolve(opts.state) : config.state;
   // The journal's directory inside the served tree must never be visible nor writable.
   const reserved: string[] = [];
@@ -219,6 +222,7 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     backend: view, store, stages: [stage], config, policy: { compiled, usage, denials, view, stage }, demo: false,
   };
   if (sourceDir !== undefined) ws.sourceDir = sourceDir;
+  if (journalRemote !== undefined) ws.journalRemote = journalRemote;
   if (state !== undefined) ws.state = state;
   if (config.session !== undefined) ws.session = config.session;
   if (conflicts) ws.conflicts = conflicts;

@@ -97,9 +97,10 @@ export class GcsRequests {
    * errors) rather than bucket.getFiles(), which builds a File object per item: for a page of
    * 1,000 that costs several times the request itself.
    */
-  async list(q: { prefix: string; delimiter?: string; includeTrailingDelimiter?: boolean; maxResults?: number; pageToken?: string }): Promise<ListPage> {
+  async list(q: { prefix: string; delimiter?: string; includeTrailingDelimiter?: boolean; maxResults?: number; pageToken?: string; startOffset?: string }): Promise<ListPage> {
     const qs = {
       prefix: q.prefix,
+      ...(q.startOffset ? { startOffset: q.startOffset } : {}),
       ...(q.delimiter ? { delimiter: q.delimiter } : {}),
       ...(q.includeTrailingDelimiter ? { includeTrailingDelimiter: true } : {}),
       ...(q.maxResults ? { maxResults: q.maxResults } : {}),
