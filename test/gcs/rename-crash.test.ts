@@ -83,7 +83,7 @@ describe('gcs: a daemon killed during a directory rename', () => {
     expect(await names('dir/')).toEqual([]);
     const moved = await names('moved/');
     expect(moved.sort()).toEqual(allAt('moved'));
-    expect(await names('.ledgerfs/')).toEqual([]);
+    expect(await names(DEFAULTS.gcs.renameIntentsPrefix)).toEqual([]);
     expect(sh('find moved -type f | wc -l', b.mnt).trim()).toBe(String(N));
     expect(sh('cat moved/sub/f3', b.mnt)).toBe('same');
 
@@ -106,7 +106,7 @@ describe('gcs: a daemon killed during a directory rename', () => {
     const b = await mount();
     expect(await names('moved/')).toEqual([]);
     expect((await names('dir/')).sort()).toEqual(allAt('dir'));
-    expect(await names('.ledgerfs/')).toEqual([]);
+    expect(await names(DEFAULTS.gcs.renameIntentsPrefix)).toEqual([]);
     expect(sh(`cat ${uncopied}`, b.mnt)).toBe('changed by another host');
     expect(sh('find dir -type f | wc -l', b.mnt).trim()).toBe(String(N));
     expect(journal().filter((e) => e.op === 'rename')).toEqual([expect.objectContaining({ paths: ['/dir', '/moved'], status: 'failed', recovered: true })]);
@@ -120,7 +120,7 @@ describe('gcs: a daemon killed during a directory rename', () => {
     expect(r.status, r.stderr + r.stdout).toBe(0);
     expect(await names('moved/')).toEqual([]);
     expect((await names('dir/')).sort()).toEqual(allAt('dir'));
-    expect(await names('.ledgerfs/')).toEqual([]);
+    expect(await names(DEFAULTS.gcs.renameIntentsPrefix)).toEqual([]);
     const after = journal().filter((e) => e.op === 'rename').reverse(); // the log is newest first
     expect(after).toEqual([
       expect.objectContaining({ paths: ['/dir', '/moved'], status: 'done', recovered: true }),
