@@ -13,6 +13,16 @@
       "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
                  "<!@(pkg-config --cflags fuse3)"],
       "libraries": ["<!@(pkg-config --libs fuse3)"]
+    },
+    {
+      "target_name": "ledgerfs_beneath",
+      "sources": ["ledgerfs_beneath.c"],
+      "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+    },
+    {
+      "target_name": "ledgerfs_fdops",
+      "sources": ["ledgerfs_fdops.c"],
+      "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
     }
   ]
 }

@@ -14,6 +14,7 @@
 #define FUSE_USE_VERSION 312
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <fuse.h>
 #include <node_api.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@ enum op {
   OP_TRUNCATE, OP_FTRUNCATE, OP_MKDIR, OP_RMDIR, OP_UNLINK, OP_RENAME,
   OP_SYMLINK, OP_LINK, OP_CHMOD, OP_CHOWN, OP_UTIMENS,
   OP_GETXATTR, OP_SETXATTR, OP_LISTXATTR, OP_REMOVEXATTR,
+  OP_FALLOCATE, OP_COPY_FILE_RANGE, OP_LSEEK,
   OP_COUNT
 };
 /* the handler gets this op when the session loop has ended (unmounted) */
@@ -299,6 +301,29 @@ static int lf_listxattr(const char *path, char *list, size_t size) {
 static int lf_removexattr(const char *path, const char *name) {
   REQ(OP_REMOVEXATTR); r.path = path; r.path2 = name; return submit(&r);
 }
+/* a: fh, b: offset, c: length, d: mode */
+static int lf_fallocate(const char *path, int mode, off_t off, off_t len, struct fuse_file_info *fi) {
+  if (!fi) return -EBADF;
+  REQ(OP_FALLOCATE); r.path = path; r.a = (double)fi->fh; r.b = (double)off; r.c = (double)len; r.d = mode;
+  return submit(&r);
+}
+/* a/b: source fh and offset, c/d: destination fh and offset, size: length (JS gets it as
+ * `extra`). The kernel refuses flags itself (copy_file_range(2) has none yet). */
+static ssize_t lf_copy_file_range(const char *path_in, struct fuse_file_info *fi_in, off_t off_in, const char *path_out,
+                                  struct fuse_file_info *fi_out, off_t off_out, size_t len, int flags) {
+  if (flags) return -EINVAL;
+  if (!fi_in || !fi_out) return -EBADF;
+  REQ(OP_COPY_FILE_RANGE); r.path = path_out; r.path2 = path_in;
+  r.a = (double)fi_in->fh; r.b = (double)off_in; r.c = (double)fi_out->fh; r.d = (double)off_out; r.size = len;
+  return submit(&r);
+}
+/* a: fh, b: offset, c: whence; the answer (an offset, maybe past 2^31) comes back in d */
+static off_t lf_lseek(const char *path, off_t off, int whence, struct fuse_file_info *fi) {
+  if (!fi) return -EBADF;
+  REQ(OP_LSEEK); r.path = path; r.a = (double)fi->fh; r.b = (double)off; r.c = whence;
+  int rc = submit(&r);
+  return rc < 0 ? rc : (off_t)r.d;
+}
 
 static void *lf_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
   struct mnt *m = fuse_get_context()->private_data;
@@ -325,6 +350,8 @@ static void *lf_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
   return m;
 }
 
+/* No getlk/setlk/flock on purpose: libfuse then leaves POSIX and flock locks to the kernel,
+ * local to this mount (README, "Semantics and limits"). */
 static struct fuse_operations lf_ops = {
   .getattr = lf_getattr, .readlink = lf_readlink, .mkdir = lf_mkdir, .unlink = lf_unlink,
   .rmdir = lf_rmdir, .symlink = lf_symlink, .rename = lf_rename, .link = lf_link,
@@ -333,6 +360,7 @@ static struct fuse_operations lf_ops = {
   .release = lf_release, .fsync = lf_fsync, .readdir = lf_readdir, .init = lf_init,
   .opendir = lf_opendir, .releasedir = lf_releasedir,
   .access = lf_access, .create = lf_create, .utimens = lf_utimens,
+  .fallocate = lf_fallocate, .copy_file_range = lf_copy_file_range, .lseek = lf_lseek,
 };
 
 static void *loop_thread(void *arg) {
@@ -472,7 +500,8 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
     napi_get_boolean(env, false, &result);
     return result;
   }
-  int rc = (int)code;
+  /* an LSEEK offset may pass INT_MAX: its reply reads `code` itself */
+  int rc = code > INT_MAX ? INT_MAX : (int)code;
   if (rc >= 0) {
     switch (r->op) {
       case OP_GETATTR: case OP_FGETATTR: fill_stat(r->st); rc = 0; break;
@@ -488,6 +517,8 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
       case OP_GETXATTR: rc = argc > 2 ? reply_bytes(env, r, argv[2]) : -EIO; break;
       case OP_LISTXATTR: rc = argc > 2 ? reply_names(env, r, argv[2]) : -EIO; break;
       case OP_READ: case OP_WRITE: if ((size_t)rc > r->size) rc = -EIO; break;
+      case OP_COPY_FILE_RANGE: if ((size_t)rc > r->size) rc = -EIO; break;
+      case OP_LSEEK: r->d = code; rc = 0; break;
       default: rc = 0;
     }
   }
@@ -532,6 +563,8 @@ static void dispatch(napi_env env, struct req *r, napi_value fn, napi_value recv
     napi_create_buffer_copy(env, r->size, r->buf, &copy, &argv[11]);
   } else if (r->op == OP_READDIR) {
     napi_get_boolean(env, r->plus, &argv[11]);
+  } else if (r->op == OP_COPY_FILE_RANGE) {
+    napi_create_double(env, (double)r->size, &argv[11]);
   }
   napi_value ret;
   napi_status s = napi_call_function(env, recv, fn, 12, argv, &ret);

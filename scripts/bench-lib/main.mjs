@@ -49,8 +49,8 @@ function usage() {
 
 Measures the same workloads on the plain source directory (the limit), bindfs (a C FUSE peer on
 libfuse2), libfuse3's passthrough example (C, compiled here from libfuse3-dev's sources), ledgerfs
-(fuse-native binding) and ledgerfs-native (--binding native), in one run on this machine; prints
-medians and ratios.
+(its default binding: native-ll on a local workspace) and ledgerfs-fuse-native (the libfuse2
+fallback, --binding fuse-native), in one run on this machine; prints medians and ratios.
 
 Ratios are SUBJECT/PEER (subject: ledgerfs) and always "bigger is better": > 1 means ledgerfs is
 faster; for times (unit s) the ratio is peer_time / ledgerfs_time.
@@ -72,7 +72,7 @@ Options:
                         seen is recorded per round (column 'bg' = worst of the row)
   --only LIST           run only these workloads
   --skip LIST           run all but these workloads
-  --peers LIST          columns to measure, in order (default: plain,bindfs,libfuse3,ledgerfs,ledgerfs-native)
+  --peers LIST          columns to measure, in order (default: plain,bindfs,libfuse3,ledgerfs,ledgerfs-fuse-native)
   --subject NAME        the column the ratios are about (default: ledgerfs)
   --ledgerfs-args "…"   extra flags for 'ledgerfs mount' (e.g. "--attr-timeout 10")
   --bindfs-args "…"     extra flags for bindfs (e.g. "-o big_writes" or "--multithreaded")
@@ -82,7 +82,8 @@ Options:
                         {state} is a fresh directory in the work dir (for ledgerfs --state);
                         repeatable; the name is then usable in --peers
   Built-in but not in the default --peers: ledgerfs-nojournal (mount --no-journal),
-  ledgerfs-native-ll (--binding native-ll), libfuse3-ll (libfuse3's passthrough_ll example).
+  ledgerfs-native (--binding native, the libfuse3 high-level addon), ledgerfs-native-ll
+  (--binding native-ll, named explicitly), libfuse3-ll (libfuse3's passthrough_ll example).
   --dir DIR             where to make the work directory (default ${os.tmpdir()}); it needs free
                         space for about 2 x --size + --rand-size
   --keep                keep the work directory (trees, daemon logs) at the end
@@ -483,7 +484,7 @@ export async function main(argv) {
   try {
     cfg = config(v);
     const all = makeTargets({ repo: REPO, ledgerfsArgs: v['ledgerfs-args'], bindfsArgs: v['bindfs-args'], addPeers: v['add-peer'] });
-    const want = list(v.peers) ?? ['plain', 'bindfs', 'libfuse3', 'ledgerfs', 'ledgerfs-native'];
+    const want = list(v.peers) ?? ['plain', 'bindfs', 'libfuse3', 'ledgerfs', 'ledgerfs-fuse-native'];
     targets = want.map((n) => all.find((t) => t.name === n) ?? (() => { throw new BenchError(`unknown peer ${n} (known: ${all.map((t) => t.name).join(', ')})`); })());
     if (new Set(want).size !== want.length) throw new BenchError('--peers lists a column twice');
     const only = list(v.only);

@@ -282,8 +282,10 @@ export function makeTargets(opts) {
       'passthrough_ll -f -o source=SRC (C, libfuse3 low-level example, compiled here; cache=normal)',
       (bin, src, mnt) => [bin, '-f', '-o', `source=${src}`, mnt]),
     ledgerfsTarget('ledgerfs', '', opts, repo),
+    // the libfuse2 fallback: issue 7's bar is that the default binding is never slower
+    ledgerfsTarget('ledgerfs-fuse-native', '--binding fuse-native', opts, repo),
+    // not in the default --peers: the high-level addon, and the default binding named explicitly
     ledgerfsTarget('ledgerfs-native', '--binding native', opts, repo),
-    // not in the default --peers: the low-level binding (native/ledgerfs_fuse3_ll.c)
     ledgerfsTarget('ledgerfs-native-ll', '--binding native-ll', opts, repo),
     // Not in the default --peers: the journal's cost is ledgerfs/ledgerfs-nojournal with
     // --peers ledgerfs-nojournal,ledgerfs (or add it to the default list).

@@ -5,6 +5,8 @@ import { createGcsBackend, type GcsBackend, type GcsConflict } from './gcs.js';
 import { ContentCache } from './layers/content-cache.js';
 import { MetadataCacheLayer } from './layers/metadata-cache.js';
 import { ReadCacheLayer } from './layers/read-cache.js';
+import { ReservedNameLayer } from './layers/reserved.js';
+import type { GcsJournalRemote } from './gcs/journal-remote.js';
 import type { Backend } from './types.js';
 
 export interface GcsStack {
@@ -12,6 +14,8 @@ export interface GcsStack {
   store: Backend;
   gcs: GcsBackend;
   metadata: MetadataCacheLayer;
+  /** the reserved area of the workspace in the bucket, where the journal is mirrored */
+  journalRemote: GcsJournalRemote;
 }
 
 export interface GcsStackOptions {
@@ -25,7 +29,8 @@ export interface GcsStackOptions {
 
 /**
  * The GCS backend with its cache layers, as a mount uses it: stat/listing cache outermost
- * (every mutation passes through it), then read-ahead and the content cache, then the bucket.
+ * (every mutation passes through it), then read-ahead and the content cache, then the layer
+ * that keeps the journal's reserved area out of the view, then the bucket.
  */
 export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Promise<GcsStack> {
   const c = { ...DEFAULTS.gcsCache, ...b.cache };
@@ -43,13 +48,22 @@ export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Pro
     },
   });
   const content = c.contentBytes > 0 ? new ContentCache({ dir: c.contentDir, maxBytes: c.contentBytes, maxObjectBytes: c.contentMaxObjectBytes }) : undefined;
-  const read = new ReadCacheLayer(gcs, {
+  const visible = new ReservedNameLayer(gcs, DEFAULTS.gcs.reservedName);
+  const read = new ReadCacheLayer(visible, {
     readAheadMinBytes: c.readAheadMinBytes,
     readAheadMaxBytes: c.readAheadMaxBytes,
     ...(content ? { content } : {}),
   });
   const metadata = new MetadataCacheLayer(read, { ttlMs: c.metadataTtlSec * 1000, maxEntries: c.metadataMaxEntries, maxListings: c.metadataMaxListings });
-  return { store: metadata, gcs, metadata };
+  return { store: metadata, gcs, metadata, journalRemote: gcs.journalArea };
+}
+
+/**
+ * The reserved area of a GCS workspace alone (the journal commands on a host that does not mount
+ * it): the bucket is checked as a mount checks it, so a missing bucket or credentials say so.
+ */
+export async function openGcsJournalRemote(b: GcsBackendConfig, stagingDir: string): Promise<GcsJournalRemote> {
+  return (await createGcsBackend({ ...b, stagingDir })).journalArea;
 }
 
 /** A note next to a conflicting local version saying what it is (the version is kept by the backend). */

@@ -1,16 +1,20 @@
 import fs from 'node:fs';
 import { VfsError } from '../vfs/errors.js';
 import { checkPath, isWithin, parentOf, rebase } from '../vfs/paths.js';
+import { DEFAULTS } from '../config/defaults.js';
 import { GcsRequests, makeStorage, type ListPage } from './gcs/client.js';
 import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
 import { GcsFile, type GcsFileHost } from './gcs/file.js';
+import { GcsJournalRemote } from './gcs/journal-remote.js';
 import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo } from './gcs/metadata.js';
 import { ObjectNames, isPosixName } from './gcs/names.js';
 import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
+import { RenameIntents, inBatches, registerInstance, sameMetadata, unregisterInstance, type RenameIntent, type RenameRecovery } from './gcs/rename-intent.js';
 import { withRetries } from './gcs/retry.js';
 import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec, TreePage } from './types.js';
 
 export type { GcsBackendOptions, GcsConflict } from './gcs/options.js';
+export type { RenameRecovery } from './gcs/rename-intent.js';
 
 /** Thrown by createGcsBackend when the bucket cannot be used; the message says why and what to do. */
 export class GcsSetupError extends Error {}
@@ -33,7 +37,15 @@ export async function createGcsBackend(options: GcsBackendOptions): Promise<GcsB
   } catch (err) {
     throw new GcsSetupError(`staging directory ${o.stagingDir} cannot be created: ${(err as Error).message}`);
   }
-  return new GcsBackend(req, o);
+  const backend = new GcsBackend(req, o);
+  try {
+    // Directory renames a crash cut short are finished (or undone) before anything looks at the tree.
+    backend.recoveredRenames = await backend.intents.recoverAbandoned();
+  } catch (err) {
+    await backend.close();
+    throw new GcsSetupError(`an interrupted directory rename could not be finished: ${(err as Error).message}`);
+  }
+  return backend;
 }
 
 function retryPolicy(o: ResolvedGcsOptions) {
@@ -67,6 +79,12 @@ export class GcsBackend implements Backend, GcsFileHost {
   readonly attrDefaults: AttrDefaults;
   readonly stagingDir: string;
   readonly conflictsDir: string;
+  /** directory renames a crash had cut short, finished or undone when this backend opened */
+  recoveredRenames: RenameRecovery[] = [];
+  readonly intents: RenameIntents;
+  private readonly instance = registerInstance();
+  /** the reserved area below the prefix (hidden from the view by layers/reserved.ts) */
+  readonly journalArea: GcsJournalRemote;
   private readonly openFiles = new Map<string, Set<GcsFile>>();
 
   constructor(
@@ -77,7 +95,12 @@ export class GcsBackend implements Backend, GcsFileHost {
     this.location = `gs://${opts.bucket}/${opts.prefix}`;
     this.stagingDir = opts.stagingDir;
     this.conflictsDir = opts.conflictsDir;
+    this.journalArea = new GcsJournalRemote(req, this.names.prefix + DEFAULTS.gcs.reservedName + '/');
     this.attrDefaults = { fileMode: opts.fileMode, dirMode: opts.dirMode, uid: opts.uid, gid: opts.gid, implicitTimeNs: nowNs() };
+    this.intents = new RenameIntents({
+      req, prefix: opts.prefix, instance: this.instance, concurrency: opts.renameConcurrency,
+      keepDirOf: (key) => this.keepDir(parentOf(this.names.pathOf(key))),
+    });
   }
 
   /** Requests retried so far (for tests and metrics). */
@@ -368,6 +391,22 @@ export class GcsBackend implements Backend, GcsFileHost {
     }
   }
 
+  /**
+   * A before-image by server-side copy of the object's live generation, when that generation is
+   * the file's content: no handle here holds local bytes for it, and the size is the one the
+   * journal expects. Otherwise null, and the journal reads the bytes (copyOut).
+   */
+  async keepCopy(path: string, size: number): Promise<string | null> {
+    if (this.filesAt(path).some((f) => f.hasLocalState)) return null;
+    try {
+      const obj = await this.req.head(this.names.key(path));
+      if (!obj || typeOfObject(obj) !== 'file' || obj.size !== size) return null;
+      return (await this.journalArea.keepObject(obj.name, obj.generation)) ?? null;
+    } catch (err) {
+      throw toVfsError(err, `keep a copy of ${path}`);
+    }
+  }
+
   async statfs(): Promise<FsStats> {
     // A bucket has no capacity to report; large round numbers keep df and installers content.
     // Quotas are the policy layer's business.
@@ -569,12 +608,39 @@ export class GcsBackend implements Backend, GcsFileHost {
     } catch (err) {
       throw toVfsError(err, `list ${from}`);
     }
-    const copies = new Map<string, ObjectInfo>();
-    await this.inBatches(objects, async (o) => {
-      const dstKey = toKey + o.name.slice(fromKey.length);
-      const pre = dstKey === toKey && existing?.placeholder ? existing.placeholder.generation : 0n;
-      copies.set(o.name, await this.copyObject(o, dstKey, pre, to));
+    const replaced = existing?.placeholder && objects.some((o) => o.name === fromKey) ? existing.placeholder : undefined;
+    // Journaled in the bucket before the first copy: a crash from here on is finished or undone
+    // by the next open of the workspace (gcs/rename-intent.ts).
+    const intent = await this.intents.begin(from, to, fromKey, toKey, objects, replaced).catch((err) => {
+      throw toVfsError(err, `rename ${from}: write its intent`);
     });
+    const stopRenewing = this.intents.keepAlive(intent);
+    try {
+      await this.moveObjects(from, to, objects, intent);
+    } finally {
+      stopRenewing();
+    }
+  }
+
+  /** The copies, then the deletes, of a directory rename whose intent is written. */
+  private async moveObjects(from: string, to: string, objects: ObjectInfo[], intent: RenameIntent): Promise<void> {
+    const { fromKey, toKey } = intent;
+    const replacedGen = intent.replaced ? BigInt(intent.replaced.generation) : 0n;
+    const copies = new Map<string, ObjectInfo>();
+    try {
+      await this.inBatches(objects, async (o) => {
+        const dstKey = toKey + o.name.slice(fromKey.length);
+        const pre = dstKey === toKey ? replacedGen : 0n;
+        copies.set(o.name, await this.copyObject(o, dstKey, pre, to));
+        await this.opts.renameHook?.('copied', copies.size);
+      });
+    } catch (err) {
+      // A copy failed (a source changed meanwhile, or GCS is unreachable): undo the copies made
+      // so the tree stays wholly at the source. If even that fails, the intent stays for the
+      // next open of the workspace to settle.
+      await this.intents.recover(intent, 'undo').catch(() => undefined);
+      throw err;
+    }
     const stale: string[] = [];
     await this.inBatches(objects, async (o) => {
       try {
@@ -591,6 +657,7 @@ export class GcsBackend implements Backend, GcsFileHost {
       if (info) of.retarget(newPath, this.names.key(newPath), info);
       this.track(of);
     }
+    await this.intents.end(intent).catch(() => undefined); // a leftover is settled, harmlessly, at the next open
     if (stale.length) {
       throw new VfsError('ESTALE', `rename ${from} -> ${to}: copied, but ${stale.length} source object(s) changed meanwhile and were left in place: ${stale.slice(0, 5).join(', ')}`);
     }
@@ -622,12 +689,8 @@ export class GcsBackend implements Backend, GcsFileHost {
     }
   }
 
-  private async inBatches<T>(items: T[], fn: (item: T) => Promise<void>): Promise<void> {
-    let next = 0;
-    const worker = async () => {
-      while (next < items.length) await fn(items[next++] as T);
-    };
-    await Promise.all(Array.from({ length: Math.min(this.opts.renameConcurrency, items.length) }, worker));
+  private inBatches<T>(items: T[], fn: (item: T) => Promise<void>): Promise<void> {
+    return inBatches(items, this.opts.renameConcurrency, fn);
   }
 
   // ---- Backend: attributes -------------------------------------------------------------------
@@ -697,6 +760,8 @@ export class GcsBackend implements Backend, GcsFileHost {
 
   async close(): Promise<void> {
     // Open files are closed by their owners (the Vfs); the client holds no other resources.
+    // This backend's rename intents are no longer live: a later open may settle them.
+    unregisterInstance(this.instance);
   }
 }
 
@@ -722,11 +787,6 @@ class DirContents {
     }
     return [...entries.values()];
   }
-}
-
-function sameMetadata(a: Record<string, string>, b: Record<string, string>): boolean {
-  const ka = Object.keys(a);
-  return ka.length === Object.keys(b).length && ka.every((k) => a[k] === b[k]);
 }
 
 

@@ -1,12 +1,16 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import nodePath from 'node:path';
 import { VfsError, fromNodeError } from '../vfs/errors.js';
 import { checkPath } from '../vfs/paths.js';
+import { loadBeneath, type Beneath } from './beneath.js';
+import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, SEEK_DATA, SEEK_HOLE, fdOps, type FdOps } from './fd-ops.js';
 import type {
-  Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec,
+  AllocateMode, Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec,
 } from './types.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
+const NO_ENTRY = -(os.constants.errno.ENOENT as number);
 
 /*
  * Why synchronous fs calls: measured on this machine, the libuv thread-pool hop of fs.promises
@@ -58,6 +62,10 @@ function sys<T>(what: string, fn: () => T): T {
 }
 
 class LocalFile implements BackendFile {
+  /** copies off the JS thread that use this fd: close waits for them (the fd number could be
+   * reused by the next open meanwhile) */
+  private readonly copies = new Set<Promise<number>>();
+
   constructor(private fd: number, readonly writable: boolean, private readonly label: string) {}
 
   async read(buf: Buffer, length: number, position: number): Promise<number> {
@@ -82,10 +90,48 @@ class LocalFile implements BackendFile {
   }
 
   async close(): Promise<void> {
+    while (this.copies.size) await Promise.allSettled([...this.copies]);
     const fd = this.fd;
     this.fd = -1;
     if (fd >= 0) sys(`close ${this.label}`, () => fs.closeSync(fd));
   }
+
+  // fallocate, copy_file_range and SEEK_DATA/SEEK_HOLE go to the backing fd itself, so what the
+  // disk does (blocks, holes, reflinks) is what the program gets.
+
+  async allocate(mode: AllocateMode, offset: number, length: number): Promise<void> {
+    const ops = needFdOps(`fallocate ${this.label}`);
+    const flags = mode === 'allocate' ? 0 : mode === 'keep-size' ? FALLOC_FL_KEEP_SIZE : FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+    sys(`fallocate ${this.label}`, () => ops.fallocate(this.fd, flags, offset, length));
+  }
+
+  async copyRangeTo(dst: BackendFile, srcPos: number, dstPos: number, length: number): Promise<number> {
+    if (!(dst instanceof LocalFile)) throw new VfsError('EXDEV', `copy ${this.label}: the destination is not in the local store`);
+    const what = `copy ${this.label} to ${dst.label}`;
+    const ops = needFdOps(what);
+    const copy = sys(what, () => ops.copyFileRange(this.fd, srcPos, dst.fd, dstPos, length));
+    this.copies.add(copy);
+    dst.copies.add(copy);
+    try {
+      return await copy;
+    } catch (err) {
+      throw fromNodeError(err, what);
+    } finally {
+      this.copies.delete(copy);
+      dst.copies.delete(copy);
+    }
+  }
+
+  async seekData(offset: number, what: 'data' | 'hole'): Promise<number> {
+    const ops = needFdOps(`lseek ${this.label}`);
+    return sys(`lseek ${this.label}`, () => ops.seek(this.fd, offset, what === 'data' ? SEEK_DATA : SEEK_HOLE));
+  }
+}
+
+function needFdOps(what: string): FdOps {
+  const ops = fdOps();
+  if (ops === null) throw new VfsError('EOPNOTSUPP', `${what}: native/ledgerfs_fdops is not built (node scripts/build-native.mjs)`);
+  return ops;
 }
 
 /**
@@ -98,8 +144,12 @@ export class LocalBackend implements Backend {
   readonly capabilities: BackendCapabilities = { xattrs: false, hardLinks: true, symlinks: true, owners: true, posixNewNodes: true };
   readonly location: string;
   private readonly root: string;
+  /** openat2 beneath `rootFd` when the addon is built; else realpath checks by path */
+  private readonly beneath: Beneath | null;
+  private rootFd = -1;
 
-  constructor(rootDir: string) {
+  /** `beneath`: the openat2 helper; null keeps the realpath checks (what a machine without the addon runs) */
+  constructor(rootDir: string, beneath: Beneath | null = loadBeneath()) {
     let real: string;
     try {
       real = fs.realpathSync.native(rootDir);
@@ -109,6 +159,56 @@ export class LocalBackend implements Backend {
     if (!fs.statSync(real).isDirectory()) throw new Error(`backend path ${rootDir} is not a directory`);
     this.root = real;
     this.location = real;
+    this.beneath = beneath;
+    if (this.beneath) this.rootFd = fs.openSync(real, O_RDONLY | O_DIRECTORY);
+  }
+
+  /** An error of the parent of `path` (it did not resolve beneath the root without symlinks). */
+  private parentError(path: string, code: string): VfsError {
+    // ELOOP: a symlink somewhere; EXDEV: resolution tried to leave the root
+    if (code === 'ELOOP' || code === 'EXDEV') {
+      return new VfsError('EACCES', `${path}: a parent directory is a symlink inside the backend; refusing to follow it`);
+    }
+    return fromNodeError({ code, message: `parent: ${code}` }, `resolve ${path}`);
+  }
+
+  /** The node's failure as a Node-style error (the callers' catch blocks map its code); no
+   * stack: a miss is the common answer, and fromNodeError keeps only code and message. */
+  private nativeFailure(path: string, r: number): VfsError | { code: string; message: string } {
+    const f = (this.beneath as Beneath).failure(r);
+    if (f.parent) return this.parentError(path, f.code);
+    return { code: f.code, message: `${f.code}: ${path}` };
+  }
+
+  /** (parent without its leading '/', last component) of a checked path; ('', '.') for '/' */
+  private static split(path: string): [string, string] {
+    if (path === '/') return ['', '.'];
+    const i = path.lastIndexOf('/');
+    return [path.slice(1, i), path.slice(i + 1)];
+  }
+
+  /** lstat through the verified parent; throws like lstat */
+  private lstatNode(path: string): Attr | undefined {
+    checkPath(path);
+    if (!this.beneath) {
+      const st = sys(`stat ${path}`, () => fs.lstatSync(this.host(path), { bigint: true, throwIfNoEntry: false }));
+      return st === undefined ? undefined : attrFromStats(st);
+    }
+    const [parent, name] = LocalBackend.split(path);
+    const r = this.beneath.lstat(this.rootFd, parent, name);
+    if (typeof r !== 'number') return r;
+    if (r === NO_ENTRY) return undefined; // the node (or its parent) is not there
+    throw fromNodeError(this.nativeFailure(path, r), `stat ${path}`);
+  }
+
+  /** open(2) of the node without following it; throws a VfsError for the parent, else like openSync */
+  private openNode(path: string, flags: number, mode?: number): number {
+    if (!this.beneath) return fs.openSync(this.host(path), flags | O_NOFOLLOW, mode);
+    checkPath(path);
+    const [parent, name] = LocalBackend.split(path);
+    const fd = this.beneath.open(this.rootFd, parent, name, flags, mode ?? 0o666);
+    if (fd < 0) throw this.nativeFailure(path, fd);
+    return fd;
   }
 
   /**
@@ -120,6 +220,12 @@ export class LocalBackend implements Backend {
     checkPath(path);
     if (path === '/') return this.root;
     const full = this.root + path;
+    if (this.beneath) {
+      const [parent] = LocalBackend.split(path);
+      const r = parent ? this.beneath.check(this.rootFd, parent) : 0;
+      if (r < 0) throw this.nativeFailure(path, r);
+      return full;
+    }
     const parent = nodePath.dirname(full);
     if (parent !== this.root) {
       let real: string;
@@ -136,19 +242,19 @@ export class LocalBackend implements Backend {
   }
 
   async stat(path: string): Promise<Attr> {
-    const p = this.host(path);
     // a miss is the common answer (the kernel looks up every name before creating it): no
     // Node exception for it, whose message and stack cost more than the lstat
-    const st = sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true, throwIfNoEntry: false }));
+    const st = this.lstatNode(path);
     if (st === undefined) throw new VfsError('ENOENT', `stat ${path}: no such file or directory`);
-    return attrFromStats(st);
+    return st;
   }
 
   async tryStat(path: string): Promise<Attr | null> {
     // Absence needs no parent check: if nothing is there by the lexical path, a parent swapped
     // for a symlink could only hide a node from us, never expose one (and any change there is
-    // refused by host() anyway). The journal asks this before every create.
-    if (path !== '/') {
+    // refused by host() anyway). The journal asks this before every create. With openat2 a miss
+    // is one call already and a hit would pay the quick lstat on top.
+    if (path !== '/' && !this.beneath) {
       let quick: fs.Stats | undefined | null = null;
       try {
         quick = fs.lstatSync(this.root + checkPath(path), { throwIfNoEntry: false });
@@ -157,30 +263,20 @@ export class LocalBackend implements Backend {
       }
       if (quick === undefined) return null;
     }
-    let p: string;
     try {
-      p = this.host(path);
+      return this.lstatNode(path) ?? null;
     } catch (err) {
-      if (err instanceof VfsError && (err.code === 'ENOENT' || err.code === 'ENOTDIR')) return null;
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
       throw err;
     }
-    let st: fs.BigIntStats | undefined;
-    try {
-      st = fs.lstatSync(p, { bigint: true, throwIfNoEntry: false });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
-      throw fromNodeError(err, `stat ${path}`);
-    }
-    return st ? attrFromStats(st) : null;
   }
 
   async readdir(path: string): Promise<DirEntry[]> {
-    const p = this.host(path);
     // Open the directory itself without following a final symlink (readdirSync(p) would list
     // the target of `ln -s /etc evil`), then list it through the descriptor.
     let fd: number;
     try {
-      fd = fs.openSync(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+      fd = this.openNode(path, O_RDONLY | O_DIRECTORY);
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       if (e.code === 'ELOOP') throw new VfsError('ENOTDIR', `${path} is a symlink; not following it`);
@@ -200,13 +296,12 @@ export class LocalBackend implements Backend {
   }
 
   async open(path: string, mode: OpenMode, createMode = 0o644): Promise<BackendFile> {
-    const p = this.host(path);
-    let flags = O_NOFOLLOW | (mode.write ? O_RDWR : O_RDONLY);
+    let flags = mode.write ? O_RDWR : O_RDONLY;
     if (mode.create) flags |= O_CREAT;
     if (mode.exclusive) flags |= O_EXCL;
     if (mode.truncate) flags |= O_TRUNC;
     try {
-      return new LocalFile(fs.openSync(p, flags, createMode), mode.write, path);
+      return new LocalFile(this.openNode(path, flags, createMode), mode.write, path);
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       if (e.code === 'ELOOP') throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
@@ -271,8 +366,7 @@ export class LocalBackend implements Backend {
   }
 
   async truncate(path: string, size: number): Promise<void> {
-    const p = this.host(path);
-    const fd = sys(`open ${path}`, () => fs.openSync(p, O_RDWR | O_NOFOLLOW));
+    const fd = sys(`open ${path}`, () => this.openNode(path, O_RDWR));
     try {
       sys(`truncate ${path}`, () => fs.ftruncateSync(fd, size));
     } finally {
@@ -299,5 +393,9 @@ export class LocalBackend implements Backend {
     return { bsize: s.bsize, blocks: s.blocks, bfree: s.bfree, bavail: s.bavail, files: s.files, ffree: s.ffree, namemax: 255 };
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    const fd = this.rootFd;
+    this.rootFd = -1;
+    if (fd >= 0) fs.closeSync(fd);
+  }
 }

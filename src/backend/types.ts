@@ -77,7 +77,31 @@ export interface BackendFile {
    * generation), undefined while it has local changes. Content caches key on it.
    */
   readonly version?: string | undefined;
+  /**
+   * Optional: fallocate(2) in the store. Absent (or rejecting EOPNOTSUPP): the request answers
+   * EOPNOTSUPP, and glibc's posix_fallocate then writes the range itself.
+   */
+  allocate?(mode: AllocateMode, offset: number, length: number): Promise<void>;
+  /**
+   * Optional: copy `length` bytes at `srcPos` of this file to `dst` at `dstPos` inside the
+   * store, no data through the daemon; resolves the bytes copied (short only at this file's end).
+   * Rejects EXDEV or EOPNOTSUPP when it cannot (another store, another file system): the
+   * caller then copies by read and write.
+   */
+  copyRangeTo?(dst: BackendFile, srcPos: number, dstPos: number, length: number): Promise<number>;
+  /**
+   * Optional: lseek(2) SEEK_DATA / SEEK_HOLE from `offset` (ENXIO past the end). Absent: the
+   * whole file is data (one hole, at its end).
+   */
+  seekData?(offset: number, what: 'data' | 'hole'): Promise<number>;
 }
+
+/**
+ * What a fallocate request does: reserve blocks and grow the size to cover the range (mode 0),
+ * reserve blocks only (FALLOC_FL_KEEP_SIZE), or zero the range and free its blocks, the size
+ * kept (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).
+ */
+export type AllocateMode = 'allocate' | 'keep-size' | 'punch-hole';
 
 export interface TimeSpec {
   /** nanoseconds since epoch; 'now' for the current time; undefined leaves it unchanged */
@@ -162,6 +186,15 @@ export interface Backend {
    * to reading through `open` when it is absent.
    */
   copyOut?(path: string, hostFile: string): Promise<void>;
+
+  /**
+   * Keep the current content of a file (exactly `size` bytes) as a before-image inside the
+   * store itself, without its bytes passing through this host (GCS: a server-side copy into the
+   * journal's reserved area); returns the journal's reference to it, or null when the store
+   * cannot do that for this file now (e.g. it holds local changes the store has not got), and the
+   * journal reads the bytes instead. Optional.
+   */
+  keepCopy?(path: string, size: number): Promise<string | null>;
 
   /** Release resources (file descriptors, connections). */
   close(): Promise<void>;

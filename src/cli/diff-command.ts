@@ -7,7 +7,7 @@ import { readJournal } from '../journal/reader.js';
 import { createLogger } from '../log.js';
 import { isWithin } from '../vfs/paths.js';
 import { CliError } from './errors.js';
-import { addStateFlags, openWorkspaceOf, parseWhen, pathArg, printJson, STATE_HELP, stateDirOf, syncLiveDaemon, type StateFlags, type When } from './journal-flags.js';
+import { addStateFlags, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags, type When } from './journal-flags.js';
 
 interface DiffOptions extends StateFlags {
   session?: string;
@@ -54,7 +54,7 @@ ${STATE_HELP}`,
       if (o.session === undefined && o.from === undefined && o.to === undefined) {
         throw new CliError('say which changes: --session ID and/or --from/--to (seq, time or duration ago)');
       }
-      const stateDir = stateDirOf(o);
+      const stateDir = await journalStateDir(o, createLogger('warn'), { blobs: o.content === true });
       await syncLiveDaemon(stateDir);
       const h = buildHistory(readJournal(stateDir).records);
       const from = o.from !== undefined ? parseWhen(o.from) : undefined;

@@ -1,10 +1,19 @@
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { DEFAULT_STATE_DIR_PATTERN } from '../config/defaults.js';
+import { openGcsJournalRemote } from '../backend/gcs-stack.js';
+import type { GcsJournalRemote } from '../backend/gcs/journal-remote.js';
+import { DEFAULT_STATE_DIR_PATTERN, DEFAULTS } from '../config/defaults.js';
+import { gcsSource } from '../config/gcs-url.js';
+import { ConfigError, loadMountFile, type GcsBackendConfig } from '../config/load.js';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from '../config/workspace.js';
+import { BlobStore } from '../journal/blobs.js';
+import { BucketMirror } from '../journal/bucket-mirror.js';
+import { buildHistory } from '../journal/history.js';
 import { stateLayout } from '../journal/layout.js';
 import { liveDaemon, daemonRequest } from '../journal/control.js';
-import { JournalLockedError } from '../journal/lock.js';
+import { JournalLock, JournalLockedError } from '../journal/lock.js';
+import { readJournal } from '../journal/reader.js';
+import { blobRefs } from '../journal/verify.js';
 import { rememberedWorkspace, resolveStateDir, StateDirError } from '../journal/state-dir.js';
 import type { Logger } from '../log.js';
 import { normalizePath } from '../vfs/paths.js';
@@ -46,6 +55,70 @@ export function stateDirOf(flags: StateFlags, mustExist = true): string {
     );
   }
   return dir;
+}
+
+/** The GCS backend a workspace is on (from --source gs://, the policy file, or the last mount), if it is. */
+function gcsBackendOf(flags: StateFlags, stateDir: string): GcsBackendConfig | undefined {
+  const named = flags.source === undefined && flags.policy === undefined ? rememberedWorkspace(stateDir) ?? {} : flags;
+  if (named.policy !== undefined) {
+    try {
+      const b = loadMountFile(named.policy).backend;
+      return b.type === 'gcs' ? b : undefined;
+    } catch (err) {
+      if (err instanceof ConfigError) throw new CliError(err.message);
+      throw err;
+    }
+  }
+  return gcsSource(named.source);
+}
+
+/**
+ * stateDirOf for the commands that read the journal (log, show, diff, rollback). On a GCS
+ * workspace the journal is mirrored in the bucket: first bring what other hosts wrote there into
+ * this host's spool (all of it, on a host that never mounted the workspace) -- not while
+ * something here holds the journal (a mount pulled at its start and its spool is current) --
+ * and with `blobs` also the before-images the history names that are not here (server-side
+ * copies are only in the bucket).
+ */
+export async function journalStateDir(flags: StateFlags, log: Logger, o: { blobs?: boolean } = {}): Promise<string> {
+  const dir = stateDirOf(flags, false);
+  const b = gcsBackendOf(flags, dir);
+  if (!b) return stateDirOf(flags);
+  const layout = stateLayout(dir);
+  let remote: GcsJournalRemote | undefined;
+  const reach = async () =>
+    (remote ??= await openGcsJournalRemote(b, layout.stagingDir).catch((err: unknown) => {
+      throw new CliError(`cannot reach the journal in the bucket: ${(err as Error).message}`);
+    }));
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const lock = liveDaemon(dir) ? null : tryLock(layout.lockFile, 'journal pull');
+  if (lock) {
+    try {
+      await BucketMirror.open({ remote: await reach(), layout, log, intervalMs: DEFAULTS.journal.mirrorIntervalMs, retryMs: DEFAULTS.journal.mirrorRetryMs });
+    } finally {
+      lock.release();
+    }
+  }
+  const found = stateDirOf(flags);
+  if (o.blobs) {
+    const blobs = new BlobStore(layout.blobsDir);
+    const refs = buildHistory(readJournal(dir).records).ops.flatMap((op) => blobRefs(op).map((r) => r.hash));
+    if (refs.some((r) => !blobs.has(r))) {
+      const from = await reach();
+      blobs.mirror = { committed: () => undefined, fetch: (ref, dest) => from.fetchBlob(ref, dest) };
+      await blobs.ensure(refs);
+    }
+  }
+  return found;
+}
+
+function tryLock(file: string, role: string): JournalLock | null {
+  try {
+    return JournalLock.acquire(file, role);
+  } catch (err) {
+    if (err instanceof JournalLockedError) return null;
+    throw err;
+  }
 }
 
 /** Ask a running daemon to write out what it buffers, so the journal on disk is current. */

@@ -1,10 +1,11 @@
 import type { Command } from 'commander';
-import { formatTime, statusNotes, summarize, undoneByMap } from '../journal/describe.js';
+import { describeConflict, formatTime, statusNotes, summarize, undoneByMap } from '../journal/describe.js';
 import { buildHistory, type Operation } from '../journal/history.js';
 import { readJournal } from '../journal/reader.js';
 import { isWithin } from '../vfs/paths.js';
+import { createLogger } from '../log.js';
 import { CliError } from './errors.js';
-import { addStateFlags, parseWhen, pathArg, printJson, STATE_HELP, stateDirOf, syncLiveDaemon, type StateFlags } from './journal-flags.js';
+import { addStateFlags, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 
 interface LogOptions extends StateFlags {
   since?: string;
@@ -45,7 +46,10 @@ export function registerLogCommand(program: Command): void {
       `
 Each line: seq, time, session, actor (with [pid command] when the FUSE binding names the
 calling process), what changed, and notes ([undoes #N], [undone by #N],
-[writing], [pending], [recovered after a crash]). A write session (open .. close) is one entry.
+[writing], [pending], [recovered after a crash], [conflict: ... kept at FILE] when a GCS upload
+was refused because another writer changed the object: the local bytes are in FILE, see
+\`show\`). A write session (open .. close) is one entry. A conflict the journal cannot tie to
+an entry has a line of its own, starting with '!'.
 
 Examples:
   ledgerfs log --source ./case-files
@@ -54,7 +58,7 @@ Examples:
 ${STATE_HELP}`,
     )
     .action(async (o: LogOptions) => {
-      const stateDir = stateDirOf(o);
+      const stateDir = await journalStateDir(o, createLogger('warn'));
       await syncLiveDaemon(stateDir);
       const h = buildHistory(readJournal(stateDir).records);
       const since = o.since !== undefined ? parseWhen(o.since) : undefined;
@@ -76,6 +80,9 @@ ${STATE_HELP}`,
         return;
       }
       const w = String(h.lastSeq).length;
+      // conflicts tied to no operation the journal holds: their own lines, newest first
+      const loose = h.conflicts.filter((c) => (c.of === undefined || !h.bySeq.has(c.of)) && (!since || 'seq' in since || c.time >= since.time) && (prefix === undefined || isWithin(c.path, prefix)));
+      for (const c of loose.reverse()) process.stdout.write(`${'!'.padEnd(w + 1)}  ${formatTime(c.time)}  conflict ${c.path}: ${describeConflict(c)}\n`);
       for (const op of out) {
         const notes = statusNotes(op, undoneBy.get(op.seq));
         process.stdout.write(

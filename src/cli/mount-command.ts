@@ -79,6 +79,13 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   if (o.journal !== false) {
     try {
       journal = await openJournal(ws, { source: o.source, policy: o.policy, state: o.state, session: o.session, actor: o.actor, mountpoint }, log);
+      const stage = journal.stage;
+      ws.conflicts?.listen((c, viewPath) =>
+        stage.noteConflict({
+          time: c.time.getTime(), path: viewPath, reason: c.reason, expectedGeneration: c.expectedGeneration,
+          ...(c.currentGeneration !== undefined ? { currentGeneration: c.currentGeneration } : {}), localFile: c.localFile, size: c.size,
+        }),
+      );
     } catch (err) {
       if (err instanceof StateDirError || err instanceof JournalLockedError) throw new CliError(err.message);
       throw err;

@@ -10,7 +10,7 @@ import { newSessionId } from '../journal/session-id.js';
 import { createLogger } from '../log.js';
 import { CliError } from './errors.js';
 import {
-  addStateFlags, cliLockError, openWorkspaceOf, parseWhen, pathArg, printJson, STATE_HELP, stateDirOf, type StateFlags,
+  addStateFlags, cliLockError, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, type StateFlags,
 } from './journal-flags.js';
 import { Progress } from './progress.js';
 
@@ -103,7 +103,7 @@ ${STATE_HELP}`,
       if (req.toSeq === undefined && req.toTime === undefined && req.session === undefined && req.path === undefined) {
         throw new CliError('say what to roll back: --to SEQ|TIME, --session ID and/or --path PREFIX (see --help)');
       }
-      const stateDir = stateDirOf(o);
+      const stateDir = await journalStateDir(o, createLogger('warn'));
       const progress = new Progress(o.dryRun ? 'checking' : 'rolling back');
       const onProgress = (d: number, t: number) => progress.update(d, t);
       let result: RollbackResult;
@@ -138,7 +138,7 @@ async function rollbackDirect(o: RollbackOptions, stateDir: string, req: Rollbac
     const session = newSessionId('rollback-');
     const svc = await JournalService.open({
       stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session, actor: o.actor,
-      role: 'rollback', log,
+      role: 'rollback', log, remote: ws.journalRemote,
     }).catch(cliLockError);
     try {
       svc.attachDirect(ws.stages);

@@ -1,13 +1,16 @@
 import type { Command } from 'commander';
-import { formatTime, statusNotes, summarize, undoneByMap } from '../journal/describe.js';
+import { describeConflict, formatTime, statusNotes, summarize, undoneByMap } from '../journal/describe.js';
 import { buildHistory } from '../journal/history.js';
 import { describeState } from '../journal/node-state.js';
 import { readJournal } from '../journal/reader.js';
 import type { State } from '../journal/record.js';
 import { describeUndo } from '../journal/rollback.js';
+import { createLogger } from '../log.js';
 import { CliError } from './errors.js';
-import { addStateFlags, printJson, STATE_HELP, stateDirOf, syncLiveDaemon, type StateFlags } from './journal-flags.js';
+import { addStateFlags, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 import { operationJson } from './log-command.js';
+
+const shellQuote = (s: string) => (/^[\w./@%+=:,-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
 
 function stateLine(path: string, s: State): string {
   return `${path}: ${describeState(s)}${s?.blob ? `; before-image ${s.blob.slice(0, 12)}` : ''}`;
@@ -25,7 +28,7 @@ export function registerShowCommand(program: Command): void {
     .action(async (seqArg: string, o: StateFlags & { json: boolean }) => {
       const seq = Number(seqArg.replace(/^#/, ''));
       if (!Number.isInteger(seq) || seq <= 0) throw new CliError(`not a seq: ${JSON.stringify(seqArg)}`);
-      const stateDir = stateDirOf(o);
+      const stateDir = await journalStateDir(o, createLogger('warn'));
       await syncLiveDaemon(stateDir);
       const h = buildHistory(readJournal(stateDir).records);
       const op = h.bySeq.get(seq);
@@ -46,6 +49,10 @@ export function registerShowCommand(program: Command): void {
         ...(op.capture ? [`  kept      before-image ${op.capture.blob.slice(0, 12)} (${op.capture.size} bytes, taken before the first overwrite)`] : []),
         ...(op.after ? op.paths.map((p, i) => `  after     ${stateLine(p, op.after?.[i] ?? null)}`) : []),
         ...(op.status !== 'failed' ? [`  undo      ${describeUndo(op)}`] : []),
+        ...(op.conflicts ?? []).flatMap((c) => [
+          `  conflict  ${c.path}: ${describeConflict(c)}`,
+          `  restore   cp ${shellQuote(c.localFile)} MOUNTPOINT${shellQuote(c.path)}   (after looking at what the bucket has now)`,
+        ]),
       ];
       process.stdout.write(lines.join('\n') + '\n');
     });

@@ -6,6 +6,9 @@ import path from 'node:path';
  * The one place defaults live. Everything else imports from here; CLI help texts print these
  * values so the documentation cannot drift from the behaviour.
  */
+/** The GCS workspace's reserved area (journal mirror, rename intents), below its prefix. */
+const GCS_RESERVED = '.ledgerfs';
+
 export const DEFAULTS = {
   /** Kernel attribute/entry cache lifetimes, seconds. Every mutation passes through us, so the
    * kernel's cache is only stale for changes made beside the mount (in the source directory). */
@@ -20,12 +23,24 @@ export const DEFAULTS = {
   binding: 'native-ll' as BindingName,
   /** Largest write request the kernel may send (needs big_writes on libfuse 2). */
   maxWriteBytes: 1024 * 1024,
+  /** Most bytes one copy_file_range request copies (callers loop for the rest): the local store
+   * copies on libuv's thread pool, but a read+write copy (GCS) runs on the JS thread. */
+  copyRangeMaxBytes: 16 * 1024 * 1024,
   logLevel: 'info' as const,
   fsName: 'ledgerfs',
   /** Where `ledgerfs mount` without --source puts its demo workspace. */
   demoWorkspaceDir: path.join(os.homedir(), '.ledgerfs', 'demo-workspace'),
   /** Seconds to wait for a busy mount to become free during shutdown before lazy-unmounting. */
   unmountGraceSec: 5,
+  /** V8 flags the daemon sets before it serves (src/fuse/mount.ts; LEDGERFS_DAEMON_V8_FLAGS
+   * replaces them, '' for none). A fresh daemon spends its first thousands of requests in
+   * TurboFan: over 2000 creates its compiler threads took ~100 us per file (a third of the
+   * daemon's CPU), most of it inlining big async functions (the journal's session end, the
+   * pipeline's step) into their callers. Inlining only functions under 100 bytes of bytecode
+   * (V8's default: 460) cut that by a third and the daemon's CPU over 2000 creates or a 2000-file
+   * tar -x by 10-30%, with the warm cost per request unchanged within noise; disabling inlining
+   * or TurboFan, or eager Sparkplug/feedback, did not pay (measured on a loaded 2-core machine; see the native-perf report on issue 7). */
+  daemonV8Flags: '--max-inlined-bytecode-size=100',
   /** Per-process attribution (src/vfs/process-names.ts), when the binding tells us the caller's pid. */
   callers: {
     /** a pid's command line is read from /proc once and reused this long (pids get reused) */
@@ -70,6 +85,14 @@ export const DEFAULTS = {
     /** actor label of a mount's records, and of a rollback's */
     mountActor: 'mount',
     rollbackActor: 'rollback',
+    /** GCS: what the spool sends to the bucket is gathered this long, then uploaded as one part
+     * (the local spool stays the durability point; this only bounds how stale the bucket is) */
+    mirrorIntervalMs: 1000,
+    /** GCS: at unmount, how long to wait for the bucket to take the rest of the spool (below
+     * run.daemonExitExtraSec, so the daemon says what it left before `run` signals it again) */
+    mirrorDrainTimeoutMs: 8_000,
+    /** GCS: after a failed upload the mirror tries again after this (doubling up to 30 s) */
+    mirrorRetryMs: 1000,
   },
   /** GCS backend (src/backend/gcs.ts); every value can be overridden in the policy's `backend`. */
   gcs: {
@@ -94,6 +117,15 @@ export const DEFAULTS = {
     dirMode: 0o755,
     /** objects copied at once by a directory rename */
     renameConcurrency: 8,
+    /** name, below the workspace prefix, of the reserved area holding the journal's mirror
+     * (journal/<writer>/..., blobs/..) and rename intents: the view never shows it, and refuses to make it */
+    reservedName: GCS_RESERVED,
+    /** where a directory rename's intent object lives while it runs, below the workspace prefix
+     * (src/backend/gcs/rename-intent.ts), inside the reserved area */
+    renameIntentsPrefix: `${GCS_RESERVED}/intents/`,
+    /** an intent written by another host is taken as abandoned (and finished by whoever opens
+     * the workspace next) when it is older than this; on this host a dead pid decides */
+    renameIntentLeaseSec: 900,
   },
   /** Cache layers around the GCS backend (src/backend/layers); the policy's `backend.cache` overrides. */
   gcsCache: {

@@ -1,11 +1,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import type { GcsConflict } from '../backend/gcs.js';
 import { openGcsStack } from '../backend/gcs-stack.js';
 import { gcsSource } from './gcs-url.js';
 import { LocalBackend } from '../backend/local.js';
 import { stateLayout } from '../journal/layout.js';
 import { resolveStateDir } from '../journal/state-dir.js';
 import type { Backend } from '../backend/types.js';
+import type { JournalRemote } from '../journal/remote.js';
 import type { Logger } from '../log.js';
 import { CompiledPolicy } from '../policy/compile.js';
 import { DenialLog } from '../policy/denials.js';
@@ -13,6 +15,7 @@ import { PolicyStage } from '../policy/stage.js';
 import { UsageTable } from '../policy/usage.js';
 import { PolicyView } from '../policy/view.js';
 import { VfsError } from '../vfs/errors.js';
+import { isWithin } from '../vfs/paths.js';
 import type { MutationStage } from '../vfs/pipeline.js';
 import { DEFAULTS, POLICY_DEFAULTS } from './defaults.js';
 import { ConfigError, loadMountFile, type BackendConfig, type MountConfig } from './load.js';
@@ -65,12 +68,33 @@ export interface OpenedWorkspace extends Workspace {
   store: Backend;
   /** mutation stages in pipeline order (policy first); the journal appends its stage after */
   stages: MutationStage[];
+  /** GCS (with a journal): the bucket's reserved area the journal is mirrored to */
+  journalRemote?: JournalRemote;
   /** the loaded mount file (with --policy) */
   config?: MountConfig;
   policy?: PolicyRuntime;
   /** journal directory and session: --state wins over the file's `state` */
   state?: string;
   session?: string;
+  /** (GCS) local versions the store kept aside because they could not be uploaded */
+  conflicts?: ConflictFeed;
+}
+
+/**
+ * Conflicts as the store reports them (store paths), handed on with their view path: the store
+ * is opened before the journal that records them, so the journal subscribes later.
+ */
+export class ConflictFeed {
+  private readonly listeners: Array<(c: GcsConflict, viewPath: string) => void> = [];
+  /** store path -> view path (set once the policy is compiled) */
+  toView: (storePath: string) => string = (p) => p;
+  listen(fn: (c: GcsConflict, viewPath: string) => void): void {
+    this.listeners.push(fn);
+  }
+  emit(c: GcsConflict): void {
+    const view = this.toView(c.path);
+    for (const fn of this.listeners) fn(c, view);
+  }
 }
 
 export interface OpenWorkspaceOptions extends WorkspaceFlags {
@@ -83,7 +107,7 @@ export interface OpenWorkspaceOptions extends WorkspaceFlags {
 }
 
 /** The real backend a mount file names. */
-async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string }> {
+async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string; conflicts?: ConflictFeed; journalRemote?: JournalRemote }> {
   if (b.type === 'gcs') {
     // Writes stage, and refused local versions are kept, in the workspace's state directory.
     let layout;
@@ -96,13 +120,23 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
     }
     try {
       const ttl = flags.metadataTtlSec;
-      const { store } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
+      const conflicts = new ConflictFeed();
+      const { store, gcs, journalRemote } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
         stagingDir: layout.stagingDir,
         conflictsDir: layout.conflictsDir,
-        onConflict: (c) =>
-          log?.error({ path: c.path, reason: c.reason, kept: c.localFile, expectedGeneration: c.expectedGeneration, currentGeneration: c.currentGeneration }, 'gcs: local version not uploaded; kept in the conflict area'),
+        onConflict: (c) => {
+          log?.error({ path: c.path, reason: c.reason, kept: c.localFile, expectedGeneration: c.expectedGeneration, currentGeneration: c.currentGeneration }, 'gcs: local version not uploaded; kept in the conflict area');
+          conflicts.emit(c);
+        },
       });
-      return { store };
+      for (const r of gcs.recoveredRenames) {
+        if (r.outcome === 'unreadable') {
+          log?.error({ object: r.id }, 'gcs: a directory rename intent this version cannot read was left in place; look at it by hand');
+          continue;
+        }
+        log?.warn({ from: r.from, to: r.to, objects: r.objects, leftInPlace: r.leftInPlace.length ? r.leftInPlace : undefined }, `gcs: a directory rename a crash had cut short was ${r.outcome === 'completed' ? 'finished' : 'undone'}`);
+      }
+      return flags.noJournal ? { store, conflicts } : { store, conflicts, journalRemote };
     } catch (err) {
       throw new WorkspaceError(`${label}: backend: ${(err as Error).message}`);
     }
@@ -128,8 +162,8 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
   }
   const gcs = gcsSource(opts.source);
   if (gcs && opts.policy === undefined) {
-    const { store } = await openStore(gcs, '--source', opts, opts.log);
-    return { backend: store, store, stages: [], demo: false, ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
+    const { store, conflicts, journalRemote } = await openStore(gcs, '--source', opts, opts.log);
+    return { backend: store, store, stages: [], demo: false, ...(conflicts ? { conflicts } : {}), ...(journalRemote ? { journalRemote } : {}), ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   if (opts.policy === undefined) {
     const ws = openLocalWorkspace(opts);
@@ -143,7 +177,7 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     throw err;
   }
   const label = opts.policy;
-  const { store, sourceDir } = await openStore(config.backend, label, opts, opts.log);
+  const { store, sourceDir, conflicts, journalRemote } = await openStore(config.backend, label, opts, opts.log);
   const state = opts.state !== undefined ? path.resolve(opts.state) : config.state;
   // The journal's directory inside the served tree must never be visible nor writable.
   const reserved: string[] = [];
@@ -153,6 +187,12 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     if (!rel.startsWith('..') && !path.isAbsolute(rel)) reserved.push('/' + rel.split(path.sep).join('/'));
   }
   const compiled = new CompiledPolicy(config, reserved);
+  if (conflicts) {
+    conflicts.toView = (p) => {
+      const root = compiled.roots.find((r) => isWithin(p, r.source));
+      return root ? root.toView(p) : p;
+    };
+  }
   for (const root of compiled.roots) {
     let ok = false;
     try {
@@ -182,7 +222,9 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     backend: view, store, stages: [stage], config, policy: { compiled, usage, denials, view, stage }, demo: false,
   };
   if (sourceDir !== undefined) ws.sourceDir = sourceDir;
+  if (journalRemote !== undefined) ws.journalRemote = journalRemote;
   if (state !== undefined) ws.state = state;
   if (config.session !== undefined) ws.session = config.session;
+  if (conflicts) ws.conflicts = conflicts;
   return ws;
 }

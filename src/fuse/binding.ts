@@ -28,6 +28,13 @@ export interface FsOps {
   truncate(caller: Caller, path: string, size: number): Promise<void>;
   ftruncate(caller: Caller, fh: number, size: number): Promise<void>;
 
+  /** fallocate(2) modes 0, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE (others: EOPNOTSUPP) */
+  fallocate(caller: Caller, fh: number, mode: number, offset: number, length: number): Promise<void>;
+  /** copy_file_range(2) between two open handles of this mount: the bytes copied */
+  copyFileRange(caller: Caller, fhIn: number, offIn: number, fhOut: number, offOut: number, length: number, flags: number): Promise<number>;
+  /** lseek(2) SEEK_DATA (3) / SEEK_HOLE (4): the offset found */
+  lseek(caller: Caller, fh: number, offset: number, whence: number): Promise<number>;
+
   mkdir(caller: Caller, path: string, mode: number): Promise<void>;
   rmdir(caller: Caller, path: string): Promise<void>;
   unlink(caller: Caller, path: string): Promise<void>;

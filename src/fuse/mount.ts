@@ -1,3 +1,4 @@
+import v8 from 'node:v8';
 import type { Logger } from '../log.js';
 import type { Vfs } from '../vfs/vfs.js';
 import { DEFAULTS } from '../config/defaults.js';
@@ -43,6 +44,9 @@ export function mountOptions(o: Partial<MountOptions> = {}): MountOptions {
 export async function mountVfs(req: MountRequest): Promise<RunningMount> {
   const problem = mountpointProblem(req.mountpoint);
   if (problem) throw new MountError(problem);
+  // before the first request, so the hot paths are compiled under them (see DEFAULTS)
+  const v8Flags = process.env.LEDGERFS_DAEMON_V8_FLAGS ?? DEFAULTS.daemonV8Flags;
+  if (v8Flags) v8.setFlagsFromString(v8Flags);
   const binding = req.binding ?? new FuseNativeBinding();
   const counters = new OpCounters();
   const options = mountOptions(req.options);
@@ -62,6 +66,8 @@ export async function mountVfs(req: MountRequest): Promise<RunningMount> {
     finished = true;
     clearInterval(watch);
     await req.vfs.closeAll();
+    // what the kernel asked for, by op (counted only at debug: see OpCounters)
+    if (req.log.isLevelEnabled('debug')) req.log.debug({ requests: counters.snapshot() }, 'requests by op');
     req.log.info({ mountpoint: req.mountpoint }, 'unmounted');
     resolveClosed();
   };

@@ -26,7 +26,7 @@ interface Addon {
 }
 type Handler = (
   id: number, op: number, uid: number, gid: number, pid: number,
-  path: string | null, path2: string | null, a: number, b: number, c: number, d: number, extra: Buffer | boolean | null,
+  path: string | null, path2: string | null, a: number, b: number, c: number, d: number, extra: Buffer | boolean | number | null,
 ) => void;
 
 /** Load one of the libfuse3 addons and hand it its scratch area, or say why it cannot be used. */
@@ -54,6 +54,7 @@ const enum Op {
   TRUNCATE, FTRUNCATE, MKDIR, RMDIR, UNLINK, RENAME,
   SYMLINK, LINK, CHMOD, CHOWN, UTIMENS,
   GETXATTR, SETXATTR, LISTXATTR, REMOVEXATTR,
+  FALLOCATE, COPY_FILE_RANGE, LSEEK,
 }
 const CLOSED = -1;
 
@@ -154,7 +155,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
     }
   };
   function dispatch(id: number, op: number, who: Caller, path: string, p: string | null, p2: string | null,
-    a: number, b: number, c: number, d: number, extra: Buffer | boolean | null): void {
+    a: number, b: number, c: number, d: number, extra: Buffer | boolean | number | null): void {
     switch (op) {
       case Op.GETATTR: return void getattr(id, who, path);
       case Op.FGETATTR: return void fgetattr(id, who, p, a);
@@ -184,6 +185,12 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         const times: TimeSpec = { atimeNs: timeArg(a, b), mtimeNs: timeArg(c, d) };
         return void done(id, ops.utimens(who, path, times));
       }
+      // a: fh, b: offset, c: length, d: mode
+      case Op.FALLOCATE: return void done(id, ops.fallocate(who, a, d, b, c));
+      // a/b: source fh and offset, c/d: destination fh and offset, extra: length
+      case Op.COPY_FILE_RANGE: return void num(id, ops.copyFileRange(who, a, b, c, d, extra as number, 0));
+      // a: fh, b: offset, c: whence
+      case Op.LSEEK: return void num(id, ops.lseek(who, a, b, c));
       case Op.GETXATTR: return void (x ? value(id, x.get(who, path, p2 as string)) : reply(id, EIO));
       case Op.SETXATTR: return void (x ? done(id, x.set(who, path, p2 as string, extra as Buffer, a)) : reply(id, EIO));
       case Op.LISTXATTR: return void (x ? value(id, x.list(who, path)) : reply(id, EIO));

@@ -54,6 +54,7 @@ const enum Op {
   UNLINK, RMDIR, SYMLINK, RENAME, LINK, OPEN, READ, WRITE, FLUSH,
   RELEASE, FSYNC, OPENDIR, READDIR, RELEASEDIR, STATFS, SETXATTR,
   GETXATTR, LISTXATTR, REMOVEXATTR, ACCESS, CREATE,
+  FALLOCATE, COPY_FILE_RANGE, LSEEK,
 }
 const CLOSED = -1;
 
@@ -343,6 +344,13 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         case Op.RELEASEDIR: dirs.delete(a); return void reply(id, 0);
         case Op.STATFS: return void statfs(id, who, ino);
         case Op.ACCESS: return void done(id, ops.access(who, need(nodes.path(ino)), a));
+        // the mode is in the scratch (f64[0]); a: fh, b: offset, c: length
+        case Op.FALLOCATE: return void done(id, ops.fallocate(who, a, f64[0] as number, b, c));
+        // ino/a/b: the source node, fh, offset; c: length; the destination's node, fh, offset
+        // and the flags are in the scratch (f64[0..3]), read before anything awaits
+        case Op.COPY_FILE_RANGE: return void num(id, ops.copyFileRange(who, a, b, f64[1] as number, f64[2] as number, c, f64[3] as number));
+        // a: fh, b: offset, c: whence (SEEK_DATA/SEEK_HOLE)
+        case Op.LSEEK: return void num(id, ops.lseek(who, a, b, c));
         case Op.GETXATTR: return void (x ? value(id, x.get(who, need(nodes.path(ino)), nm)) : reply(id, EIO));
         case Op.SETXATTR: return void (x ? done(id, x.set(who, need(nodes.path(ino)), nm, extra as Buffer, a)) : reply(id, EIO));
         case Op.LISTXATTR: return void (x ? value(id, x.list(who, need(nodes.path(ino)))) : reply(id, EIO));

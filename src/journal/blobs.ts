@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Backend } from '../backend/types.js';
 import { VfsError } from '../vfs/errors.js';
-import { SHA256_HEX } from './record.js';
+import { BLOB_REF, keptByBackend, SHA256_HEX } from './record.js';
 
 /** Captures at most this big are read and written in one go on the request path. */
 const SMALL_CAPTURE_BYTES = 1 << 20;
@@ -22,11 +22,20 @@ export interface BlobInfo {
  * under blobs/tmp/ and renamed into place), so a crash can leave only stray temp files, which
  * the next writer removes.
  */
+/** A copy of the store elsewhere (the bucket of a GCS workspace, journal/bucket-mirror.ts). */
+export interface BlobMirror {
+  /** a new blob is in place here (to be uploaded) */
+  committed(hash: string): void;
+  /** fetch a blob this store lacks into `dest` */
+  fetch(hash: string, dest: string): Promise<void>;
+}
+
 export class BlobStore {
   readonly dir: string;
   private readonly tmpDir: string;
   private unsynced = new Set<string>();
   private tmpCounter = 0;
+  mirror: BlobMirror | null = null;
 
   constructor(dir: string) {
     this.dir = dir;
@@ -39,8 +48,10 @@ export class BlobStore {
     for (const n of fs.readdirSync(this.tmpDir)) fs.rmSync(path.join(this.tmpDir, n), { force: true });
   }
 
+  /** Where a blob is (or would be) here; one the backend kept is here only once fetched. */
   pathOf(hash: string): string {
-    if (!SHA256_HEX.test(hash)) throw new Error(`not a blob hash: ${hash}`);
+    if (!BLOB_REF.test(hash)) throw new Error(`not a blob reference: ${hash}`);
+    if (keptByBackend(hash)) return path.join(this.dir, 'kept', hash);
     return path.join(this.dir, hash.slice(0, 2), hash.slice(2));
   }
 
@@ -62,7 +73,34 @@ export class BlobStore {
     fs.mkdirSync(path.dirname(dest), { recursive: true, mode: 0o700 });
     fs.renameSync(tmp, dest);
     this.unsynced.add(dest);
+    this.mirror?.committed(hash);
     return hash;
+  }
+
+  /**
+   * Make sure the blobs are here, fetching missing ones from the mirror (a host that did not
+   * write them); each is checked against its hash before it is kept. Throws if one cannot be had.
+   */
+  async ensure(hashes: Iterable<string>): Promise<void> {
+    for (const hash of new Set(hashes)) {
+      if (this.has(hash)) continue;
+      if (!this.mirror) throw new VfsError('EIO', `journal: blob ${hash} is missing`);
+      fs.mkdirSync(this.tmpDir, { recursive: true, mode: 0o700 });
+      const tmp = this.tmpName();
+      try {
+        await this.mirror.fetch(hash, tmp);
+        // (a blob the backend kept has no sha256 to check; its download checked the crc32c)
+        const got = keptByBackend(hash) ? hash : await hashFile(tmp);
+        if (got !== hash) throw new VfsError('EIO', `journal: blob ${hash} fetched from the bucket has the hash ${got}`);
+        const dest = this.pathOf(hash);
+        fs.mkdirSync(path.dirname(dest), { recursive: true, mode: 0o700 });
+        fs.renameSync(tmp, dest); // not committed(): it came from the mirror
+      } catch (err) {
+        fs.rmSync(tmp, { force: true });
+        if (err instanceof VfsError) throw err;
+        throw new VfsError('EIO', `journal: blob ${hash} is missing here and could not be fetched: ${(err as Error).message}`);
+      }
+    }
   }
 
   /**
@@ -89,6 +127,11 @@ export class BlobStore {
    */
   async capture(backend: Backend, file: string, size: number): Promise<string> {
     try {
+      if (backend.keepCopy) {
+        // the store keeps it itself (GCS server-side copy): no byte through this host
+        const kept = await backend.keepCopy(file, size);
+        if (kept !== null) return kept;
+      }
       if (size <= SMALL_CAPTURE_BYTES) return this.putBuffer(await readRange(backend, file, size));
       const tmp = this.tmpName();
       try {
@@ -116,6 +159,7 @@ export class BlobStore {
 
   /** Read a blob in chunks (restores of big files do not hold them in memory). */
   async *chunks(hash: string): AsyncGenerator<Buffer> {
+    if (this.mirror) await this.ensure([hash]);
     const fh = await fs.promises.open(this.pathOf(hash), 'r');
     try {
       const buf = Buffer.allocUnsafe(CHUNK);

@@ -1,4 +1,5 @@
 import type { Operation } from './history.js';
+import type { ConflictRecord } from './record.js';
 
 /** "1 byte", "7 bytes": the summaries are read by people. */
 const bytes = (n: number | string): string => `${n} ${n === 1 ? 'byte' : 'bytes'}`;
@@ -51,6 +52,7 @@ export function statusNotes(op: Operation, undoneBy?: number): string[] {
   if (op.status === 'open') n.push('writing');
   if (op.status === 'failed') n.push(`failed: ${op.errno}`);
   if (op.recovered) n.push('recovered after a crash');
+  for (const c of op.conflicts ?? []) n.push(`conflict: ${describeConflict(c)}`);
   if (op.undoes !== undefined) n.push(`undoes #${op.undoes}`);
   if (undoneBy !== undefined) n.push(`undone by #${undoneBy}`);
   return n;
@@ -72,4 +74,13 @@ export function formatTime(ms: number): string {
   const d = new Date(ms);
   const pad = (n: number, w = 2) => String(n).padStart(w, '0');
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+}
+
+/** A local version that did not reach the bucket, in words (`log` notes, `show`). */
+export function describeConflict(c: ConflictRecord): string {
+  const why =
+    c.reason === 'changed-remotely'
+      ? `the object changed in the bucket meanwhile (generation ${c.expectedGeneration} -> ${c.currentGeneration ?? 'deleted'})`
+      : 'the upload failed';
+  return `not uploaded: ${why}; the local version (${bytes(c.size)}) is kept at ${c.localFile}`;
 }

@@ -1,5 +1,5 @@
 import type { LocatedRecord } from './reader.js';
-import type { EndRecord, JournalOp, OpArgs, OpRecord, StartRecord, State } from './record.js';
+import type { ConflictRecord, EndRecord, JournalOp, OpArgs, OpRecord, StartRecord, State } from './record.js';
 
 export type OperationStatus = 'done' | 'failed' | 'pending' | 'open';
 
@@ -32,6 +32,8 @@ export interface Operation {
   recovered?: boolean;
   /** write sessions: the before-image, when the session overwrote or cut existing bytes */
   capture?: { blob: string; size: number };
+  /** (GCS) local versions of this operation that did not reach the bucket, kept aside */
+  conflicts?: ConflictRecord[];
   records: LocatedRecord[];
 }
 
@@ -44,6 +46,8 @@ export interface History {
   lastSeq: number;
   /** records naming an operation the journal does not hold */
   orphans: LocatedRecord[];
+  /** every conflict record (those tied to an operation are also in its `conflicts`) */
+  conflicts: ConflictRecord[];
 }
 
 function fromOpRecord(r: OpRecord, loc: LocatedRecord): Operation {
@@ -63,6 +67,7 @@ export function buildHistory(records: LocatedRecord[]): History {
   const bySeq = new Map<number, Operation>();
   const starts: StartRecord[] = [];
   const orphans: LocatedRecord[] = [];
+  const conflicts: ConflictRecord[] = [];
   for (const loc of records) {
     const r = loc.record;
     if (r.kind === 'op') {
@@ -73,6 +78,15 @@ export function buildHistory(records: LocatedRecord[]): History {
     }
     if (r.kind === 'start') {
       starts.push(r);
+      continue;
+    }
+    if (r.kind === 'conflict') {
+      conflicts.push(r);
+      const of = r.of === undefined ? undefined : bySeq.get(r.of);
+      if (of) {
+        (of.conflicts ??= []).push(r);
+        of.records.push(loc);
+      }
       continue;
     }
     const op = bySeq.get(r.of);
@@ -107,7 +121,7 @@ export function buildHistory(records: LocatedRecord[]): History {
   // Segments are appended in order, so ops are in seq order already; gc keeps that.
   let lastSeq = ops.length ? (ops[ops.length - 1] as Operation).seq : 0;
   for (const s of starts) if (s.lastSeq !== undefined && s.lastSeq > lastSeq) lastSeq = s.lastSeq;
-  return { ops, bySeq, starts, orphans, firstSeq: ops.length ? (ops[0] as Operation).seq : lastSeq + 1, lastSeq };
+  return { ops, bySeq, starts, orphans, conflicts, firstSeq: ops.length ? (ops[0] as Operation).seq : lastSeq + 1, lastSeq };
 }
 
 /** Operations that changed something (or may have: pending and open ones). */

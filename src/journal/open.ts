@@ -5,6 +5,7 @@ import type { Logger } from '../log.js';
 import type { Vfs } from '../vfs/vfs.js';
 import { ControlServer } from './control.js';
 import { JournalService } from './service.js';
+import type { JournalRemote } from './remote.js';
 import { newSessionId } from './session-id.js';
 import type { JournalStage } from './stage.js';
 import { checkStateDir, rememberWorkspace, resolveStateDir } from './state-dir.js';
@@ -20,6 +21,8 @@ export interface JournaledWorkspace {
   policy?: unknown;
   /** session name from the mount file */
   session?: string;
+  /** GCS: where the journal is mirrored (the bucket's reserved area) */
+  journalRemote?: JournalRemote;
 }
 
 export interface MountJournalFlags extends WorkspaceFlags {
@@ -51,7 +54,7 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
   const session = flags.session ?? ws.session ?? newSessionId();
   const service = await JournalService.open({
     stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session,
-    actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log,
+    actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log, remote: ws.journalRemote,
   });
   rememberWorkspace(stateDir, flags);
   let control: ControlServer | null = null;

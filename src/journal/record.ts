@@ -30,6 +30,11 @@ export type JournalOp = (typeof MUTATION_OPS)[number];
 
 const decimal = z.string().regex(/^\d+$/);
 export const SHA256_HEX = /^[0-9a-f]{64}$/;
+/** A before-image's reference: the sha256 of a blob in the spool, or one the backend kept itself
+ * (REMOTE_BLOB_REF in remote.ts: a GCS server-side copy). */
+export const BLOB_REF = /^(?:[0-9a-f]{64}|gcs-\d{1,20}-[0-9a-f]{16})$/;
+/** The backend kept this before-image (a server-side copy): its bytes are not in the spool. */
+export const keptByBackend = (ref: string): boolean => ref.startsWith('gcs-');
 
 /** A node as the journal remembers it. `null` (see State) means "no node at this path". */
 export const NodeStateSchema = z.object({
@@ -47,8 +52,8 @@ export const NodeStateSchema = z.object({
   nlink: z.number().int(),
   /** symlink text */
   target: z.string().optional(),
-  /** sha256 of the content, when the content was kept as a before-image */
-  blob: z.string().regex(SHA256_HEX).optional(),
+  /** the content's before-image, when it was kept (BLOB_REF) */
+  blob: z.string().regex(BLOB_REF).optional(),
 });
 export type NodeState = z.infer<typeof NodeStateSchema>;
 export const StateSchema = NodeStateSchema.nullable();
@@ -110,7 +115,7 @@ export const CaptureRecordSchema = z.object({
   kind: z.literal('capture'),
   of: z.number().int().positive(),
   time: z.number(),
-  blob: z.string().regex(SHA256_HEX),
+  blob: z.string().regex(BLOB_REF),
   /** bytes kept: the file size when the session began */
   size: z.number().int().nonnegative(),
 });
@@ -145,8 +150,31 @@ export const StartRecordSchema = z.object({
 });
 export type StartRecord = z.infer<typeof StartRecordSchema>;
 
+/**
+ * (GCS) A local version that did not reach the bucket: another writer changed the object since
+ * it was read (the upload was refused, 412), or the upload failed at last close. The bytes are
+ * kept in `localFile`, in the conflict area of the state directory. `of` names the write session
+ * (or operation) that made them, when the journal knows it.
+ */
+export const CONFLICT_REASONS = ['changed-remotely', 'upload-failed'] as const;
+export const ConflictRecordSchema = z.object({
+  kind: z.literal('conflict'),
+  of: z.number().int().positive().optional(),
+  time: z.number(),
+  /** view path of the file */
+  path: z.string(),
+  reason: z.enum(CONFLICT_REASONS),
+  /** the generation the local version was based on (0: a new object) */
+  expectedGeneration: decimal,
+  /** what the bucket had instead; absent: the object was deleted (or could not be looked up) */
+  currentGeneration: decimal.optional(),
+  localFile: z.string(),
+  size: z.number().int().nonnegative(),
+});
+export type ConflictRecord = z.infer<typeof ConflictRecordSchema>;
+
 export const RecordSchema = z.discriminatedUnion('kind', [
-  OpRecordSchema, DoneRecordSchema, FailedRecordSchema, CaptureRecordSchema, EndRecordSchema, StartRecordSchema,
+  OpRecordSchema, DoneRecordSchema, FailedRecordSchema, CaptureRecordSchema, EndRecordSchema, StartRecordSchema, ConflictRecordSchema,
 ]);
 export type JournalRecord = z.infer<typeof RecordSchema>;
 export type OutcomeRecord = DoneRecord | FailedRecord | EndRecord;

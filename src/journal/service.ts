@@ -5,6 +5,7 @@ import type { Logger } from '../log.js';
 import { MutationPipeline, type MutationStage } from '../vfs/pipeline.js';
 import { Vfs } from '../vfs/vfs.js';
 import { BlobStore } from './blobs.js';
+import { BucketMirror } from './bucket-mirror.js';
 import { collectGarbage, type GcResult } from './gc.js';
 import { buildHistory, type History } from './history.js';
 import { stateLayout, type StateLayout } from './layout.js';
@@ -12,6 +13,7 @@ import { JournalLock } from './lock.js';
 import { readJournal } from './reader.js';
 import { RECORD_VERSION } from './record.js';
 import { recoverPending } from './recovery.js';
+import type { JournalRemote } from './remote.js';
 import { applyRollback, planRollback, type RollbackResult, type RollbackSelection } from './rollback.js';
 import { newSessionId } from './session-id.js';
 import { JournalStage } from './stage.js';
@@ -28,6 +30,8 @@ export interface OpenJournalOptions {
   /** what holds the lock, for messages to whoever else tries: "mount /mnt/ws", "rollback" */
   role: string;
   log: Logger;
+  /** GCS: the bucket's reserved area; the journal is pulled from and mirrored to it */
+  remote?: JournalRemote | undefined;
 }
 
 export interface RollbackRequest extends RollbackSelection {
@@ -48,6 +52,8 @@ export class JournalService {
   readonly stage: JournalStage;
   readonly writer: JournalWriter;
   readonly blobs: BlobStore;
+  /** GCS: what copies the spool to the bucket (null for a local workspace) */
+  readonly mirror: BucketMirror | null;
   readonly session: string;
   /** what the start of this writer found (torn tail, recovered operations), or undefined */
   readonly startNote: string | undefined;
@@ -58,11 +64,12 @@ export class JournalService {
   private constructor(
     private readonly o: OpenJournalOptions,
     private readonly lock: JournalLock,
-    parts: { writer: JournalWriter; blobs: BlobStore; note: string | undefined },
+    parts: { writer: JournalWriter; blobs: BlobStore; mirror: BucketMirror | null; note: string | undefined },
   ) {
     this.layout = stateLayout(o.stateDir);
     this.writer = parts.writer;
     this.blobs = parts.blobs;
+    this.mirror = parts.mirror;
     this.session = o.session;
     this.startNote = parts.note;
     this.stage = new JournalStage({ backend: o.backend, writer: this.writer, blobs: this.blobs, session: o.session, actor: o.actor, log: o.log });
@@ -74,6 +81,16 @@ export class JournalService {
     const lock = JournalLock.acquire(layout.lockFile, o.role);
     try {
       const notes: string[] = [];
+      let mirror: BucketMirror | null = null;
+      if (o.remote) {
+        const opened = await BucketMirror.open({
+          remote: o.remote, layout, log: o.log, intervalMs: DEFAULTS.journal.mirrorIntervalMs, retryMs: DEFAULTS.journal.mirrorRetryMs,
+        }).catch((err: unknown) => {
+          throw new Error(`journal: cannot read the journal's mirror in ${o.remote?.location}: ${(err as Error).message}`);
+        });
+        mirror = opened.mirror;
+        if (opened.pulled.segments > 0) notes.push(`imported ${opened.pulled.bytes} bytes of journal (${opened.pulled.segments} segment(s)) other hosts left in ${mirror.location}`);
+      }
       let contents = readJournal(o.stateDir);
       if (contents.tornTail) {
         const t = contents.tornTail;
@@ -97,9 +114,11 @@ export class JournalService {
           flushDelayMs: DEFAULTS.journal.flushDelayMs,
           log: o.log,
           beforeSync: () => blobs.syncPending(),
+          ...(mirror ? { newSegment: mirror.lastSegmentImported(), onAppend: (i: number, b: number) => mirror.segmentAppended(i, b) } : {}),
         },
         history.lastSeq,
       );
+      await mirror?.start(blobs, () => writer.sync());
       const rec = await recoverPending(history, o.backend, writer);
       if (rec.applied + rec.notApplied + rec.sessionsEnded > 0) {
         const msg = `recovered after a crash: ${rec.applied} operation(s) had reached the backend, ${rec.notApplied} had not, ${rec.sessionsEnded} write session(s) ended as found`;
@@ -111,7 +130,7 @@ export class JournalService {
         kind: 'start', time: Date.now(), session: o.session, actor: o.actor, pid: process.pid, source: o.source,
         version: RECORD_VERSION, lastSeq: writer.lastSeq, ...(note ? { note } : {}),
       });
-      return new JournalService(o, lock, { writer, blobs, note });
+      return new JournalService(o, lock, { writer, blobs, mirror, note });
     } catch (err) {
       lock.release();
       throw err;
@@ -177,6 +196,8 @@ export class JournalService {
       const cutoff = Date.now() - keepMs;
       this.writer.rollNow(); // every record so far into closed segments, which gc may rewrite
       await this.writer.sync();
+      // the bucket gets them whole first: gc prunes the spool, the bucket keeps the history
+      await this.mirror?.pump().catch((err: unknown) => this.o.log.warn({ err: (err as Error).message }, 'journal mirror: upload before gc failed; the bucket keeps what it has'));
       const result = collectGarbage(this.o.stateDir, cutoff, this.writer.activeSegment);
       // numbering must go on after the last seq even if gc dropped every operation
       this.writer.appendNow({
@@ -196,6 +217,7 @@ export class JournalService {
     try {
       await this.stage.finishAll();
       await this.writer.close();
+      await this.mirror?.drain(DEFAULTS.journal.mirrorDrainTimeoutMs);
     } finally {
       this.lock.release();
     }

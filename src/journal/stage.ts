@@ -7,7 +7,7 @@ import { callerProcess } from '../vfs/process-names.js';
 import type { Caller, Mutation, MutationStage } from '../vfs/pipeline.js';
 import type { BlobStore } from './blobs.js';
 import { stateFromAttr, stateOf } from './node-state.js';
-import type { DoneRecord, JournalOp, OpArgs, OpRecord, State } from './record.js';
+import type { ConflictRecord, DoneRecord, JournalOp, OpArgs, OpRecord, State } from './record.js';
 import type { JournalWriter } from './writer.js';
 
 /** Who a mutation is recorded for when a rollback makes it (set per caller object). */
@@ -83,6 +83,9 @@ export class JournalStage implements MutationStage {
    */
   private lastCreate: { file: BackendFile; seq: number; path: string; done: DoneRecord } | null = null;
   private readonly contexts = new WeakMap<Caller, RecordContext>();
+  /** the seq of the write session that ended last at a path (a few hundred kept): a conflict
+   * found at the last close of a file whose session a chmod or utimens split belongs to it */
+  private readonly endedAt = new Map<string, number>();
   private readonly backend: Backend;
   private readonly writer: JournalWriter;
   private readonly blobs: BlobStore;
@@ -116,6 +119,8 @@ export class JournalStage implements MutationStage {
   }
 
   run<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    // fallocate KEEP_SIZE changes neither size nor bytes: nothing to record or undo
+    if (m.allocate === 'keep-size') return apply();
     return isSessionOp(m) ? this.sessionOp(m, apply) : this.namespaceOp(m, apply);
   }
 
@@ -258,7 +263,9 @@ export class JournalStage implements MutationStage {
       s = this.sessions.get(path) ?? this.beginSession(path, m);
       while (s.busy) await s.busy;
     }
-    const overwrites = m.op === 'write' ? (m.offset ?? 0) < s.oldSize : (m.size ?? 0) < s.oldSize;
+    // fallocate's 'allocate' keeps every byte (it may only grow the file, undone by a truncate)
+    const overwrites = m.allocate === 'allocate' ? false
+      : m.op === 'write' ? (m.offset ?? 0) < s.oldSize : (m.size ?? 0) < s.oldSize;
     if (!s.captured && overwrites) {
       const sess = s;
       sess.busy = this.capture(sess).finally(() => (sess.busy = null));
@@ -307,6 +314,9 @@ export class JournalStage implements MutationStage {
     while (s.busy) await s.busy.catch(() => undefined);
     if (this.sessions.get(s.path) !== s) return;
     this.sessions.delete(s.path);
+    this.endedAt.delete(s.path);
+    this.endedAt.set(s.path, s.seq);
+    if (this.endedAt.size > 256) this.endedAt.delete(this.endedAt.keys().next().value as string);
     const after = await this.stateOfSession(s);
     this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [after], reason });
   }
@@ -324,6 +334,16 @@ export class JournalStage implements MutationStage {
       await this.finishSession(s, reason);
     }
     if (reason === 'fsync') await this.writer.sync();
+  }
+
+  /**
+   * A local version the store could not upload (GCS: another writer changed the object; or the
+   * upload failed at last close) and kept aside: journaled, tied to the write session that made
+   * it when there is one, so `ledgerfs log`/`show` say where the bytes are.
+   */
+  noteConflict(c: Omit<ConflictRecord, 'kind' | 'of'>): void {
+    const of = this.sessions.get(c.path)?.seq || this.endedAt.get(c.path);
+    this.writer.appendNow({ kind: 'conflict', ...(of ? { of } : {}), ...c });
   }
 
   durable(): Promise<void> {

@@ -19,6 +19,10 @@ export interface WriterOptions {
   log: Logger;
   /** made durable before the journal is (blobs its records refer to) */
   beforeSync?: () => Promise<void>;
+  /** start a new segment even if the last one has room (it is another writer's, imported) */
+  newSegment?: boolean;
+  /** whole records were written: segment `index` is now `bytes` long (the bucket mirror's feed) */
+  onAppend?: (index: number, bytes: number) => void;
 }
 
 /**
@@ -50,11 +54,12 @@ export class JournalWriter {
     fs.mkdirSync(o.journalDir, { recursive: true });
     const segs = listSegments(o.journalDir);
     const last = segs[segs.length - 1];
-    this.segIndex = last ? last.index : 1;
+    const fresh = !last || o.newSegment === true;
+    this.segIndex = last ? last.index + (o.newSegment ? 1 : 0) : 1;
     const p = `${o.journalDir}/${segmentName(this.segIndex)}`;
     this.fd = fs.openSync(p, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
     this.segBytes = fs.fstatSync(this.fd).size;
-    if (!last) syncDir(o.journalDir);
+    if (fresh) syncDir(o.journalDir);
     this.seq = lastSeq;
   }
 
@@ -122,6 +127,7 @@ export class JournalWriter {
     }
     this.segBytes += data.length;
     this.written += data.length;
+    this.o.onAppend?.(this.segIndex, this.segBytes);
     if (this.segBytes >= this.o.segmentBytes) this.roll();
     this.scheduleSync();
   }

@@ -239,17 +239,25 @@ export class PolicyStage implements MutationStage {
 
     const length = m.length ?? 0;
     const end = (m.offset ?? 0) + length;
+    // a punched hole keeps the size (and frees blocks): nothing grows
+    if (m.allocate === 'punch-hole') return apply();
     const known = of.size;
     const before = known ?? (await this.sizeOf(of));
     if (end <= before) return apply(); // inside the file: nothing grows
     const op = m.caller.operator === true;
-    if (!op && max !== undefined && end > max) throw this.tooBig(m, m.path, 'write to', root, end);
+    const verb = m.allocate ? 'allocate space for' : 'write to';
+    if (!op && max !== undefined && end > max) throw this.tooBig(m, m.path, verb, root, end);
     const growth = end - before;
     if (u !== null) {
       if (!op && root.quota.bytes !== undefined && u.bytes + growth > root.quota.bytes) {
-        throw this.overBytes(m, m.path, 'write to', root, u, growth);
+        throw this.overBytes(m, m.path, verb, root, u, growth);
       }
+      // KEEP_SIZE takes blocks past the end that usage (which counts sizes) never sees: it is
+      // allowed only as far as a write could grow the file, and charged nothing
+      if (m.allocate === 'keep-size') return apply();
       u.bytes += growth; // reserved now, so a concurrent write sees it
+    } else if (m.allocate === 'keep-size') {
+      return apply();
     }
     if (of.size !== undefined) of.size = end;
     let n: T;

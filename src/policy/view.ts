@@ -73,6 +73,7 @@ export class PolicyView implements Backend {
     this.kind = `policy(${inner.kind})`;
     this.location = inner.location;
     this.capabilities = inner.capabilities;
+    if (!inner.keepCopy) this.keepCopy = undefined;
   }
 
   // ---- synthesized nodes ---------------------------------------------------------------------
@@ -189,6 +190,13 @@ export class PolicyView implements Backend {
     if (loc === null || (loc.kind === 'root' && loc.isHidden(path))) throw new VfsError('ENOENT', `${path} does not exist in this view`);
     if (loc.kind !== 'root') throw new VfsError('EINVAL', `${path} is not a symlink`);
     return this.inner.readlink(loc.toBackend(path));
+  }
+
+  /** Before-images kept by the store itself (GCS server-side copies), for a file in a root. */
+  keepCopy?(path: string, size: number): Promise<string | null> {
+    const loc = this.policy.locate(path);
+    if (loc?.kind !== 'root' || loc.isHidden(path)) return Promise.resolve(null);
+    return (this.inner.keepCopy as NonNullable<Backend['keepCopy']>).call(this.inner, loc.toBackend(path), size);
   }
 
   async open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {

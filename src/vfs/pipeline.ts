@@ -1,4 +1,4 @@
-import type { Backend } from '../backend/types.js';
+import type { AllocateMode, Backend } from '../backend/types.js';
 import type { OpenFile } from './open-files.js';
 
 /** Who asked, when the binding can tell us (fuse-native cannot; the native binding can). */
@@ -40,6 +40,12 @@ export interface Mutation {
    * opened (the journal captures the before-image once per write session, not per request).
    */
   firstInSession?: boolean;
+  /**
+   * A write that is a fallocate through an open file (see AllocateMode), over [offset,
+   * offset + length): 'allocate' may grow the size but keeps every byte, 'keep-size' changes
+   * neither size nor bytes (only blocks), 'punch-hole' zeroes bytes and keeps the size.
+   */
+  allocate?: AllocateMode;
   /** create: O_TRUNC was given (an existing file loses its content) */
   truncate?: boolean;
   /**

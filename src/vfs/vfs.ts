@@ -1,5 +1,6 @@
 import { constants as C } from 'node:fs';
-import type { Attr, Backend, FsStats, TimeSpec } from '../backend/types.js';
+import type { AllocateMode, Attr, Backend, BackendFile, FsStats, TimeSpec } from '../backend/types.js';
+import { DEFAULTS } from '../config/defaults.js';
 import { VfsError } from './errors.js';
 import { OpenFile, OpenFileTable, isFuseHiddenName } from './open-files.js';
 import { checkPath, isWithin, parentOf } from './paths.js';
@@ -26,6 +27,22 @@ const NO_CALLER: Caller = Object.freeze({});
 const DAEMON_UID = process.geteuid?.();
 const DAEMON_GID = process.getegid?.();
 
+// linux/falloc.h, unistd.h
+const FALLOC_FL_KEEP_SIZE = 0x01;
+const FALLOC_FL_PUNCH_HOLE = 0x02;
+const SEEK_DATA = 3;
+const SEEK_HOLE = 4;
+/** read+write copies go through a buffer of at most this size */
+const COPY_BUFFER_BYTES = 1024 * 1024;
+
+/** The fallocate modes the core serves; the others (zero, collapse, insert range) are EOPNOTSUPP. */
+function allocateMode(mode: number): AllocateMode {
+  if (mode === 0) return 'allocate';
+  if (mode === FALLOC_FL_KEEP_SIZE) return 'keep-size';
+  if (mode === (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)) return 'punch-hole';
+  throw new VfsError('EOPNOTSUPP', `fallocate mode 0x${mode.toString(16)} is not supported`);
+}
+
 function decodeFlags(flags: number): { write: boolean; truncate: boolean; exclusive: boolean } {
   const acc = flags & 3; // O_ACCMODE
   return {
@@ -33,6 +50,34 @@ function decodeFlags(flags: number): { write: boolean; truncate: boolean; exclus
     truncate: (flags & C.O_TRUNC) !== 0,
     exclusive: (flags & C.O_EXCL) !== 0,
   };
+}
+
+/**
+ * Copy n bytes between two backend files: the store's own copy where it can (same store and
+ * file system), else through a bounded buffer. Resolves the bytes copied (short at the end).
+ */
+async function copyRange(from: BackendFile, offIn: number, to: BackendFile, offOut: number, n: number): Promise<number> {
+  if (from.copyRangeTo) {
+    try {
+      return await from.copyRangeTo(to, offIn, offOut, n);
+    } catch (err) {
+      if (!(err instanceof VfsError && (err.code === 'EXDEV' || err.code === 'EOPNOTSUPP' || err.code === 'ENOSYS'))) throw err;
+    }
+  }
+  const buf = Buffer.allocUnsafe(Math.min(n, COPY_BUFFER_BYTES));
+  let done = 0;
+  while (done < n) {
+    const got = await from.read(buf, Math.min(buf.length, n - done), offIn + done);
+    if (got <= 0) break;
+    let put = 0;
+    while (put < got) {
+      const k = await to.write(put === 0 ? buf : buf.subarray(put), got - put, offOut + done + put);
+      if (k <= 0) throw new VfsError('EIO', 'copy_file_range: short write');
+      put += k;
+    }
+    done += got;
+  }
+  return done;
 }
 
 /**
@@ -253,6 +298,87 @@ export class Vfs {
       return;
     }
     await this.mutate({ op: 'truncate', path, size, file: of, caller }, () => this.backend.truncate(path, size));
+  }
+
+  /**
+   * fallocate(2) through an open handle: a write to the policy (a size it grows is charged and
+   * judged like a write's; see PolicyStage) and to the journal (a punched range is kept as the
+   * session's before-image first), then the backend's own fallocate. A store without one
+   * answers EOPNOTSUPP, never a faked success: glibc's posix_fallocate then writes the range.
+   */
+  async fallocate(fh: number, mode: number, offset: number, length: number, caller: Caller = NO_CALLER): Promise<void> {
+    const h = this.handle(fh);
+    if (!h.write) throw new VfsError('EBADF', 'handle not open for writing');
+    if (offset < 0 || length <= 0) throw new VfsError('EINVAL', `fallocate of ${length} bytes at ${offset}`);
+    const kind = allocateMode(mode);
+    const of = h.of;
+    const file = of.file;
+    if (!file.allocate) throw new VfsError('EOPNOTSUPP', `the ${this.backend.kind} backend cannot fallocate`);
+    const m: Mutation = {
+      op: 'write', path: of.path ?? '', offset, length, size: offset + length,
+      firstInSession: !of.dirty, file: of, caller, allocate: kind,
+    };
+    await this.mutate(m, async () => {
+      if (kind !== 'keep-size') of.dirty = true;
+      await (file.allocate as NonNullable<BackendFile['allocate']>).call(file, kind, offset, length);
+    });
+  }
+
+  /**
+   * copy_file_range(2) between two open handles: a write of the destination range to the policy
+   * and the journal (which keeps the destination's before-image before anything is copied),
+   * then the store's own copy when it has one for these two files, else read + write here.
+   * The kernel sends it only when both files are on this mount (else EXDEV and the caller
+   * copies itself); it has already refused flags, overlaps within one file and read-only
+   * destinations, checked again here for callers of the core.
+   */
+  async copyFileRange(
+    fhIn: number, offIn: number, fhOut: number, offOut: number, length: number, flags: number, caller: Caller = NO_CALLER,
+  ): Promise<number> {
+    const src = this.handle(fhIn).of;
+    const h = this.handle(fhOut);
+    if (!h.write) throw new VfsError('EBADF', 'copy_file_range: destination handle not open for writing');
+    if (flags !== 0) throw new VfsError('EINVAL', `copy_file_range flags ${flags}`);
+    if (offIn < 0 || offOut < 0 || length < 0) throw new VfsError('EINVAL', 'copy_file_range: negative offset or length');
+    const dst = h.of;
+    // Only what the source holds (the write below is judged and journaled by that length),
+    // and at most one bounded piece per request: callers ask again for the rest.
+    const size = (await src.file.stat()).size;
+    const n = Math.min(length, Math.max(0, size - offIn), DEFAULTS.copyRangeMaxBytes);
+    if (n === 0) return 0;
+    if (src === dst && offIn < offOut + n && offOut < offIn + n) {
+      throw new VfsError('EINVAL', 'copy_file_range: overlapping ranges of one file');
+    }
+    const m: Mutation = {
+      op: 'write', path: dst.path ?? '', offset: offOut, length: n, size: offOut + n,
+      firstInSession: !dst.dirty, file: dst, caller,
+    };
+    return this.mutate(m, async () => {
+      dst.dirty = true;
+      return copyRange(src.file, offIn, dst.file, offOut, n);
+    });
+  }
+
+  /**
+   * lseek(2) SEEK_DATA / SEEK_HOLE (the kernel does the other whences itself): the store's
+   * answer where it knows its holes, else the whole file is data, with ENXIO at or past the end
+   * as lseek(2) says.
+   */
+  async lseek(fh: number, offset: number, whence: number): Promise<number> {
+    const file = this.handle(fh).of.file;
+    if (whence !== SEEK_DATA && whence !== SEEK_HOLE) throw new VfsError('EINVAL', `lseek whence ${whence}`);
+    if (offset < 0) throw new VfsError('ENXIO', `lseek to ${offset}`);
+    const what = whence === SEEK_DATA ? 'data' : 'hole';
+    if (file.seekData) {
+      try {
+        return await file.seekData(offset, what);
+      } catch (err) {
+        if (!(err instanceof VfsError && err.code === 'EOPNOTSUPP')) throw err;
+      }
+    }
+    const size = (await file.stat()).size;
+    if (offset >= size) throw new VfsError('ENXIO', `lseek to ${offset}: past the end (${size} bytes)`);
+    return what === 'data' ? offset : size;
   }
 
   async flush(fh: number, caller: Caller = NO_CALLER): Promise<void> {

@@ -8,9 +8,9 @@ import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { startGcsFixture, type GcsFixture } from './fixture.js';
 
 /**
- * Before-images of GCS content through the Backend interface: a file larger than the journal's
- * in-memory capture (1 MiB) is copied out of the bucket (copyOut, crc32c-checked), a small one
- * is read through open; an overwrite of either is rolled back to the bytes it had.
+ * Before-images of GCS content: objects the mount holds no local bytes for are kept by a
+ * server-side copy into the bucket's reserved area (Backend.keepCopy; rollback fetches them,
+ * crc32c-checked); an overwrite of a 3 MiB and of a small one is rolled back to the bytes it had.
  */
 describe('gcs: the journal keeps before-images of bucket content', () => {
   let g: GcsFixture;

@@ -1,7 +1,8 @@
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { py, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, py, sh, startMount, type TestMount } from '../helpers/mount.js';
 import { startGcsFixture, type GcsFixture } from './fixture.js';
 
 /**
@@ -36,6 +37,8 @@ describe('gcs: two daemons on one bucket', () => {
     const i = args.indexOf('--state');
     return i >= 0 ? args[i + 1] : undefined;
   };
+
+  const cli = (...args: string[]) => execFileSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, ...(a?.env ?? {}) } });
 
   async function eventually(fn: () => boolean, ms: number): Promise<number> {
     const t0 = Date.now();
@@ -92,6 +95,46 @@ print(json.dumps(res))
     await eventually(() => /local version not uploaded; kept in the conflict area/.test(b.logs()), 5000);
     // nothing went into A's conflict area
     expect(fs.existsSync(path.join(stateOf(a) as string, 'conflicts'))).toBe(false);
+    // B's journal records it with its write: the path, the generations, where the bytes are
+    const [meta] = await g.storage.bucket(g.bucket).file('shared.txt').getMetadata();
+    const kept = path.join(conflicts, data[0] as string);
+    const log = JSON.parse(cli('log', '--state', stateOf(b) as string, '--json')) as Array<{ seq: number; op: string; paths: string[]; conflicts?: unknown[] }>;
+    const write = log.find((e) => e.op === 'write' && e.paths[0] === '/shared.txt');
+    expect(write?.conflicts).toEqual([
+      expect.objectContaining({ kind: 'conflict', of: write?.seq, path: '/shared.txt', reason: 'changed-remotely', currentGeneration: String(meta.generation), localFile: kept, size: 24 }),
+    ]);
+    expect(BigInt((write?.conflicts?.[0] as { expectedGeneration: string }).expectedGeneration)).toBeLessThan(BigInt(meta.generation as string));
+    expect(cli('log', '--state', stateOf(b) as string)).toMatch(new RegExp(`write /shared.txt .*\\[conflict: not uploaded: the object changed in the bucket meanwhile \\(generation \\d+ -> ${meta.generation}\\); the local version \\(24 bytes\\) is kept at ${kept}\\]`));
+    const show = cli('show', '--state', stateOf(b) as string, String(write?.seq));
+    expect(show).toContain(`conflict  /shared.txt: not uploaded`);
+    expect(show).toContain(`restore   cp ${kept} MOUNTPOINT/shared.txt`);
+    // and A's journal has no conflict
+    expect(cli('log', '--state', stateOf(a) as string)).not.toContain('conflict');
+  });
+
+  it('a conflict found at the close after fchmod split the write session is journaled with that session', async () => {
+    const out = py(
+      `
+import errno, json, os, sys
+f = open(sys.argv[1] + '/shared.txt', 'r+b')
+f.write(b'local edit\\n'); f.flush()
+os.fchmod(f.fileno(), 0o600)   # ends the journal's write session; the upload waits for close
+with open(sys.argv[2] + '/shared.txt', 'wb') as o: o.write(b'meanwhile on the other host\\n')
+try:
+    f.close(); print('ok')
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+`,
+      a.dir,
+      [b.mnt, a.mnt],
+    );
+    expect(out.trim()).toBe('ESTALE');
+    const log = JSON.parse(cli('log', '--state', stateOf(b) as string, '--json')) as Array<{ seq: number; op: string; paths: string[]; conflicts?: Array<{ localFile: string; of: number }> }>;
+    const write = log.find((e) => e.op === 'write' && e.paths[0] === '/shared.txt');
+    const c = write?.conflicts?.[0];
+    expect(c?.of).toBe(write?.seq);
+    expect(fs.readFileSync(c?.localFile as string, 'utf8')).toBe('local edit\n');
+    await eventually(() => sh('cat shared.txt', b.mnt) === 'meanwhile on the other host\n', 5000);
   });
 
   it('two O_CREAT|O_EXCL of one new name on two daemons: exactly one wins', () => {

@@ -2,6 +2,7 @@ import { spawn, spawnSync, execFileSync, type ChildProcess } from 'node:child_pr
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { DEFAULTS } from '../../src/config/defaults.js';
 import { mountDirPrefix } from './run.js';
 
 export const REPO = path.resolve(import.meta.dirname, '../..');
@@ -191,6 +192,8 @@ export const TEST_BINDING = process.env.LEDGERFS_TEST_BINDING || undefined;
 export function bindingArgs(): string[] {
   return TEST_BINDING ? ['--binding', TEST_BINDING] : [];
 }
+/** the binding mounts run: the one named, else the CLI's default (on every backend) */
+export const RUNNING_BINDING = TEST_BINDING ?? DEFAULTS.binding;
 
 /** Start a real `ledgerfs mount` daemon on fresh temp dirs; always pair with stop() in a finally/afterEach. */
 export async function startMount(opts: StartOptions = {}): Promise<TestMount> {

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CLI, logsMatching, onGcs, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { startJournaledMount, type JournaledMount } from '../helpers/journaled-mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { snapshotTree } from '../helpers/tree.js';
 
@@ -34,21 +35,17 @@ const populate = (src: string) => {
 };
 
 describe('mount: journal, log, diff, rollback', () => {
+  let j: JournaledMount;
   let m: TestMount;
-  let stateRoot: string;
   let state: string;
   beforeEach(async () => {
-    stateRoot = makeTemp('state');
-    state = path.join(stateRoot, 'state');
     // the source outside the mount's temp dir: it must outlive stop() for the unmounted rollback
-    m = await startMount({ src: path.join(stateRoot, 'src'), populate, args: ['--state', state, '--session', 'agent-run-1', '--attr-timeout', '0.2', '--entry-timeout', '0.2'] });
+    j = await startJournaledMount('agent-run-1', { keepSource: true, populate, args: ['--attr-timeout', '0.2', '--entry-timeout', '0.2'] });
+    ({ m, state } = j);
     cliEnv = m.env;
   });
   afterEach(async () => {
-    const errors = m.errors();
-    await m.stop();
-    rmTemp(stateRoot);
-    expect(errors, 'the daemon logged errors').toEqual([]);
+    expect(await j.finish(), 'the daemon logged errors').toEqual([]);
   });
 
   it('records what real tools did; diff shows it; rollback through the daemon undoes it, and can be undone', async () => {

@@ -97,3 +97,22 @@ print(sorted(os.listdir('.')), sorted(os.listdir('../src')))
     expect(Number(known?.[1])).toBeLessThan(50);
   });
 });
+
+describe('native-ll binding: reading the session', () => {
+  it('one caller at a time is read one request per wake-up, yet parallel callers are handed over in batches', async () => {
+    const m = await startMount({ args: LL, env: { LEDGERFS_NATIVE_STATS: '1' } });
+    try {
+      // serial: every wake-up finds one request, so the binding stops reading until EAGAIN
+      sh('mkdir s && for i in $(seq 1 200); do echo $i > s/f$i; done', m.mnt);
+      // then four writers at once: requests queue up and a probe finds them
+      sh('for k in 1 2 3 4; do (mkdir p$k && for i in $(seq 1 300); do echo $i > p$k/f$i; done) & done; wait', m.mnt);
+      expect(sh('ls s p1 p2 p3 p4 | grep -c "^f"', m.mnt)).toBe(`${200 + 4 * 300}\n`);
+      expect(sh('cat s/f200 p4/f300', m.mnt)).toBe('200\n300\n');
+    } finally {
+      await m.stop();
+    }
+    const stats = /(\d+) requests in (\d+) JS wake-ups \([\d.]+ per wake-up, largest batch (\d+)\)/.exec(m.logs());
+    expect(stats, m.logs()).not.toBeNull();
+    expect(Number(stats?.[3]), m.logs()).toBeGreaterThan(1);
+  });
+});

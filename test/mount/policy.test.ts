@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CLI, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, RUNNING_BINDING, run, sh, startMount, type TestMount } from '../helpers/mount.js';
 import { putFiles } from '../helpers/policy.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
@@ -142,6 +142,23 @@ describe('mount --policy: the case file as written', () => {
     expect(fs.statSync(path.join(pm.ws, 'projects/Wilson-MVA/big.pdf')).size).toBe(20 * 1024 * 1024);
     expect(run(`truncate -s 21M ${W}/big.pdf`, mnt).stderr).toMatch(/File too large/);
     sh(`rm ${W}/big.pdf`, mnt);
+  });
+
+  // fuse-native has no fallocate op (the kernel answers EOPNOTSUPP itself)
+  it.skipIf(RUNNING_BINDING === 'fuse-native')('judges fallocate as a write: EFBIG, EDQUOT (also for --keep-size), EROFS', async () => {
+    expect(run(`fallocate -l 21M ${W}/big.pdf`, mnt).stderr).toMatch(/File too large/);
+    expect(fs.statSync(path.join(pm.ws, 'projects/Wilson-MVA/big.pdf')).size).toBe(0); // made by the open, not grown
+    sh(`fallocate -l 5M ${W}/a.pdf && fallocate -l 20M ${W}/b.pdf && fallocate -l 20M ${W}/x.pdf`, mnt);
+    expect(run(`fallocate -l 20M ${W}/c.pdf`, mnt).stderr).toMatch(/Disk quota exceeded/);
+    expect(await lastDenial(mnt)).toMatch(/ write \/projects\/Wilson-MVA\/c\.pdf EDQUOT: allocate space for \/projects\/Wilson-MVA\/c\.pdf refused: /);
+    // blocks past the end are not charged, but only as far as a write could have grown the file
+    // (45 MiB of 50 used; the largest file is 20 MiB)
+    sh(`fallocate -n -o 5M -l 4M ${W}/a.pdf`, mnt);
+    expect(run(`fallocate -n -o 5M -l 10M ${W}/a.pdf`, mnt).stderr).toMatch(/Disk quota exceeded/);
+    expect(run(`fallocate -n -o 5M -l 16M ${W}/a.pdf`, mnt).stderr).toMatch(/File too large/);
+    expect(fs.statSync(path.join(pm.ws, 'projects/Wilson-MVA/a.pdf')).size).toBe(5 * 1024 * 1024);
+    expect(run('fallocate -l 1M Tools/build.py', mnt).stderr).toMatch(/Read-only file system/);
+    sh(`rm ${W}/big.pdf ${W}/a.pdf ${W}/b.pdf ${W}/x.pdf ${W}/c.pdf`, mnt);
   });
 
   it('shows the quota in df and stops dd at EDQUOT with the quota untouched by the failed write', async () => {

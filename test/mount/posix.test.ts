@@ -198,9 +198,10 @@ os.close(fd)
   });
 
   it('flock: exclusive locks exclude each other across processes (kernel-local locking)', () => {
-    // ledgerfs implements neither the FUSE lock nor flock op, so libfuse 2 does not announce
-    // FUSE_POSIX_LOCKS / FUSE_FLOCK_LOCKS and the kernel keeps both kinds of lock itself, for
-    // this mount on this host: correct between processes here, invisible to other hosts.
+    // ledgerfs implements neither the FUSE lock nor flock op, on purpose (README, "Semantics and
+    // limits"), so libfuse (2 or 3) does not announce FUSE_POSIX_LOCKS / FUSE_FLOCK_LOCKS and
+    // the kernel keeps both kinds of lock itself, for this mount on this host: correct between
+    // processes here, invisible to other hosts.
     const out = py(
       `
 import fcntl, subprocess, sys, time

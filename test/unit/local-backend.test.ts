@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { loadBeneath, type Beneath } from '../../src/backend/beneath.js';
 import { LocalBackend } from '../../src/backend/local.js';
 import { expectCode, isRoot, makeTemp, rmTemp } from '../helpers/tmp.js';
 
@@ -20,14 +21,25 @@ function snapshot(dir: string): string {
   return out.join('\n');
 }
 
-describe('LocalBackend: path checks', () => {
+// Both ways of refusing symlinked parents: openat2 in native/ledgerfs_beneath.c (when built)
+// and the realpath check a machine without the addon runs.
+const beneath = loadBeneath();
+const checks: [string, Beneath | null][] = [['realpath', null]];
+if (beneath) checks.unshift(['openat2', beneath]);
+
+it('the openat2 helper loads wherever the addon is built', () => {
+  const built = fs.existsSync(new URL('../../native/build/Release/ledgerfs_beneath.node', import.meta.url));
+  expect(beneath !== null).toBe(built && !process.env.LEDGERFS_NO_OPENAT2);
+});
+
+describe.each(checks)('LocalBackend (%s): path checks', (_, helper) => {
   let tmp: string;
   let b: LocalBackend;
   beforeEach(() => {
     tmp = makeTemp();
     fs.mkdirSync(path.join(tmp, 'root/a'), { recursive: true });
     fs.writeFileSync(path.join(tmp, 'root/a/f'), 'x');
-    b = new LocalBackend(path.join(tmp, 'root'));
+    b = new LocalBackend(path.join(tmp, 'root'), helper);
   });
   afterEach(() => rmTemp(tmp));
 
@@ -63,7 +75,7 @@ describe('LocalBackend: path checks', () => {
   });
 });
 
-describe('LocalBackend: containment (never leaves its root)', () => {
+describe.each(checks)('LocalBackend (%s): containment (never leaves its root)', (_, helper) => {
   let tmp: string;
   let root: string;
   let outside: string;
@@ -81,7 +93,7 @@ describe('LocalBackend: containment (never leaves its root)', () => {
     fs.symlinkSync(outside, path.join(root, 'sub/evil2')); // deeper
     fs.symlinkSync(path.join(outside, 'passwd'), path.join(root, 'evilfile')); // to a file outside
     fs.symlinkSync('/etc', path.join(root, 'etc')); // the classic
-    b = new LocalBackend(root);
+    b = new LocalBackend(root, helper);
   });
   afterEach(() => rmTemp(tmp));
 
@@ -169,7 +181,7 @@ describe('LocalBackend: containment (never leaves its root)', () => {
 
   it('a root given through a symlink is resolved once, at construction', async () => {
     fs.symlinkSync(root, path.join(tmp, 'rootlink'));
-    const b2 = new LocalBackend(path.join(tmp, 'rootlink'));
+    const b2 = new LocalBackend(path.join(tmp, 'rootlink'), helper);
     expect(b2.location).toBe(fs.realpathSync(root));
     expect((await b2.stat('/inside.txt')).size).toBe(7);
     await expectCode(b2.stat('/evil/passwd'), 'EACCES');

@@ -97,9 +97,10 @@ export class GcsRequests {
    * errors) rather than bucket.getFiles(), which builds a File object per item: for a page of
    * 1,000 that costs several times the request itself.
    */
-  async list(q: { prefix: string; delimiter?: string; includeTrailingDelimiter?: boolean; maxResults?: number; pageToken?: string }): Promise<ListPage> {
+  async list(q: { prefix: string; delimiter?: string; includeTrailingDelimiter?: boolean; maxResults?: number; pageToken?: string; startOffset?: string }): Promise<ListPage> {
     const qs = {
       prefix: q.prefix,
+      ...(q.startOffset ? { startOffset: q.startOffset } : {}),
       ...(q.delimiter ? { delimiter: q.delimiter } : {}),
       ...(q.includeTrailingDelimiter ? { includeTrailingDelimiter: true } : {}),
       ...(q.maxResults ? { maxResults: q.maxResults } : {}),
@@ -112,6 +113,13 @@ export class GcsRequests {
       prefixes: r.prefixes ?? [],
       ...(r.nextPageToken ? { nextPageToken: r.nextPageToken } : {}),
     };
+  }
+
+  /** Bytes [start, end] (inclusive) of one generation, in one buffer. 404 if that generation is gone. */
+  async readRange(key: string, generation: bigint, start: number, end: number): Promise<Buffer> {
+    const out = Buffer.allocUnsafe(end - start + 1);
+    const n = await this.readRangeParts(key, generation, start, end, (d, at) => d.copy(out, at - start));
+    return n === out.length ? out : out.subarray(0, n);
   }
 
   /**

@@ -36,6 +36,11 @@ export interface GcsBackendOptions {
   gid?: number;
   /** called when an upload is refused because another writer changed the object (see GcsConflict) */
   onConflict?: (c: GcsConflict) => void;
+  /**
+   * Test seam: awaited after each object a directory rename copied (`copied`, count so far).
+   * Crash tests stop a rename mid-way with it; nothing else sets it.
+   */
+  renameHook?: (step: 'copied', count: number) => Promise<void> | void;
 }
 
 /**
@@ -62,8 +67,8 @@ export interface GcsConflict {
   time: Date;
 }
 
-export type ResolvedGcsOptions = Required<Omit<GcsBackendOptions, 'type' | 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict' | 'conflictsDir'>> & { conflictsDir: string } &
-  Pick<GcsBackendOptions, 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict'>;
+export type ResolvedGcsOptions = Required<Omit<GcsBackendOptions, 'type' | 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict' | 'conflictsDir' | 'renameHook'>> & { conflictsDir: string } &
+  Pick<GcsBackendOptions, 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict' | 'renameHook'>;
 
 const CHUNK_GRANULE = 256 * 1024;
 
@@ -91,6 +96,7 @@ export function resolveGcsOptions(o: GcsBackendOptions): ResolvedGcsOptions {
     ...(o.keyFile !== undefined ? { keyFile: o.keyFile } : {}),
     ...(o.projectId !== undefined ? { projectId: o.projectId } : {}),
     ...(o.onConflict !== undefined ? { onConflict: o.onConflict } : {}),
+    ...(o.renameHook !== undefined ? { renameHook: o.renameHook } : {}),
   };
   if (!r.bucket) throw new Error('GCS backend: `bucket` is required');
   if (r.uploadChunkBytes <= 0 || r.uploadChunkBytes % CHUNK_GRANULE !== 0) {

@@ -18,7 +18,7 @@ export class ForwardingLayer implements Backend {
     // concrete layer implements one itself.
     const base = ForwardingLayer.prototype as unknown as Record<string, unknown>;
     const self = this as unknown as Record<string, unknown>;
-    for (const m of ['tryStat', 'readdirPlus', 'readdirTree', 'copyOut', 'getxattr', 'setxattr', 'listxattr', 'removexattr'] as const) {
+    for (const m of ['tryStat', 'readdirPlus', 'readdirTree', 'copyOut', 'keepCopy', 'getxattr', 'setxattr', 'listxattr', 'removexattr'] as const) {
       if (!inner[m] && self[m] === base[m]) self[m] = undefined;
     }
   }
@@ -91,6 +91,9 @@ export class ForwardingLayer implements Backend {
   }
   copyOut?(path: string, hostFile: string): Promise<void> {
     return (this.inner.copyOut as NonNullable<Backend['copyOut']>).call(this.inner, path, hostFile);
+  }
+  keepCopy?(path: string, size: number): Promise<string | null> {
+    return (this.inner.keepCopy as NonNullable<Backend['keepCopy']>).call(this.inner, path, size);
   }
   close(): Promise<void> {
     return this.inner.close();

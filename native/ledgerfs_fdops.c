@@ -1,0 +1,138 @@
+/*
+ * Small helpers on file descriptors that Node's fs lacks: fallocate(2) and lseek(2) with
+ * SEEK_DATA/SEEK_HOLE (synchronous: one quick syscall, like the local backend's other calls) and
+ * copy_file_range(2) (on libuv's thread pool, a promise). The local backend (src/backend/fd-ops.ts)
+ * uses them on its own backing fds to serve the FUSE ops of the same names. No libfuse: a
+ * separate addon, so the backend never loads a FUSE binding. Failures throw (reject) an Error
+ * whose `code` is the errno name (ENOSPC, EOPNOTSUPP, ENXIO, EXDEV...), as Node's fs does.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <node_api.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static napi_value fail(napi_env env, const char *what, int err) {
+  char msg[256];
+  const char *name = strerrorname_np(err);
+  snprintf(msg, sizeof msg, "%s: %s", what, strerror(err));
+  napi_throw_error(env, name ? name : "EIO", msg);
+  return NULL;
+}
+
+/* n numeric arguments as doubles; false with an exception pending when one is missing */
+static bool nums(napi_env env, napi_callback_info info, size_t n, double *out) {
+  napi_value argv[8];
+  size_t argc = 8;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < n) {
+    napi_throw_type_error(env, NULL, "ledgerfs_fdops: missing arguments");
+    return false;
+  }
+  for (size_t k = 0; k < n; k++) {
+    if (napi_get_value_double(env, argv[k], &out[k]) != napi_ok) {
+      napi_throw_type_error(env, NULL, "ledgerfs_fdops: arguments must be numbers");
+      return false;
+    }
+  }
+  return true;
+}
+
+/* fallocate(fd, mode, offset, length) */
+static napi_value js_fallocate(napi_env env, napi_callback_info info) {
+  double a[4];
+  if (!nums(env, info, 4, a)) return NULL;
+  if (fallocate((int)a[0], (int)a[1], (off_t)a[2], (off_t)a[3]) != 0) return fail(env, "fallocate", errno);
+  return NULL;
+}
+
+/* copyFileRange(fdIn, offIn, fdOut, offOut, length) -> Promise of the bytes copied (short only
+ * at the source's end: the kernel's own short counts are retried). On libuv's thread pool: a
+ * copy of megabytes takes long enough to hold up every other request on the JS thread. */
+struct copy_job {
+  napi_async_work work;
+  napi_deferred deferred;
+  int fd_in, fd_out;
+  off_t in, out;
+  size_t left, done;
+  int err;
+};
+
+static void copy_execute(napi_env env, void *data) {
+  struct copy_job *j = data;
+  while (j->left > 0) {
+    ssize_t n = copy_file_range(j->fd_in, &j->in, j->fd_out, &j->out, j->left, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (j->done == 0) j->err = errno; /* else: report what was copied; the caller asks again */
+      break;
+    }
+    if (n == 0) break;
+    j->done += (size_t)n;
+    j->left -= (size_t)n;
+  }
+}
+
+static void copy_complete(napi_env env, napi_status status, void *data) {
+  struct copy_job *j = data;
+  napi_value v;
+  if (status != napi_ok && !j->err) j->err = EIO;
+  if (j->err) {
+    char msg[256];
+    const char *name = strerrorname_np(j->err);
+    napi_value code, text;
+    snprintf(msg, sizeof msg, "copy_file_range: %s", strerror(j->err));
+    napi_create_string_utf8(env, name ? name : "EIO", NAPI_AUTO_LENGTH, &code);
+    napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &text);
+    napi_create_error(env, code, text, &v);
+    napi_reject_deferred(env, j->deferred, v);
+  } else {
+    napi_create_double(env, (double)j->done, &v);
+    napi_resolve_deferred(env, j->deferred, v);
+  }
+  napi_delete_async_work(env, j->work);
+  free(j);
+}
+
+static napi_value js_copy_file_range(napi_env env, napi_callback_info info) {
+  double a[5];
+  if (!nums(env, info, 5, a)) return NULL;
+  struct copy_job *j = calloc(1, sizeof *j);
+  if (!j) return fail(env, "copy_file_range", ENOMEM);
+  j->fd_in = (int)a[0]; j->in = (off_t)a[1]; j->fd_out = (int)a[2]; j->out = (off_t)a[3]; j->left = (size_t)a[4];
+  napi_value promise, name;
+  napi_create_string_utf8(env, "ledgerfs:copy_file_range", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_promise(env, &j->deferred, &promise) != napi_ok ||
+      napi_create_async_work(env, NULL, name, copy_execute, copy_complete, j, &j->work) != napi_ok ||
+      napi_queue_async_work(env, j->work) != napi_ok) {
+    free(j);
+    return fail(env, "copy_file_range", EIO);
+  }
+  return promise;
+}
+
+/* seek(fd, offset, whence) -> the offset lseek(2) answers (SEEK_DATA = 3, SEEK_HOLE = 4) */
+static napi_value js_seek(napi_env env, napi_callback_info info) {
+  double a[3];
+  if (!nums(env, info, 3, a)) return NULL;
+  off_t r = lseek((int)a[0], (off_t)a[1], (int)a[2]);
+  if (r < 0) return fail(env, "lseek", errno);
+  napi_value v;
+  napi_create_double(env, (double)r, &v);
+  return v;
+}
+
+static napi_value init(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+    {"fallocate", NULL, js_fallocate, NULL, NULL, NULL, napi_default, NULL},
+    {"copyFileRange", NULL, js_copy_file_range, NULL, NULL, NULL, napi_default, NULL},
+    {"seek", NULL, js_seek, NULL, NULL, NULL, napi_default, NULL},
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof *props, props);
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

@@ -1,0 +1,97 @@
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import util from 'node:util';
+import type { Attr } from './types.js';
+
+/*
+ * The local backend's symlink-free path resolution in one syscall (native/ledgerfs_beneath.c:
+ * openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS from a descriptor of the backend root),
+ * instead of realpath(3)'s readlink per component of the host path. stat and open resolve the
+ * node itself that way, so there is no window between the check and the use.
+ * Optional: without the addon (not built) or without openat2 (kernel < 5.6), `loadBeneath()`
+ * answers null and the backend keeps its realpath check.
+ */
+
+const ADDON = path.resolve(import.meta.dirname, '../../native/build/Release/ledgerfs_beneath.node');
+
+interface Addon {
+  check(root: number, parent: string): number;
+  lstat(root: number, parent: string, name: string): number;
+  open(root: number, parent: string, name: string, flags: number, mode: number): number;
+  setRecord(buf: ArrayBuffer): void;
+  PARENT: number;
+}
+
+/** What a call answered: the errno name, and whether the parent (not the node) failed. */
+export interface BeneathFailure {
+  code: string;
+  parent: boolean;
+}
+
+// mode size nlink uid gid ino blocks as doubles, then atime mtime ctime as int64 ns
+const record = new ArrayBuffer(80);
+const nums = new Float64Array(record, 0, 7);
+const times = new BigInt64Array(record, 56, 3);
+
+export class Beneath {
+  constructor(private readonly addon: Addon) {}
+
+  /** decode a negative result */
+  failure(r: number): BeneathFailure {
+    const e = -r;
+    const parent = e >= this.addon.PARENT;
+    return { code: util.getSystemErrorName(-(parent ? e - this.addon.PARENT : e)), parent };
+  }
+
+  /** 0, or a negative result for failure() */
+  check(rootFd: number, parent: string): number {
+    return this.addon.check(rootFd, parent);
+  }
+
+  /** the node itself (a final symlink is not followed), or a negative result for failure() */
+  lstat(rootFd: number, parent: string, name: string): Attr | number {
+    const r = this.addon.lstat(rootFd, parent, name);
+    if (r < 0) return r;
+    const mode = nums[0] as number;
+    const fmt = mode & 0o170000;
+    return {
+      type: fmt === 0o040000 ? 'dir' : fmt === 0o120000 ? 'symlink' : 'file',
+      mode,
+      size: nums[1] as number,
+      nlink: nums[2] as number,
+      uid: nums[3] as number,
+      gid: nums[4] as number,
+      ino: nums[5] as number,
+      blocks: nums[6] as number,
+      atimeNs: times[0] as bigint,
+      mtimeNs: times[1] as bigint,
+      ctimeNs: times[2] as bigint,
+    };
+  }
+
+  /** a descriptor (O_NOFOLLOW, O_CLOEXEC added), or a negative result for failure() */
+  open(rootFd: number, parent: string, name: string, flags: number, mode: number): number {
+    return this.addon.open(rootFd, parent, name, flags, mode);
+  }
+}
+
+let loaded: Beneath | null | undefined;
+
+/** The helper, or null when it cannot be used here (then the caller keeps its own check). */
+export function loadBeneath(): Beneath | null {
+  if (loaded !== undefined) return loaded;
+  loaded = null;
+  if (process.env.LEDGERFS_NO_OPENAT2) return loaded; // the realpath path, for A/B and tests
+  try {
+    const addon = createRequire(import.meta.url)(ADDON) as Addon;
+    addon.setRecord(record);
+    // ENOSYS (no openat2) shows on the first call: probe once
+    const probe = addon.check(-100 /* AT_FDCWD */, '.');
+    const b = new Beneath(addon);
+    if (probe < 0 && b.failure(probe).code === 'ENOSYS') return loaded;
+    loaded = b;
+  } catch {
+    // not built: the install said so (scripts/build-native.mjs)
+  }
+  return loaded;
+}

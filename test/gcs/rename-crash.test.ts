@@ -1,0 +1,130 @@
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DEFAULTS } from '../../src/config/defaults.js';
+import { CLI, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { makeTemp, rmTemp } from '../helpers/tmp.js';
+import { startGcsFixture, type GcsFixture } from './fixture.js';
+
+/**
+ * A daemon SIGKILLed in the middle of `mv` of a 300-object directory (copies slowed down by the
+ * emulator so the kill lands mid-way) leaves the tree in both places. The next mount of the
+ * workspace finishes the rename from its intent in the bucket, the journal records the rename
+ * as done (recovered), and `ledgerfs rollback` of it brings the whole directory back. If a source
+ * not yet copied changed in between, finishing is impossible: the rename is undone instead.
+ */
+describe('gcs: a daemon killed during a directory rename', () => {
+  const N = 300;
+  let g: GcsFixture;
+  let home: string;
+  const mounts: TestMount[] = [];
+  const state = () => path.join(home, 'state');
+  const mount = async () => {
+    const m = await startMount({ gcs: { emulator: g.emulator, bucket: g.bucket }, args: ['--state', state(), '--attr-timeout', '0.2', '--entry-timeout', '0.2', '--metadata-ttl', '0.2'] });
+    mounts.push(m);
+    return m;
+  };
+  beforeEach(async () => {
+    g = await startGcsFixture();
+    home = makeTemp('gcs-rename-crash');
+    await g.seed(Array.from({ length: N }, (_, i) => `dir/${i % 3 === 0 ? 'sub/' : ''}f${i}`), 'same');
+  });
+  afterEach(async () => {
+    for (const m of mounts.splice(0)) await m.stop().catch(() => undefined); // the killed one reports its death
+    await g?.stop();
+    rmTemp(home);
+  });
+
+  /** Object names under a prefix, as another client sees them (the fixture's client does not
+   * retry; a kept-alive socket the emulator closed meanwhile is worth another try here). */
+  const names = async (prefix: string): Promise<string[]> => {
+    for (let i = 0; ; i++) {
+      try {
+        return (await g.storage.bucket(g.bucket).getFiles({ prefix }))[0].map((f) => f.name);
+      } catch (err) {
+        if (i >= 3 || !/socket hang up|ECONNRESET/.test((err as Error).message)) throw err;
+      }
+    }
+  };
+
+  const ledgerfs = (...args: string[]) =>
+    spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
+  type Entry = { seq: number; op: string; paths: string[]; status: string; recovered?: boolean; undoes?: number };
+  const journal = () => JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Entry[];
+  const allAt = (dir: string) => Array.from({ length: N }, (_, i) => `${dir}/${i % 3 === 0 ? 'sub/' : ''}f${i}`).sort();
+
+  /** Mount, start `mv dir moved`, SIGKILL the daemon once 60 objects are copied. */
+  async function killDuringMv(): Promise<void> {
+    const a = await mount();
+    // every copy (a rewrite POST) takes 20 ms more: 300 copies, 8 at a time, take ~0.8 s
+    await g.fault({ status: 0, delayMs: 20, count: -1, method: 'POST', pathPrefix: `/storage/v1/b/${g.bucket}/o/dir` });
+    const mv = spawn('mv', ['dir', 'moved'], { cwd: a.mnt, stdio: 'ignore' });
+    const mvDone = new Promise<void>((r) => mv.on('exit', () => r()));
+    const t0 = Date.now();
+    while ((await names('moved/')).length < 60) {
+      if (Date.now() - t0 > 30_000) throw new Error(`the rename did not get going\n${a.logs()}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    process.kill(a.daemon.pid as number, 'SIGKILL');
+    await mvDone;
+    await g.clearFaults();
+    const midDst = (await names('moved/')).length;
+    const midSrc = (await names('dir/')).length;
+    expect(midDst).toBeGreaterThanOrEqual(60);
+    expect(midSrc).toBe(N); // no delete had started: every source still there, some copied
+    expect(midDst).toBeLessThan(N);
+    expect(await names(DEFAULTS.gcs.renameIntentsPrefix)).toHaveLength(1);
+  }
+
+  it('is finished at the next mount, journaled as done, and rolled back wholly', async () => {
+    await killDuringMv();
+    const b = await mount();
+    expect(await names('dir/')).toEqual([]);
+    const moved = await names('moved/');
+    expect(moved.sort()).toEqual(allAt('moved'));
+    expect(await names(DEFAULTS.gcs.renameIntentsPrefix)).toEqual([]);
+    expect(sh('find moved -type f | wc -l', b.mnt).trim()).toBe(String(N));
+    expect(sh('cat moved/sub/f3', b.mnt)).toBe('same');
+
+    const renames = journal().filter((e) => e.op === 'rename');
+    expect(renames).toHaveLength(1);
+    expect(renames[0]).toMatchObject({ paths: ['/dir', '/moved'], status: 'done', recovered: true });
+    const r = ledgerfs('rollback', '--state', state(), '--to', String((renames[0] as { seq: number }).seq - 1));
+    expect(r.status, r.stderr + r.stdout).toBe(0);
+    expect(await names('moved/')).toEqual([]);
+    expect((await names('dir/')).length).toBe(N);
+    expect(sh('find dir -type f | wc -l', b.mnt).trim()).toBe(String(N));
+    expect(fs.existsSync(path.join(b.mnt, 'moved'))).toBe(false);
+  });
+
+  it('undone at the next mount when a source not yet copied changed meanwhile: wholly at the source, journaled as not applied', async () => {
+    await killDuringMv();
+    const copied = new Set((await names('moved/')).map((n) => n.replace(/^moved\//, 'dir/')));
+    const uncopied = allAt('dir').find((n) => !copied.has(n)) as string;
+    await g.storage.bucket(g.bucket).file(uncopied).save('changed by another host', { resumable: false });
+    const b = await mount();
+    expect(await names('moved/')).toEqual([]);
+    expect((await names('dir/')).sort()).toEqual(allAt('dir'));
+    expect(await names(DEFAULTS.gcs.renameIntentsPrefix)).toEqual([]);
+    expect(sh(`cat ${uncopied}`, b.mnt)).toBe('changed by another host');
+    expect(sh('find dir -type f | wc -l', b.mnt).trim()).toBe(String(N));
+    expect(journal().filter((e) => e.op === 'rename')).toEqual([expect.objectContaining({ paths: ['/dir', '/moved'], status: 'failed', recovered: true })]);
+  });
+
+  it('a rollback on the unmounted workspace settles the rename first, then undoes it', async () => {
+    await killDuringMv();
+    const before = journal().filter((e) => e.op === 'rename');
+    expect(before).toEqual([expect.objectContaining({ paths: ['/dir', '/moved'], status: 'pending' })]); // the log only reads
+    const r = ledgerfs('rollback', '--state', state(), '--to', String((before[0] as Entry).seq - 1));
+    expect(r.status, r.stderr + r.stdout).toBe(0);
+    expect(await names('moved/')).toEqual([]);
+    expect((await names('dir/')).sort()).toEqual(allAt('dir'));
+    expect(await names(DEFAULTS.gcs.renameIntentsPrefix)).toEqual([]);
+    const after = journal().filter((e) => e.op === 'rename').reverse(); // the log is newest first
+    expect(after).toEqual([
+      expect.objectContaining({ paths: ['/dir', '/moved'], status: 'done', recovered: true }),
+      expect.objectContaining({ paths: ['/moved', '/dir'], status: 'done', undoes: (before[0] as Entry).seq }),
+    ]);
+  });
+});
