@@ -15,14 +15,9 @@
       "libraries": ["<!@(pkg-config --libs fuse3)"]
     },
     {
-      "target_name": "ledgerfs_beneath",
-      "sources": ["ledgerfs_beneath.c"],
+      "target_name": "ledgerfs_local",
+      "sources": ["ledgerfs_local.c", "ledgerfs_beneath.c", "ledgerfs_fdops.c"],
       "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
-    },
-    {
-      "target_name": "ledgerfs_fdops",
-      "sources": ["ledgerfs_fdops.c"],
-      "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
     }
   ]
 }

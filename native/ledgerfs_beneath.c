@@ -169,7 +169,8 @@ static napi_value js_set_record(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-static napi_value init(napi_env env, napi_value exports) {
+/* the beneath* functions of the local-store addon (ledgerfs_local.c) */
+void ledgerfs_beneath_register(napi_env env, napi_value exports) {
   napi_property_descriptor d[] = {
     {"check", NULL, js_check, NULL, NULL, NULL, napi_enumerable, NULL},
     {"lstat", NULL, js_lstat, NULL, NULL, NULL, napi_enumerable, NULL},
@@ -180,7 +181,4 @@ static napi_value init(napi_env env, napi_value exports) {
   napi_create_int32(env, PARENT, &parent_bit);
   napi_define_properties(env, exports, sizeof d / sizeof d[0], d);
   napi_set_named_property(env, exports, "PARENT", parent_bit);
-  return exports;
 }
-
-NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

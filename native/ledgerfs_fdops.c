@@ -125,14 +125,12 @@ static napi_value js_seek(napi_env env, napi_callback_info info) {
   return v;
 }
 
-static napi_value init(napi_env env, napi_value exports) {
+/* the fd functions of the local-store addon (ledgerfs_local.c) */
+void ledgerfs_fdops_register(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"fallocate", NULL, js_fallocate, NULL, NULL, NULL, napi_default, NULL},
     {"copyFileRange", NULL, js_copy_file_range, NULL, NULL, NULL, napi_default, NULL},
     {"seek", NULL, js_seek, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof *props, props);
-  return exports;
 }
-
-NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

@@ -1,10 +1,9 @@
 #!/usr/bin/env node
 // Build ledgerfs' own libfuse3 bindings (native/ledgerfs_fuse3.c, the high-level `native`, and
 // native/ledgerfs_fuse3_ll.c, the low-level `native-ll`; see native/README.md) and the local
-// backend's two small helpers, which do not link libfuse: native/ledgerfs_beneath.c (openat2
-// beneath the backend root) and native/ledgerfs_fdops.c (fallocate, copy_file_range and
-// SEEK_DATA/SEEK_HOLE on fds), with node-gyp against Debian's libfuse3-dev. Run by `postinstall`
-// after build-fuse-native.mjs.
+// store's helper addon, which links no libfuse (native/ledgerfs_local.c: openat2 beneath the
+// backend root, and fallocate, copy_file_range and SEEK_DATA/SEEK_HOLE on fds), with node-gyp
+// against Debian's libfuse3-dev. Run by `postinstall` after build-fuse-native.mjs.
 //
 //   node scripts/build-native.mjs [--force]
 //
@@ -19,8 +18,8 @@ import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const dir = join(root, 'native');
-const addons = ['ledgerfs_fuse3', 'ledgerfs_fuse3_ll', 'ledgerfs_beneath', 'ledgerfs_fdops'].map((n) => join(dir, 'build', 'Release', `${n}.node`));
-const sources = ['ledgerfs_fuse3.c', 'ledgerfs_fuse3_ll.c', 'ledgerfs_common.h', 'ledgerfs_beneath.c', 'ledgerfs_fdops.c', 'binding.gyp'].map((f) => join(dir, f));
+const addons = ['ledgerfs_fuse3', 'ledgerfs_fuse3_ll', 'ledgerfs_local'].map((n) => join(dir, 'build', 'Release', `${n}.node`));
+const sources = ['ledgerfs_fuse3.c', 'ledgerfs_fuse3_ll.c', 'ledgerfs_common.h', 'ledgerfs_local.c', 'ledgerfs_beneath.c', 'ledgerfs_fdops.c', 'binding.gyp'].map((f) => join(dir, f));
 const force = process.argv.includes('--force');
 const tag = 'build-native:';
 

@@ -4,7 +4,7 @@ import util from 'node:util';
 import type { Attr } from './types.js';
 
 /*
- * The local backend's symlink-free path resolution in one syscall (native/ledgerfs_beneath.c:
+ * The local backend's symlink-free path resolution in one syscall (native/ledgerfs_beneath.c in the ledgerfs_local addon:
  * openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS from a descriptor of the backend root),
  * instead of realpath(3)'s readlink per component of the host path. stat and open resolve the
  * node itself that way, so there is no window between the check and the use.
@@ -12,7 +12,7 @@ import type { Attr } from './types.js';
  * answers null and the backend keeps its realpath check.
  */
 
-const ADDON = path.resolve(import.meta.dirname, '../../native/build/Release/ledgerfs_beneath.node');
+const ADDON = path.resolve(import.meta.dirname, '../../native/build/Release/ledgerfs_local.node');
 
 interface Addon {
   check(root: number, parent: string): number;

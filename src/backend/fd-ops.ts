@@ -3,7 +3,7 @@ import path from 'node:path';
 
 /**
  * fallocate(2), copy_file_range(2) and lseek(2) SEEK_DATA/SEEK_HOLE on file descriptors, which
- * Node's fs lacks: native/ledgerfs_fdops.c, built with the libfuse3 addons by
+ * Node's fs lacks: native/ledgerfs_fdops.c in the ledgerfs_local addon, built with the libfuse3 addons by
  * scripts/build-native.mjs but linked to no libfuse, so a backend may use it. fallocate and seek
  * are synchronous, like the local backend's other fs calls; a copy runs on libuv's thread pool.
  * Failures throw (reject) Errors with the errno name as `code`.
@@ -15,7 +15,7 @@ export interface FdOps {
   seek(fd: number, offset: number, whence: number): number;
 }
 
-const ADDON = path.resolve(import.meta.dirname, '../../native/build/Release/ledgerfs_fdops.node');
+const ADDON = path.resolve(import.meta.dirname, '../../native/build/Release/ledgerfs_local.node');
 
 let loaded: FdOps | null | undefined;
 /** The helpers, or null when the addon was not built (the install said why). */

@@ -130,7 +130,7 @@ class LocalFile implements BackendFile {
 
 function needFdOps(what: string): FdOps {
   const ops = fdOps();
-  if (ops === null) throw new VfsError('EOPNOTSUPP', `${what}: native/ledgerfs_fdops is not built (node scripts/build-native.mjs)`);
+  if (ops === null) throw new VfsError('EOPNOTSUPP', `${what}: native/ledgerfs_local is not built (node scripts/build-native.mjs)`);
   return ops;
 }
 

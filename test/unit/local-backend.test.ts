@@ -28,7 +28,7 @@ const checks: [string, Beneath | null][] = [['realpath', null]];
 if (beneath) checks.unshift(['openat2', beneath]);
 
 it('the openat2 helper loads wherever the addon is built', () => {
-  const built = fs.existsSync(new URL('../../native/build/Release/ledgerfs_beneath.node', import.meta.url));
+  const built = fs.existsSync(new URL('../../native/build/Release/ledgerfs_local.node', import.meta.url));
   expect(beneath !== null).toBe(built && !process.env.LEDGERFS_NO_OPENAT2);
 });
 
