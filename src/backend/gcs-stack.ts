@@ -54,7 +54,7 @@ export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Pro
     readAheadMaxBytes: c.readAheadMaxBytes,
     ...(content ? { content } : {}),
   });
-  const metadata = new MetadataCacheLayer(read, { ttlMs: c.metadataTtlSec * 1000, maxEntries: c.metadataMaxEntries, maxListings: c.metadataMaxListings });
+  const metadata = new MetadataCacheLayer(read, { ttlMs: c.metadataTtlSec * 1000, maxEntries: c.metadataMaxEntries, maxListings: c.metadataMaxListings, maxWalks: c.metadataMaxWalks });
   return { store: metadata, gcs, metadata, journalRemote: gcs.journalArea };
 }
 

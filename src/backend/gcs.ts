@@ -614,16 +614,16 @@ export class GcsBackend implements Backend, GcsFileHost {
     const intent = await this.intents.begin(from, to, fromKey, toKey, objects, replaced).catch((err) => {
       throw toVfsError(err, `rename ${from}: write its intent`);
     });
-    const stopRenewing = this.intents.keepAlive(intent);
+    const lease = this.intents.keepAlive(intent);
     try {
-      await this.moveObjects(from, to, objects, intent);
+      await this.moveObjects(from, to, objects, intent, lease.held);
     } finally {
-      stopRenewing();
+      lease.stop();
     }
   }
 
   /** The copies, then the deletes, of a directory rename whose intent is written. */
-  private async moveObjects(from: string, to: string, objects: ObjectInfo[], intent: RenameIntent): Promise<void> {
+  private async moveObjects(from: string, to: string, objects: ObjectInfo[], intent: RenameIntent, leaseHeld: () => boolean): Promise<void> {
     const { fromKey, toKey } = intent;
     const replacedGen = intent.replaced ? BigInt(intent.replaced.generation) : 0n;
     const copies = new Map<string, ObjectInfo>();
@@ -641,6 +641,9 @@ export class GcsBackend implements Backend, GcsFileHost {
       await this.intents.recover(intent, 'undo').catch(() => undefined);
       throw err;
     }
+    // Renewals failed for most of the lease: another host may take the intent for abandoned and
+    // undo it. Deleting sources now could remove an object both ways; the next open settles it.
+    if (!leaseHeld()) throw new VfsError('EIO', `rename ${from}: its intent's lease could not be renewed; left for the next open of the workspace to finish`);
     const stale: string[] = [];
     await this.inBatches(objects, async (o) => {
       try {

@@ -26,6 +26,8 @@ export const DEFAULTS = {
   /** Most bytes one copy_file_range request copies (callers loop for the rest): the local store
    * copies on libuv's thread pool, but a read+write copy (GCS) runs on the JS thread. */
   copyRangeMaxBytes: 16 * 1024 * 1024,
+  /** copy_file_range between stores that cannot copy themselves: read+write in pieces this big */
+  copyBufferBytes: 1024 * 1024,
   logLevel: 'info' as const,
   fsName: 'ledgerfs',
   /** Where `ledgerfs mount` without --source puts its demo workspace. */
@@ -93,6 +95,10 @@ export const DEFAULTS = {
     mirrorDrainTimeoutMs: 8_000,
     /** GCS: after a failed upload the mirror tries again after this (doubling up to 30 s) */
     mirrorRetryMs: 1000,
+    /** GCS: the longest wait between retries of a failed upload */
+    mirrorRetryMaxMs: 30_000,
+    /** GCS: blob mtimes and an upload pass's start come from one clock; this covers coarse file timestamps */
+    mirrorBlobClockSlackMs: 2000,
   },
   /** GCS backend (src/backend/gcs.ts); every value can be overridden in the policy's `backend`. */
   gcs: {
@@ -136,6 +142,8 @@ export const DEFAULTS = {
     metadataMaxEntries: 500_000,
     /** cached directory listings at most */
     metadataMaxListings: 8_000,
+    /** tree walks (one page of the flat listing below a directory at a time) remembered at once */
+    metadataMaxWalks: 64,
     /** sequential reads fetch ahead: first window, doubling up to the maximum */
     readAheadMinBytes: 1024 * 1024,
     readAheadMaxBytes: 16 * 1024 * 1024,

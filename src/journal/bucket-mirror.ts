@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { DEFAULTS } from '../config/defaults.js';
 import type { Logger } from '../log.js';
 import type { BlobStore } from './blobs.js';
 import { listSegments, segmentName, type StateLayout } from './layout.js';
@@ -145,9 +146,19 @@ export class BucketMirror {
       if (writers.size > 1 && !had) this.o.log.warn({ segment: seg, writers: [...writers.keys()], used: writer }, 'journal mirror: several writers used one segment number (two hosts journaled at once); importing one');
       const parts = (writers.get(writer) ?? []).sort((a, b) => a.offset - b.offset);
       const file = path.join(this.o.layout.journalDir, segmentName(seg));
+      // a writer with a part missing in an earlier segment waits for it before going on
+      if (gapAt.has(writer)) continue;
       let have = had?.bytes ?? 0;
+      const size = local.has(seg) ? fs.statSync(file).size : 0;
+      // a crash between appending a part and remembering it leaves the file exactly one part
+      // longer than remembered: that part is here, whole (appendPart fsyncs before returning)
+      const next = had ? parts.find((p) => p.offset === had.bytes) : undefined;
+      if (had && next && size === had.bytes + next.size) {
+        this.remember(seg, writer, size);
+        have = size;
+      }
       // gc may have rewritten an imported segment here: only append to one that is as imported
-      if (had && (local.has(seg) ? fs.statSync(file).size : 0) !== had.bytes) continue;
+      if (had && size !== have) continue;
       const grown = parts.some((p) => p.offset + p.size > have);
       if (had && grown && [...local.keys()].some((i) => i > seg)) {
         // its writer went on after later segments were written (two hosts journaling at once):
@@ -160,7 +171,7 @@ export class BucketMirror {
       for (const p of parts) {
         if (p.offset + p.size <= have) continue;
         if (p.offset !== have) {
-          gapAt.set(writer, p); // a gap (a part missing): the rest waits for it
+          if (!gapAt.has(writer)) gapAt.set(writer, p); // a gap (a part missing): the rest waits for it
           break;
         }
         // remembered as imported before the file exists, and its length after each part, so the
@@ -223,7 +234,7 @@ export class BucketMirror {
     }
     // blobs committed since the last time every committed blob was known to be up (a crash
     // may have come between): uploaded again, which finds the ones that are there already
-    for (const b of blobs.list()) if (b.mtimeMs >= this.state.blobsSyncedAt - BLOB_CLOCK_SLACK_MS) this.pendingBlobs.add(b.hash);
+    for (const b of blobs.list()) if (b.mtimeMs >= this.state.blobsSyncedAt - DEFAULTS.journal.mirrorBlobClockSlackMs) this.pendingBlobs.add(b.hash);
     if (this.wanted.size + this.pendingBlobs.size > 0) {
       this.o.log.info({ segments: this.wanted.size, blobs: this.pendingBlobs.size }, 'journal mirror: uploading what the spool has and the bucket does not');
       this.schedule(0);
@@ -262,7 +273,7 @@ export class BucketMirror {
         (err: unknown) => {
           this.o.log.warn({ err: (err as Error).message, backlog: this.backlog, retryMs: this.retryMs }, 'journal mirror: upload to the bucket failed; will retry (the spool keeps everything)');
           const wait = this.retryMs;
-          this.retryMs = Math.min(this.retryMs * 2, 30_000);
+          this.retryMs = Math.min(this.retryMs * 2, DEFAULTS.journal.mirrorRetryMaxMs);
           this.schedule(wait);
         },
       );
@@ -283,8 +294,12 @@ export class BucketMirror {
   private async pumpOnce(): Promise<void> {
     const began = Date.now();
     await this.beforeUpload();
+    // Only what beforeUpload made durable goes up: records appended while this pass awaits the
+    // network may not be in the spool after a crash, nor their blobs in the bucket yet.
+    const blobsNow = [...this.pendingBlobs];
+    const targets = [...this.wanted].sort((a, b) => a[0] - b[0]);
     // blobs before the records that name them: a host reading the bucket finds both
-    for (const hash of [...this.pendingBlobs]) {
+    for (const hash of blobsNow) {
       const file = this.blobs?.pathOf(hash);
       let size: number;
       try {
@@ -299,8 +314,7 @@ export class BucketMirror {
       }
       this.pendingBlobs.delete(hash);
     }
-    for (const seg of [...this.wanted.keys()].sort((a, b) => a - b)) {
-      const want = this.wanted.get(seg) as number;
+    for (const [seg, want] of targets) {
       const from = this.uploaded.get(seg) ?? 0;
       const file = path.join(this.o.layout.journalDir, segmentName(seg));
       if (want > from && localSize(file) < want) {
@@ -331,6 +345,8 @@ export class BucketMirror {
   }
 
   private rememberUploads(): void {
+    // a pass a timed-out drain left running: the lock (and mirror.json) may be another's now
+    if (this.closed) return;
     for (const [seg, bytes] of this.uploaded) this.state.uploaded[String(seg)] = bytes;
     writeState(this.stateFile, this.state);
   }
@@ -359,15 +375,13 @@ export class BucketMirror {
     if (left > 0) {
       this.o.log.error(
         { backlog: left, bucket: this.o.remote.location, spool: this.o.layout.root, err: lastErr ? (lastErr as Error).message : undefined },
-        `journal mirror: ${left} journal part(s)/blob(s) not uploaded to ${this.o.remote.location} within ${timeoutMs} ms; they are kept in ${this.o.layout.root} and uploaded by the next mount or journal command there`,
+        `journal mirror: ${left} journal part(s)/blob(s) not uploaded to ${this.o.remote.location} within ${timeoutMs} ms; they are kept in ${this.o.layout.root} and uploaded by the next mount or rollback there`,
       );
     }
     return left === 0;
   }
 }
 
-/** blob mtimes and the pass's start come from one clock; this covers coarse file timestamps */
-const BLOB_CLOCK_SLACK_MS = 2000;
 
 function readState(file: string): MirrorState | null {
   try {

@@ -196,8 +196,15 @@ export class JournalService {
       const cutoff = Date.now() - keepMs;
       this.writer.rollNow(); // every record so far into closed segments, which gc may rewrite
       await this.writer.sync();
-      // the bucket gets them whole first: gc prunes the spool, the bucket keeps the history
-      await this.mirror?.pump().catch((err: unknown) => this.o.log.warn({ err: (err as Error).message }, 'journal mirror: upload before gc failed; the bucket keeps what it has'));
+      // The bucket gets them whole first: gc prunes the spool, the bucket keeps the history. A
+      // record gc drops before it is uploaded would be lost to every other host, so no gc then.
+      if (this.mirror) {
+        const mirror = this.mirror;
+        const upload = async () => mirror.pump().catch((err: unknown) => this.o.log.warn({ err: (err as Error).message }, 'journal mirror: upload before gc failed'));
+        await upload();
+        if (mirror.backlog > 0) await upload(); // a pass already running when rollNow() closed the segment
+        if (mirror.backlog > 0) throw new Error(`journal gc: the bucket does not have the whole journal yet (${mirror.backlog} part(s)/blob(s) to upload); gc not run, try again when it is reachable`);
+      }
       const result = collectGarbage(this.o.stateDir, cutoff, this.writer.activeSegment);
       // numbering must go on after the last seq even if gc dropped every operation
       this.writer.appendNow({

@@ -106,11 +106,25 @@ export function sameMetadata(a: Record<string, string>, b: Record<string, string
 }
 
 export async function inBatches<T>(items: T[], concurrency: number, fn: (item: T) => Promise<void>): Promise<void> {
+  // After a failure no new item starts, and the ones in flight settle before the caller hears of
+  // it: an undo that followed at once would miss copies still landing.
   let next = 0;
+  let failed = false;
+  let error: unknown;
   const worker = async () => {
-    while (next < items.length) await fn(items[next++] as T);
+    while (!failed && next < items.length) {
+      try {
+        await fn(items[next++] as T);
+      } catch (err) {
+        if (!failed) {
+          failed = true;
+          error = err;
+        }
+      }
+    }
   };
   await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, items.length)) }, worker));
+  if (failed) throw error;
 }
 
 /** An intent as this version writes it, moving objects within this workspace's prefix; else undefined. */
@@ -158,18 +172,25 @@ export class RenameIntents {
 
   /**
    * While a long rename runs, renew the intent's lease (a metadata patch moves its `updated`
-   * time) so another host does not take it for abandoned. Returns the stop function.
+   * time) so another host does not take it for abandoned. `held()` says whether the lease is
+   * still surely ours (renewed within 2/3 of it): the owner must not delete sources after that,
+   * since another host may be undoing the rename meanwhile.
    */
-  keepAlive(intent: RenameIntent): () => void {
-    const every = (DEFAULTS.gcs.renameIntentLeaseSec * 1000) / 3;
+  keepAlive(intent: RenameIntent): { stop: () => void; held: () => boolean } {
+    const leaseMs = DEFAULTS.gcs.renameIntentLeaseSec * 1000;
+    let renewedAt = Date.now();
     const timer = setInterval(() => {
+      const at = Date.now();
       void (async () => {
         const cur = await this.host.req.head(this.keyOf(intent.id));
-        if (cur) await this.host.req.patchMetadata(cur.name, { renewed: new Date().toISOString() }, { ifGenerationMatch: cur.generation, ifMetagenerationMatch: cur.metageneration });
-      })().catch(() => undefined); // a missed renewal only shortens the lease
-    }, every);
+        if (cur) {
+          await this.host.req.patchMetadata(cur.name, { renewed: new Date(at).toISOString() }, { ifGenerationMatch: cur.generation, ifMetagenerationMatch: cur.metageneration });
+          renewedAt = at;
+        }
+      })().catch(() => undefined); // a missed renewal shortens the lease: held() tells
+    }, leaseMs / 3);
     timer.unref();
-    return () => clearInterval(timer);
+    return { stop: () => clearInterval(timer), held: () => Date.now() - renewedAt < (leaseMs * 2) / 3 };
   }
 
   /** The rename is over (finished or undone): drop its intent. */

@@ -1,3 +1,4 @@
+import { DEFAULTS } from '../../config/defaults.js';
 import { LRUCache } from 'lru-cache';
 import { VfsError } from '../../vfs/errors.js';
 import { isWithin, parentOf, rebase } from '../../vfs/paths.js';
@@ -10,6 +11,8 @@ export interface MetadataCacheOptions {
   /** entries kept at most (attributes and listings each) */
   maxEntries: number;
   maxListings: number;
+  /** tree walks remembered at once */
+  maxWalks?: number;
 }
 
 /** A writable handle open through the layer: its path follows renames; gone once unlinked. */
@@ -62,7 +65,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
     const ttl = Math.max(1, opts.ttlMs);
     this.nodes = new LRUCache({ max: opts.maxEntries, ttl, updateAgeOnGet: false });
     this.lists = new LRUCache({ max: opts.maxListings, ttl, updateAgeOnGet: false });
-    this.walks = new LRUCache({ max: 64, ttl, updateAgeOnGet: false });
+    this.walks = new LRUCache({ max: opts.maxWalks ?? DEFAULTS.gcsCache.metadataMaxWalks, ttl, updateAgeOnGet: false });
     if (opts.ttlMs <= 0) this.enabled = false;
     const { setxattr, removexattr } = inner;
     if (setxattr) this.setxattr = (p, n, v, f) => this.change([p], false, () => setxattr.call(inner, p, n, v, f));
