@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import os from 'node:os';
 import path from 'node:path';
 import util from 'node:util';
 import type { Attr } from './types.js';
@@ -33,6 +34,8 @@ const record = new ArrayBuffer(80);
 const nums = new Float64Array(record, 0, 7);
 const times = new BigInt64Array(record, 56, 3);
 
+const NO_ENTRY = -(os.constants.errno.ENOENT as number);
+
 export class Beneath {
   constructor(private readonly addon: Addon) {}
 
@@ -48,9 +51,11 @@ export class Beneath {
     return this.addon.check(rootFd, parent);
   }
 
-  /** the node itself (a final symlink is not followed), or a negative result for failure() */
-  lstat(rootFd: number, parent: string, name: string): Attr | number {
+  /** the node itself (a final symlink is not followed), undefined if it (or its parent) is not
+   * there, or a negative result for failure() */
+  lstat(rootFd: number, parent: string, name: string): Attr | number | undefined {
     const r = this.addon.lstat(rootFd, parent, name);
+    if (r === NO_ENTRY) return undefined; // the node (or its parent) is not there
     if (r < 0) return r;
     const mode = nums[0] as number;
     const fmt = mode & 0o170000;
@@ -85,11 +90,11 @@ export function loadBeneath(): Beneath | null {
   try {
     const addon = createRequire(import.meta.url)(ADDON) as Addon;
     addon.setRecord(record);
-    // ENOSYS (no openat2) shows on the first call: probe once
+    // No openat2 (ENOSYS), or a seccomp filter refusing it (EPERM), shows on the first call:
+    // this probe cannot fail for any other reason, so any failure keeps the realpath check.
     const probe = addon.check(-100 /* AT_FDCWD */, '.');
-    const b = new Beneath(addon);
-    if (probe < 0 && b.failure(probe).code === 'ENOSYS') return loaded;
-    loaded = b;
+    if (probe < 0) return loaded;
+    loaded = new Beneath(addon);
   } catch {
     // not built: the install said so (scripts/build-native.mjs)
   }

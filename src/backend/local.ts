@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import nodePath from 'node:path';
 import { VfsError, fromNodeError } from '../vfs/errors.js';
 import { checkPath } from '../vfs/paths.js';
@@ -10,7 +9,6 @@ import type {
 } from './types.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
-const NO_ENTRY = -(os.constants.errno.ENOENT as number);
 
 /*
  * Why synchronous fs calls: measured on this machine, the libuv thread-pool hop of fs.promises
@@ -127,6 +125,9 @@ class LocalFile implements BackendFile {
     return sys(`lseek ${this.label}`, () => ops.seek(this.fd, offset, what === 'data' ? SEEK_DATA : SEEK_HOLE));
   }
 }
+// Without the fd helpers a store file has no fallocate at all, so the core answers EOPNOTSUPP
+// before the policy and the journal do any work for it.
+if (!fdOps()) delete (LocalFile.prototype as { allocate?: unknown }).allocate;
 
 function needFdOps(what: string): FdOps {
   const ops = fdOps();
@@ -197,7 +198,6 @@ export class LocalBackend implements Backend {
     const [parent, name] = LocalBackend.split(path);
     const r = this.beneath.lstat(this.rootFd, parent, name);
     if (typeof r !== 'number') return r;
-    if (r === NO_ENTRY) return undefined; // the node (or its parent) is not there
     throw fromNodeError(this.nativeFailure(path, r), `stat ${path}`);
   }
 

@@ -1,5 +1,6 @@
 import { constants as C } from 'node:fs';
 import type { AllocateMode, Attr, Backend, BackendFile, FsStats, TimeSpec } from '../backend/types.js';
+import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, SEEK_DATA, SEEK_HOLE } from '../backend/fd-ops.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { VfsError } from './errors.js';
 import { OpenFile, OpenFileTable, isFuseHiddenName } from './open-files.js';
@@ -27,13 +28,6 @@ const NO_CALLER: Caller = Object.freeze({});
 const DAEMON_UID = process.geteuid?.();
 const DAEMON_GID = process.getegid?.();
 
-// linux/falloc.h, unistd.h
-const FALLOC_FL_KEEP_SIZE = 0x01;
-const FALLOC_FL_PUNCH_HOLE = 0x02;
-const SEEK_DATA = 3;
-const SEEK_HOLE = 4;
-/** read+write copies go through a buffer of at most this size */
-const COPY_BUFFER_BYTES = 1024 * 1024;
 
 /** The fallocate modes the core serves; the others (zero, collapse, insert range) are EOPNOTSUPP. */
 function allocateMode(mode: number): AllocateMode {
@@ -64,7 +58,7 @@ async function copyRange(from: BackendFile, offIn: number, to: BackendFile, offO
       if (!(err instanceof VfsError && (err.code === 'EXDEV' || err.code === 'EOPNOTSUPP' || err.code === 'ENOSYS'))) throw err;
     }
   }
-  const buf = Buffer.allocUnsafe(Math.min(n, COPY_BUFFER_BYTES));
+  const buf = Buffer.allocUnsafe(Math.min(n, DEFAULTS.copyBufferBytes));
   let done = 0;
   while (done < n) {
     const got = await from.read(buf, Math.min(buf.length, n - done), offIn + done);
