@@ -1,19 +1,17 @@
-import { createRequire } from 'node:module';
 import os from 'node:os';
-import path from 'node:path';
 import util from 'node:util';
+import { localAddon } from './local-addon.js';
 import type { Attr } from './types.js';
 
 /*
- * The local backend's symlink-free path resolution in one syscall (native/ledgerfs_beneath.c in the ledgerfs_local addon:
+ * The local backend's symlink-free path resolution in one syscall (native/ledgerfs_beneath.c, in
+ * the ledgerfs_local addon:
  * openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS from a descriptor of the backend root),
  * instead of realpath(3)'s readlink per component of the host path. stat and open resolve the
  * node itself that way, so there is no window between the check and the use.
  * Optional: without the addon (not built) or without openat2 (kernel < 5.6), `loadBeneath()`
  * answers null and the backend keeps its realpath check.
  */
-
-const ADDON = path.resolve(import.meta.dirname, '../../native/build/Release/ledgerfs_local.node');
 
 interface Addon {
   check(root: number, parent: string): number;
@@ -87,8 +85,9 @@ export function loadBeneath(): Beneath | null {
   if (loaded !== undefined) return loaded;
   loaded = null;
   if (process.env.LEDGERFS_NO_OPENAT2) return loaded; // the realpath path, for A/B and tests
+  const addon = localAddon() as Addon | null;
+  if (!addon) return loaded; // not built: the install said so (scripts/build-native.mjs)
   try {
-    const addon = createRequire(import.meta.url)(ADDON) as Addon;
     addon.setRecord(record);
     // No openat2 (ENOSYS), or a seccomp filter refusing it (EPERM), shows on the first call:
     // this probe cannot fail for any other reason, so any failure keeps the realpath check.
@@ -96,7 +95,7 @@ export function loadBeneath(): Beneath | null {
     if (probe < 0) return loaded;
     loaded = new Beneath(addon);
   } catch {
-    // not built: the install said so (scripts/build-native.mjs)
+    // an addon from another build that lacks these functions: keep the realpath check
   }
   return loaded;
 }

@@ -103,6 +103,12 @@ export interface BackendFile {
  */
 export type AllocateMode = 'allocate' | 'keep-size' | 'punch-hole';
 
+// The kernel's numbers for them (linux/falloc.h, unistd.h), as FUSE passes them through.
+export const FALLOC_FL_KEEP_SIZE = 0x01;
+export const FALLOC_FL_PUNCH_HOLE = 0x02;
+export const SEEK_DATA = 3;
+export const SEEK_HOLE = 4;
+
 export interface TimeSpec {
   /** nanoseconds since epoch; 'now' for the current time; undefined leaves it unchanged */
   atimeNs?: bigint | 'now';

@@ -6,11 +6,10 @@ import { readJournal } from '../journal/reader.js';
 import type { State } from '../journal/record.js';
 import { describeUndo } from '../journal/rollback.js';
 import { createLogger } from '../log.js';
+import { shellQuote } from '../vfs/process-names.js';
 import { CliError } from './errors.js';
 import { addStateFlags, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 import { operationJson } from './log-command.js';
-
-const shellQuote = (s: string) => (/^[\w./@%+=:,-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
 
 function stateLine(path: string, s: State): string {
   return `${path}: ${describeState(s)}${s?.blob ? `; before-image ${s.blob.slice(0, 12)}` : ''}`;

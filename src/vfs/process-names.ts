@@ -32,7 +32,7 @@ const cache = new Map<number, Entry>();
  * it ends up in one-line-per-entry places (/.ledgerfs/denials, log output), and `python3 -c`
  * scripts carry newlines; those arguments take bash's $'...' form with escapes.
  */
-function quote(arg: string): string {
+export function shellQuote(arg: string): string {
   if (/^[A-Za-z0-9_@%+=:,./-]+$/.test(arg)) return arg;
   if (!/[\x00-\x1f\x7f]/.test(arg)) return `'${arg.replace(/'/g, `'\\''`)}'`;
   const esc = arg.replace(/[\\'\x00-\x1f\x7f]/g, (c) => {
@@ -56,7 +56,7 @@ function readProcess(tid: number): CallerProcess {
     const args = fs.readFileSync(`/proc/${tid}/cmdline`).toString('utf8').split('\0');
     if (args.at(-1) === '') args.pop();
     // kernel threads and zombies have no command line; their name is still there
-    const cmd = args.length > 0 ? cut(args.map(quote).join(' ')) : `[${/^Name:\s*(.*)$/m.exec(status)?.[1] ?? '?'}]`;
+    const cmd = args.length > 0 ? cut(args.map(shellQuote).join(' ')) : `[${/^Name:\s*(.*)$/m.exec(status)?.[1] ?? '?'}]`;
     return { pid: tgid, cmd };
   } catch {
     return { pid: tid }; // gone already, or another pid namespace's

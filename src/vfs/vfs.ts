@@ -1,6 +1,5 @@
 import { constants as C } from 'node:fs';
-import type { AllocateMode, Attr, Backend, BackendFile, FsStats, TimeSpec } from '../backend/types.js';
-import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, SEEK_DATA, SEEK_HOLE } from '../backend/fd-ops.js';
+import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, SEEK_DATA, SEEK_HOLE, type AllocateMode, type Attr, type Backend, type BackendFile, type FsStats, type TimeSpec } from '../backend/types.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { VfsError } from './errors.js';
 import { OpenFile, OpenFileTable, isFuseHiddenName } from './open-files.js';
@@ -27,7 +26,6 @@ interface Handle {
 const NO_CALLER: Caller = Object.freeze({});
 const DAEMON_UID = process.geteuid?.();
 const DAEMON_GID = process.getegid?.();
-
 
 /** The fallocate modes the core serves; the others (zero, collapse, insert range) are EOPNOTSUPP. */
 function allocateMode(mode: number): AllocateMode {
@@ -307,14 +305,15 @@ export class Vfs {
     const kind = allocateMode(mode);
     const of = h.of;
     const file = of.file;
-    if (!file.allocate) throw new VfsError('EOPNOTSUPP', `the ${this.backend.kind} backend cannot fallocate`);
+    const allocate = file.allocate;
+    if (!allocate) throw new VfsError('EOPNOTSUPP', `the ${this.backend.kind} backend cannot fallocate`);
     const m: Mutation = {
       op: 'write', path: of.path ?? '', offset, length, size: offset + length,
       firstInSession: !of.dirty, file: of, caller, allocate: kind,
     };
     await this.mutate(m, async () => {
       if (kind !== 'keep-size') of.dirty = true;
-      await (file.allocate as NonNullable<BackendFile['allocate']>).call(file, kind, offset, length);
+      await allocate.call(file, kind, offset, length);
     });
   }
 
