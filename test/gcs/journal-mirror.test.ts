@@ -168,7 +168,15 @@ describe('GCS journal in the bucket', () => {
     const again = await startMount({ gcs: { emulator: g.emulator, bucket: BUCKET }, args: ['--state', stateD, '--session', 'host-d2'] });
     await again.stop();
     const logF = JSON.parse(cliOk(['log', '--json'], path.join(tmp, 'state-f'))) as Array<{ session: string; op: string; paths: string[] }>;
-    expect(logF.some((e) => e.session === 'host-d' && e.paths.includes('/from-d.txt'))).toBe(true);
+    // on a failure, say what the bucket and the spool held (seen once in a loaded full run)
+    const why = async () => JSON.stringify({
+      log: logF.map((e) => [e.session, e.op, e.paths]),
+      bucket: (await g.storage.bucket(BUCKET).getFiles({ prefix: `.ledgerfs/journal/${writer}/` }))[0].map((f) => `${f.name} ${f.metadata.size}`),
+      spool: fs.readdirSync(path.join(stateD, 'journal')).map((f) => `${f} ${fs.statSync(path.join(stateD, 'journal', f)).size}`),
+      mirror: fs.readFileSync(mirrorJson, 'utf8'),
+    });
+    const found = logF.some((e) => e.session === 'host-d' && e.paths.includes('/from-d.txt'));
+    expect(found, found ? '' : await why()).toBe(true);
     expect(logF.some((e) => e.session === 'host-d2')).toBe(false); // nothing changed in that mount
   });
 
