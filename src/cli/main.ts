@@ -19,6 +19,12 @@ function positiveNumber(v: string): number {
   return n;
 }
 
+function microseconds(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0 || n > 1_000_000) throw new CliError(`expected whole microseconds from 0 to 1000000, got ${JSON.stringify(v)}`);
+  return n;
+}
+
 export function buildProgram(): Command {
   const program = new Command();
   program
@@ -40,6 +46,9 @@ export function buildProgram(): Command {
     .addOption(new Option('--log-level <level>', 'log verbosity on stderr').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
     .option('--attr-timeout <sec>', 'kernel attribute cache lifetime', positiveNumber, DEFAULTS.attrTimeoutSec)
     .option('--entry-timeout <sec>', 'kernel name lookup cache lifetime', positiveNumber, DEFAULTS.entryTimeoutSec)
+    .option('--busy-poll <us>', 'native-ll: after answering, keep reading requests this many microseconds before sleeping, ' +
+      'while they come that fast (a program working one request at a time then pays no wake-up per request; ' +
+      'costs up to this much CPU per burst); 0: sleep at once', microseconds, DEFAULTS.busyPollMicros)
     .option('--state <dir>', `journal directory (outside the source); default: ${DEFAULT_STATE_DIR_PATTERN}`)
     .option('--session <id>', 'journal session id for this mount (default: generated, e.g. 2026-11-22T05-30-12-ab12)')
     .option('--actor <label>', 'actor label on this mount\'s journal records', DEFAULTS.journal.mountActor)
@@ -67,7 +76,7 @@ The mount stays in the foreground (logs on stderr as JSON lines) until SIGINT, S
 or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
     )
     .action(async (mountpoint: string, o: {
-      source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number;
+      source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
       state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number;
     }) => {
       process.exitCode = await mountCommand(mountpoint, o);

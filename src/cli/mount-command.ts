@@ -23,6 +23,8 @@ export interface MountCliOptions {
   logLevel: LogLevel;
   attrTimeout?: number;
   entryTimeout?: number;
+  /** native-ll: microseconds of busy-polling after the last answer */
+  busyPoll?: number;
   /** journal state directory (default: derived from the source, see defaultStateDir) */
   state?: string;
   /** journal session id (default: generated per mount) */
@@ -102,7 +104,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   try {
     running = await mountVfs({
       vfs, mountpoint, log, binding,
-      options: { allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout },
+      options: { allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
     const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);

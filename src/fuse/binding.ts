@@ -66,6 +66,8 @@ export interface MountOptions {
   entryTimeoutSec: number;
   negativeTimeoutSec: number;
   maxWriteBytes: number;
+  /** native-ll only: microseconds to keep reading the session after the last answer (0: sleep at once) */
+  busyPollMicros: number;
   fsName: string;
   debug: boolean;
 }

@@ -32,6 +32,7 @@ export function mountOptions(o: Partial<MountOptions> = {}): MountOptions {
     entryTimeoutSec: o.entryTimeoutSec ?? DEFAULTS.entryTimeoutSec,
     negativeTimeoutSec: o.negativeTimeoutSec ?? DEFAULTS.negativeTimeoutSec,
     maxWriteBytes: o.maxWriteBytes ?? DEFAULTS.maxWriteBytes,
+    busyPollMicros: o.busyPollMicros ?? DEFAULTS.busyPollMicros,
     fsName: o.fsName ?? DEFAULTS.fsName,
     debug: o.debug ?? false,
   };

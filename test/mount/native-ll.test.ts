@@ -115,4 +115,43 @@ describe('native-ll binding: reading the session', () => {
     expect(stats, m.logs()).not.toBeNull();
     expect(Number(stats?.[3]), m.logs()).toBeGreaterThan(1);
   });
+
+  /** user + system CPU seconds of a process so far (/proc/PID/stat, clock ticks of 1/100 s) */
+  const cpuSeconds = (pid: number) => {
+    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+    return (Number(f[11]) + Number(f[12])) / 100;
+  };
+  const caught = (logs: string) => /spin: (\d+) requests caught in (\d+) spins, (\d+) spins ran out/.exec(logs);
+
+  it('busy-polls while a caller works one request at a time, and sleeps once the caller stops', async () => {
+    const m = await startMount({ args: LL, env: { LEDGERFS_NATIVE_STATS: '1' } });
+    let idleCpu = -1;
+    try {
+      sh('mkdir s && for i in $(seq 1 300); do echo $i > s/f$i; done && cat s/f* | wc -l', m.mnt);
+      // idle: a spin ends within its window, and an idle mount starts none
+      const pid = m.daemon.pid as number;
+      const before = cpuSeconds(pid);
+      await new Promise((r) => setTimeout(r, 1500));
+      idleCpu = cpuSeconds(pid) - before;
+      expect(sh('cat s/f300', m.mnt)).toBe('300\n');
+    } finally {
+      await m.stop();
+    }
+    const spin = caught(m.logs());
+    expect(spin, m.logs()).not.toBeNull();
+    // the shell's 300 creates and the cat: most requests come within the window of the last answer
+    expect(Number(spin?.[1]), m.logs()).toBeGreaterThan(300);
+    expect(idleCpu).toBeLessThan(0.05);
+  });
+
+  it('--busy-poll 0 never polls: every request waits for a wake-up', async () => {
+    const m = await startMount({ args: [...LL, '--busy-poll', '0'], env: { LEDGERFS_NATIVE_STATS: '1' } });
+    try {
+      sh('mkdir s && for i in $(seq 1 100); do echo $i > s/f$i; done', m.mnt);
+      expect(sh('cat s/f100', m.mnt)).toBe('100\n');
+    } finally {
+      await m.stop();
+    }
+    expect(caught(m.logs())?.slice(1, 4), m.logs()).toEqual(['0', '0', '0']);
+  });
 });
