@@ -68,12 +68,18 @@ struct mnt {
   /* the busy-poll after replies (see SPIN) */
   uv_check_t spin;
   uint64_t spin_ns;         /* the window; 0: never spin */
-  uint64_t idle_since;      /* when the last answer left nothing in flight; 0: not idle */
+  uint64_t idle_since;      /* when the last answer left nothing in flight; 0: none since the last wake-up */
   int spin_on;              /* the last request came within the window of the answer before it */
   int bulk;                 /* the last request moved SPIN_BULK_BYTES or more (no spin after it) */
   int closing_handles;      /* uv handles still to close before the struct is freed */
   uint64_t spin_hits, spin_misses, spin_requests;
 };
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- request ids: slots owned by the JS thread ------------------------------------------ */
 /* id = gen * 65536 + index; a stale or repeated reply finds a different generation. */
@@ -124,7 +130,8 @@ static int slot_find(double id, uint32_t *out) {
 }
 static void slot_free(uint32_t i) {
   struct slot *s = &slots[i];
-  if (s->m) s->m->inflight--;
+  /* the last answer out: the busy-poll window starts (see SPIN) */
+  if (s->m && --s->m->inflight == 0) s->m->idle_since = now_ns();
   uint32_t gen = (s->gen + 1) & 0x3fffffff;
   memset(s, 0, sizeof *s);
   s->gen = gen;
@@ -700,12 +707,6 @@ static void report_closed(struct mnt *m) {
 #define SINGLES 4
 #define PROBE 16
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /*
  * Read and process queued requests (all of them when `drain`, else one) in one callback
  * scope: promise jobs run once, after the batch, when the scope closes. Returns how many.
@@ -780,8 +781,9 @@ static void on_poll(uv_poll_t *h, int status, int events) {
  * makes every request pay a wake-up of this thread from an idle CPU, which on a VM costs about
  * as much as serving it: a stat loop ran 3.4x faster with caller and daemon pinned to one CPU,
  * for bindfs as for us. So once nothing is in flight, this check handle (run after each poll
- * phase, when promise jobs have run and the answers are out) keeps polling the session fd for
- * up to spin_ns after the last answer and serves what comes. It spins only while requests keep
+ * phase, when the batch's microtasks have run and its answers are out; before setImmediate
+ * callbacks, which src/ does not use) keeps polling the session fd for up to spin_ns after the
+ * last answer (stamped in slot_free) and serves what comes. It spins only while requests keep
  * coming within the window (spin_on: the last one did), yields the CPU between polls (a caller
  * on this CPU runs at once), and goes back to the loop after SPIN_SLICE_NS of serving so timers
  * and I/O completions wait no longer than that. Not after a bulk READ or WRITE (SPIN_BULK_BYTES):
@@ -790,30 +792,27 @@ static void on_poll(uv_poll_t *h, int status, int events) {
  * page cache (_copy_to_iter) running 3x slower.
  */
 #define SPIN_SLICE_NS 2000000u
+/* the longest window taken (DEFAULTS.busyPollMaxMicros): an idle wait holds the loop this long */
+#define SPIN_MAX_US 10000
 
 static void on_spin(uv_check_t *h) {
   struct mnt *m = h->data;
   if (m->destroyed || m->closed) return;
-  if (m->inflight > 0) return; /* answers still to come from JS: the loop must run */
-  uint64_t t = now_ns();
-  m->idle_since = t;
+  if (m->inflight > 0) return; /* answers still to come from JS: the loop must run for them */
+  /* a wake-up that needed no answer (FORGET: git's unlinks send many) starts the window now */
+  if (!m->idle_since) m->idle_since = now_ns();
   if (!m->spin_on || !m->spin_ns || m->bulk) return;
-  uint64_t slice_end = t + SPIN_SLICE_NS;
+  uint64_t slice_end = now_ns() + SPIN_SLICE_NS;
   for (;;) {
     struct pollfd pfd = { .fd = fuse_session_fd(m->se), .events = POLLIN };
     int ready = poll(&pfd, 1, 0);
-    t = now_ns();
     if (ready > 0) {
       m->spin_hits++;
-      m->idle_since = 0;
       m->spin_requests += take(m);
-      if (m->closed || m->destroyed || m->inflight > 0) return;
-      t = now_ns();
-      m->idle_since = t;
-      if (t >= slice_end) return;
+      if (m->closed || m->destroyed || m->inflight > 0 || m->bulk || now_ns() >= slice_end) return;
       continue;
     }
-    if (t - m->idle_since >= m->spin_ns) {
+    if (now_ns() - m->idle_since >= m->spin_ns) {
       m->spin_misses++;
       m->spin_on = 0;
       return;
@@ -883,7 +882,8 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
   m->poll.data = m;
   uv_check_init(loop, &m->spin);
   m->spin.data = m;
-  m->spin_ns = (uint64_t)(get_num(env, argv[2], "busyPollMicros", 0) * 1000);
+  double us = get_num(env, argv[2], "busyPollMicros", 0); /* NaN or <= 0: never spin */
+  m->spin_ns = us > 0 ? (uint64_t)((us < SPIN_MAX_US ? us : SPIN_MAX_US) * 1000) : 0;
   m->spin_on = 1;
   if (m->spin_ns) {
     uv_check_start(&m->spin, on_spin);

@@ -1,7 +1,8 @@
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { py, sh, startMount } from '../helpers/mount.js';
+import { CLI, py, sh, startMount } from '../helpers/mount.js';
 
 /*
  * What only the low-level binding (native-ll) has to get right itself: node ids. The kernel
@@ -124,11 +125,14 @@ describe('native-ll binding: reading the session', () => {
   const caught = (logs: string) => /spin: (\d+) requests caught in (\d+) spins, (\d+) spins ran out/.exec(logs);
 
   it('busy-polls while a caller works one request at a time, and sleeps once the caller stops', async () => {
-    const m = await startMount({ args: LL, env: { LEDGERFS_NATIVE_STATS: '1' } });
+    // the longest window: this checks the mechanism, not the tuning (a loaded machine can
+    // leave a shell's next request more than the default 200 us after our answer)
+    const m = await startMount({ args: [...LL, '--busy-poll', '10000'], env: { LEDGERFS_NATIVE_STATS: '1' } });
     let idleCpu = -1;
     try {
       sh('mkdir s && for i in $(seq 1 300); do echo $i > s/f$i; done && cat s/f* | wc -l', m.mnt);
-      // idle: a spin ends within its window, and an idle mount starts none
+      // idle: a spin ends within its window and an idle mount starts none; one that never
+      // returned would burn the whole 1.5 s
       const pid = m.daemon.pid as number;
       const before = cpuSeconds(pid);
       await new Promise((r) => setTimeout(r, 1500));
@@ -138,10 +142,17 @@ describe('native-ll binding: reading the session', () => {
       await m.stop();
     }
     const spin = caught(m.logs());
+    const total = /(\d+) requests in \d+ JS wake-ups/.exec(m.logs());
     expect(spin, m.logs()).not.toBeNull();
-    // the shell's 300 creates and the cat: most requests come within the window of the last answer
-    expect(Number(spin?.[1]), m.logs()).toBeGreaterThan(300);
-    expect(idleCpu).toBeLessThan(0.05);
+    // most of the shell's ~1,800 create requests and the cat's come within 10 ms of our answer
+    expect(Number(spin?.[1]), m.logs()).toBeGreaterThan(Number(total?.[1]) / 2);
+    expect(idleCpu).toBeLessThan(0.3);
+  });
+
+  it('--busy-poll takes whole microseconds up to its maximum', () => {
+    const r = spawnSync(process.execPath, [CLI, 'mount', '--busy-poll', '20000', '/nonexistent'], { encoding: 'utf8' });
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('--busy-poll: expected whole microseconds from 0 to 10000, got "20000"');
   });
 
   it('--busy-poll 0 never polls: every request waits for a wake-up', async () => {
