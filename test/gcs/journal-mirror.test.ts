@@ -174,6 +174,8 @@ describe('GCS journal in the bucket', () => {
       bucket: (await g.storage.bucket(BUCKET).getFiles({ prefix: `.ledgerfs/journal/${writer}/` }))[0].map((f) => `${f.name} ${f.metadata.size}`),
       spool: fs.readdirSync(path.join(stateD, 'journal')).map((f) => `${f} ${fs.statSync(path.join(stateD, 'journal', f)).size}`),
       mirror: fs.readFileSync(mirrorJson, 'utf8'),
+      // a drain that timed out, or an upload that failed, says so here
+      daemon: again.logs().split('\n').filter((l) => /mirror|journal|recover/i.test(l)),
     });
     const found = logF.some((e) => e.session === 'host-d' && e.paths.includes('/from-d.txt'));
     expect(found, found ? '' : await why()).toBe(true);
