@@ -27,6 +27,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#define ADDON_NAME "ledgerfs_local"
+#include "ledgerfs_napi.h"
+
 #define PARENT 4096
 #define PATH_BYTES 4096
 #define NAME_BYTES 257 /* NAME_MAX + 1 + one more to see a longer name */
@@ -155,27 +158,18 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
 
 /* setRecord(arrayBuffer): where lstat writes (at least 80 bytes) */
 static napi_value js_set_record(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  size_t argc = 1, len = 0;
-  void *data = NULL;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
-      napi_get_arraybuffer_info(env, argv[0], &data, &len) != napi_ok || len < 80) {
-    napi_throw_type_error(env, NULL, "setRecord(ArrayBuffer of >= 80 bytes)");
-    return NULL;
-  }
-  if (rec_ref) napi_delete_reference(env, rec_ref);
-  napi_create_reference(env, argv[0], 1, &rec_ref);
-  rec = data;
+  char *data = keep_scratch(env, info, 80, &rec_ref, "setRecord");
+  if (data) rec = data;
   return NULL;
 }
 
 /* the beneath* functions of the local-store addon (ledgerfs_local.c) */
 void ledgerfs_beneath_register(napi_env env, napi_value exports) {
   napi_property_descriptor d[] = {
-    {"check", NULL, js_check, NULL, NULL, NULL, napi_enumerable, NULL},
-    {"lstat", NULL, js_lstat, NULL, NULL, NULL, napi_enumerable, NULL},
-    {"open", NULL, js_open, NULL, NULL, NULL, napi_enumerable, NULL},
-    {"setRecord", NULL, js_set_record, NULL, NULL, NULL, napi_enumerable, NULL},
+    {"check", NULL, js_check, NULL, NULL, NULL, napi_default, NULL},
+    {"lstat", NULL, js_lstat, NULL, NULL, NULL, napi_default, NULL},
+    {"open", NULL, js_open, NULL, NULL, NULL, napi_default, NULL},
+    {"setRecord", NULL, js_set_record, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_value parent_bit;
   napi_create_int32(env, PARENT, &parent_bit);

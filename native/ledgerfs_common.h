@@ -1,6 +1,6 @@
 /*
  * What both libfuse3 addons (ledgerfs_fuse3.c: high-level API, threads; ledgerfs_fuse3_ll.c:
- * low-level API on the JS thread) share: N-API error handling, option reading, the mount
+ * low-level API on the JS thread) share beyond ledgerfs_napi.h: option reading, the mount
  * option string, attribute records and the detaching of Buffers over native memory.
  * Static functions: each addon is one translation unit.
  */
@@ -15,28 +15,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
-#ifndef ADDON_NAME
-#error "define ADDON_NAME before including ledgerfs_common.h"
-#endif
-
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    if ((call) != napi_ok) return throw_last(env, #call);              \
-  } while (0)
-
-static napi_value throw_last(napi_env env, const char *what) {
-  const napi_extended_error_info *info = NULL;
-  napi_get_last_error_info(env, &info);
-  bool pending = false;
-  napi_is_exception_pending(env, &pending);
-  if (!pending) {
-    char msg[512];
-    snprintf(msg, sizeof msg, ADDON_NAME ": %s failed: %s", what,
-             info && info->error_message ? info->error_message : "unknown");
-    napi_throw_error(env, NULL, msg);
-  }
-  return NULL;
-}
+#include "ledgerfs_napi.h"
 
 static bool get_prop(napi_env env, napi_value obj, const char *key, napi_value *out) {
   bool has = false;
@@ -208,24 +187,6 @@ static napi_value mount_handle(napi_env env, void *m) {
   napi_value handle;
   CHECK(napi_create_external(env, m, mnt_finalize, NULL, &handle));
   return handle;
-}
-
-/* setScratch(arrayBuffer): keep the buffer alive (one reference) and return its memory, NULL
- * with an exception pending when it is smaller than `min` bytes */
-static void *keep_scratch(napi_env env, napi_callback_info info, size_t min, napi_ref *ref) {
-  size_t argc = 1;
-  napi_value argv[1];
-  void *data;
-  size_t len;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
-      napi_get_arraybuffer_info(env, argv[0], &data, &len) != napi_ok) {
-    throw_last(env, "setScratch");
-    return NULL;
-  }
-  if (len < min) { napi_throw_range_error(env, NULL, "scratch too small"); return NULL; }
-  if (*ref) napi_delete_reference(env, *ref);
-  if (napi_create_reference(env, argv[0], 1, ref) != napi_ok) { throw_last(env, "setScratch"); return NULL; }
-  return data;
 }
 
 /* The addon's exports: mount, destroy, reply, unref, setScratch, libfuseVersion. */

@@ -724,7 +724,7 @@ static napi_value js_unref(napi_env env, napi_callback_info info) {
 
 /* setScratch(arrayBuffer): 16 doubles then 3 int64 (attribute/statfs replies) */
 static napi_value js_set_scratch(napi_env env, napi_callback_info info) {
-  char *data = keep_scratch(env, info, 16 * 8 + 3 * 8, &scratch_ref);
+  char *data = keep_scratch(env, info, 16 * 8 + 3 * 8, &scratch_ref, "setScratch");
   if (data) {
     scratch_f = (double *)data;
     scratch_t = (int64_t *)(data + 16 * 8);

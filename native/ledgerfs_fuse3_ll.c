@@ -436,8 +436,9 @@ static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 static void ll_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
                                fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len, int flags) {
   START(OP_COPY_FILE_RANGE);
+  slots[i].size = len; /* the answer may not claim more */
   double *f = (double *)scratch;
-  f[0] = (double)ino_out; f[1] = (double)fi_out->fh; f[2] = (double)off_out; f[3] = flags;
+  f[1] = (double)fi_out->fh; f[2] = (double)off_out; f[3] = flags;
   call_js(m, i, OP_COPY_FILE_RANGE, req, (double)ino_in, (double)fi_in->fh, (double)off_in, (double)len, NULL, NULL, NULL);
 }
 static void ll_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi) {
@@ -673,7 +674,7 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
         if (argc < 3) fuse_reply_err(req, EIO); else reply_names(env, s, argv[2]);
         break;
       case OP_COPY_FILE_RANGE:
-        fuse_reply_write(req, (size_t)code);
+        if ((size_t)code > s->size) fuse_reply_err(req, EIO); else fuse_reply_write(req, (size_t)code);
         break;
       case OP_LSEEK: /* an offset: may pass 2^31, so from the double, not rc */
         fuse_reply_lseek(req, (off_t)code);
@@ -792,8 +793,6 @@ static void on_poll(uv_poll_t *h, int status, int events) {
  * page cache (_copy_to_iter) running 3x slower.
  */
 #define SPIN_SLICE_NS 2000000u
-/* the longest window taken (DEFAULTS.busyPollMaxMicros): an idle wait holds the loop this long */
-#define SPIN_MAX_US 10000
 
 static void on_spin(uv_check_t *h) {
   struct mnt *m = h->data;
@@ -847,6 +846,9 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
 
   struct mount_limits lim;
   if (!mount_limits_init(env, argv[2], &lim)) return NULL;
+  /* no fallback or cap here: mountOptions() (src/fuse/mount.ts) takes both from DEFAULTS */
+  double busy_us = get_num(env, argv[2], "busyPollMicros", NAN);
+  if (!(busy_us >= 0)) { napi_throw_type_error(env, NULL, "mount options need busyPollMicros >= 0"); return NULL; }
   struct mnt *m = calloc(1, sizeof *m);
   if (!m) { napi_throw_error(env, NULL, "out of memory"); return NULL; }
   m->env = env;
@@ -882,8 +884,7 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
   m->poll.data = m;
   uv_check_init(loop, &m->spin);
   m->spin.data = m;
-  double us = get_num(env, argv[2], "busyPollMicros", 0); /* NaN or <= 0: never spin */
-  m->spin_ns = us > 0 ? (uint64_t)((us < SPIN_MAX_US ? us : SPIN_MAX_US) * 1000) : 0;
+  m->spin_ns = (uint64_t)(busy_us * 1000);
   m->spin_on = 1;
   if (m->spin_ns) {
     uv_check_start(&m->spin, on_spin);
@@ -939,7 +940,7 @@ static napi_value js_unref(napi_env env, napi_callback_info info) {
 
 /* setScratch(arrayBuffer): the attribute record and the forget pairs (see RECORD/FORGET_AT) */
 static napi_value js_set_scratch(napi_env env, napi_callback_info info) {
-  char *data = keep_scratch(env, info, FORGET_AT + FORGET_CHUNK * 16, &scratch_ref);
+  char *data = keep_scratch(env, info, FORGET_AT + FORGET_CHUNK * 16, &scratch_ref, "setScratch");
   if (data) scratch = data;
   return NULL;
 }

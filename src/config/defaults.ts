@@ -30,8 +30,8 @@ export const DEFAULTS = {
    * add+commit of 3000 files 5.8 s -> 3.9 s; 50 us missed 6% of git's requests, 200 us 0.4%,
    * and an idle mount spins at most once per burst. */
   busyPollMicros: 200,
-  /** the longest window --busy-poll takes (the addon caps it there too: SPIN_MAX_US): a burst's
-   * last answer holds the JS thread this long when no request follows */
+  /** the longest window --busy-poll takes (mountOptions() caps any value there): a burst's last
+   * answer holds the JS thread this long when no request follows */
   busyPollMaxMicros: 10_000,
   /** Largest write request the kernel may send (needs big_writes on libfuse 2). */
   maxWriteBytes: 1024 * 1024,

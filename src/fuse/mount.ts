@@ -32,7 +32,8 @@ export function mountOptions(o: Partial<MountOptions> = {}): MountOptions {
     entryTimeoutSec: o.entryTimeoutSec ?? DEFAULTS.entryTimeoutSec,
     negativeTimeoutSec: o.negativeTimeoutSec ?? DEFAULTS.negativeTimeoutSec,
     maxWriteBytes: o.maxWriteBytes ?? DEFAULTS.maxWriteBytes,
-    busyPollMicros: o.busyPollMicros ?? DEFAULTS.busyPollMicros,
+    // the one cap (the addon takes the value as given): a longer window holds the JS thread longer
+    busyPollMicros: Math.min(Math.max(o.busyPollMicros ?? DEFAULTS.busyPollMicros, 0), DEFAULTS.busyPollMaxMicros) || 0,
     fsName: o.fsName ?? DEFAULTS.fsName,
     debug: o.debug ?? false,
   };

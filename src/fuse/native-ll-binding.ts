@@ -346,8 +346,8 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         case Op.ACCESS: return void done(id, ops.access(who, need(nodes.path(ino)), a));
         // the mode is in the scratch (f64[0]); a: fh, b: offset, c: length
         case Op.FALLOCATE: return void done(id, ops.fallocate(who, a, f64[0] as number, b, c));
-        // ino/a/b: the source node, fh, offset; c: length; the destination's node, fh, offset
-        // and the flags are in the scratch (f64[0..3]), read before anything awaits
+        // ino/a/b: the source node, fh, offset; c: length; the destination's fh, offset and the
+        // flags are in the scratch (f64[1..3]), read before anything awaits
         case Op.COPY_FILE_RANGE: return void num(id, ops.copyFileRange(who, a, b, f64[1] as number, f64[2] as number, c, f64[3] as number));
         // a: fh, b: offset, c: whence (SEEK_DATA/SEEK_HOLE)
         case Op.LSEEK: return void num(id, ops.lseek(who, a, b, c));
