@@ -39,7 +39,7 @@ export function registerLogCommand(program: Command): void {
       .option('--path <prefix>', 'only mutations that name this path or something below it')
       .option('--limit <n>', 'at most this many')
       .option('--all', 'include mutations the backend refused (nothing changed)', false)
-      .option('--json', 'print a JSON array (newest first) for scripts', false),
+      .option('--json', 'print a JSON array for scripts: conflicts tied to no mutation ({kind: "conflict"}), then the mutations, newest first', false),
   )
     .addHelpText(
       'after',
@@ -75,14 +75,20 @@ ${STATE_HELP}`,
         if (prefix !== undefined && !op.paths.some((p) => isWithin(p, prefix))) continue;
         out.push(op);
       }
+      // conflicts tied to no operation the journal holds: their own entries, newest first, before
+      // the operations (a conflict tied to one is in that operation's `conflicts`)
+      const loose = h.conflicts
+        .filter((c) => (c.of === undefined || !h.bySeq.has(c.of)) && (!since || 'seq' in since || c.time >= since.time) && (prefix === undefined || isWithin(c.path, prefix)))
+        .reverse();
       if (o.json) {
-        printJson(out.map((op) => operationJson(op, undoneBy.get(op.seq))));
+        printJson([
+          ...loose.map((c) => ({ ...c, time: new Date(c.time).toISOString(), summary: `conflict ${c.path}: ${describeConflict(c)}` })),
+          ...out.map((op) => operationJson(op, undoneBy.get(op.seq))),
+        ]);
         return;
       }
       const w = String(h.lastSeq).length;
-      // conflicts tied to no operation the journal holds: their own lines, newest first
-      const loose = h.conflicts.filter((c) => (c.of === undefined || !h.bySeq.has(c.of)) && (!since || 'seq' in since || c.time >= since.time) && (prefix === undefined || isWithin(c.path, prefix)));
-      for (const c of loose.reverse()) process.stdout.write(`${'!'.padEnd(w + 1)}  ${formatTime(c.time)}  conflict ${c.path}: ${describeConflict(c)}\n`);
+      for (const c of loose) process.stdout.write(`${'!'.padEnd(w + 1)}  ${formatTime(c.time)}  conflict ${c.path}: ${describeConflict(c)}\n`);
       for (const op of out) {
         const notes = statusNotes(op, undoneBy.get(op.seq));
         process.stdout.write(

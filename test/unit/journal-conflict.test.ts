@@ -2,8 +2,6 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { buildHistory } from '../../src/journal/history.js';
-import { readJournal } from '../../src/journal/reader.js';
 import { CLI } from '../helpers/mount.js';
 import { openTestJournal, vfsFs, type TestJournal } from '../helpers/journal.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
@@ -27,10 +25,7 @@ describe('journal: conflict records', () => {
   });
 
   const kept = (p: string) => ({ time: Date.now(), path: p, reason: 'changed-remotely' as const, expectedGeneration: '5', currentGeneration: '9', localFile: path.join(dir, 'kept-' + p.slice(1)), size: 3 });
-  const history = () => {
-    j.svc.writer.flush();
-    return buildHistory(readJournal(state).records);
-  };
+  const history = () => j.svc.history();
   const cli = (...args: string[]) => {
     const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8' });
     expect(r.status, r.stderr).toBe(0);
@@ -53,6 +48,10 @@ describe('journal: conflict records', () => {
     expect(log).toContain(`[conflict: not uploaded: the object changed in the bucket meanwhile (generation 5 -> 9); the local version (3 bytes) is kept at ${path.join(dir, 'kept-a.txt')}]`);
     expect(log).toMatch(new RegExp(`^!\\s+\\S+ \\S+\\s+conflict /never-written.txt: not uploaded: .* kept at ${path.join(dir, 'kept-never-written.txt')}$`, 'm'));
     expect(cli('log', '--state', state, '--path', '/a.txt')).not.toContain('never-written');
+    // --json has the loose conflict too (first), and the tied one inside its operation
+    const json = JSON.parse(cli('log', '--state', state, '--json')) as Array<Record<string, unknown>>;
+    expect(json[0]).toMatchObject({ kind: 'conflict', path: '/never-written.txt', summary: expect.stringMatching(/^conflict \/never-written.txt: not uploaded/) });
+    expect(json.find((e) => e.seq === a?.seq)).toMatchObject({ conflicts: [expect.objectContaining({ path: '/a.txt' })] });
     const show = cli('show', '--state', state, String(a?.seq));
     expect(show).toContain(`conflict  /a.txt: not uploaded`);
     expect(show).toContain(`restore   cp ${path.join(dir, 'kept-a.txt')} MOUNTPOINT/a.txt`);
