@@ -23,7 +23,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { cleanupAllSync, daemonTarget } from './targets.mjs';
-import { BenchError, fmtBytes, parseSize, run, runOk, say, which } from './util.mjs';
+import { BenchError, cpuSeconds, fmtBytes, parseSize, run, runOk, say, which } from './util.mjs';
 
 const MB = 1e6;
 const BUCKET = 'bench';
@@ -126,13 +126,6 @@ async function timed(cmd, cwd) {
   return r.seconds;
 }
 
-const TICK = 100; // USER_HZ: /proc/PID/stat counts CPU time in 1/100 s
-/** CPU seconds (user + system) a process has used so far. */
-function cpuOf(pid) {
-  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(f[11]) + Number(f[12])) / TICK;
-}
-
 /**
  * `cmd` timed, with what it cost besides wall time (which is noisy on a busy machine): the
  * requests the emulator answered and the CPU the daemon used.
@@ -140,9 +133,9 @@ function cpuOf(pid) {
 async function measured(cmd, h, emuUrl) {
   const requests = async () => (await (await fetch(`${emuUrl}/_emulator/stats`)).json()).requests;
   const r0 = await requests();
-  const c0 = cpuOf(h.pid);
+  const c0 = cpuSeconds(h.pid);
   const seconds = await timed(cmd, h.path);
-  return { seconds, requests: (await requests()) - r0, cpu: cpuOf(h.pid) - c0 };
+  return { seconds, requests: (await requests()) - r0, cpu: cpuSeconds(h.pid) - c0 };
 }
 
 export async function mainGcs(argv) {
