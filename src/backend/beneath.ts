@@ -1,5 +1,4 @@
-import os from 'node:os';
-import util from 'node:util';
+import { errnoName, errnoOf } from '../vfs/errors.js';
 import { localAddon } from './local-addon.js';
 import type { Attr } from './types.js';
 
@@ -32,7 +31,7 @@ const record = new ArrayBuffer(80);
 const nums = new Float64Array(record, 0, 7);
 const times = new BigInt64Array(record, 56, 3);
 
-const NO_ENTRY = -(os.constants.errno.ENOENT as number);
+const NO_ENTRY = -errnoOf('ENOENT');
 
 export class Beneath {
   constructor(private readonly addon: Addon) {}
@@ -41,7 +40,7 @@ export class Beneath {
   failure(r: number): BeneathFailure {
     const e = -r;
     const parent = e >= this.addon.PARENT;
-    return { code: util.getSystemErrorName(-(parent ? e - this.addon.PARENT : e)), parent };
+    return { code: errnoName(parent ? e - this.addon.PARENT : e), parent };
   }
 
   /** 0, or a negative result for failure() */

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from '../config/workspace.js';
 import { DEFAULTS, type BindingName, type LogLevel } from '../config/defaults.js';
 import { BindingUnavailable, selectBinding } from '../fuse/bindings.js';
@@ -45,6 +46,9 @@ export interface MountCliOptions {
 }
 
 export async function mountCommand(mountpointArg: string, o: MountCliOptions): Promise<number> {
+  // the daemon's process, before any request: the hot paths are compiled under them (see DEFAULTS)
+  const v8Flags = process.env.LEDGERFS_DAEMON_V8_FLAGS ?? DEFAULTS.daemonV8Flags;
+  if (v8Flags) v8.setFlagsFromString(v8Flags);
   const log = createLogger(o.logLevel);
   const mountpoint = path.resolve(mountpointArg);
   if (o.source && o.policy) {

@@ -46,7 +46,7 @@ export const DEFAULTS = {
   demoWorkspaceDir: path.join(os.homedir(), '.ledgerfs', 'demo-workspace'),
   /** Seconds to wait for a busy mount to become free during shutdown before lazy-unmounting. */
   unmountGraceSec: 5,
-  /** V8 flags the daemon sets before it serves (src/fuse/mount.ts; LEDGERFS_DAEMON_V8_FLAGS
+  /** V8 flags the daemon sets before it serves (src/cli/mount-command.ts; LEDGERFS_DAEMON_V8_FLAGS
    * replaces them, '' for none). A fresh daemon spends its first thousands of requests in
    * TurboFan: over 2000 creates its compiler threads took ~100 us per file (a third of the
    * daemon's CPU), most of it inlining big async functions (the journal's session end, the
@@ -87,6 +87,9 @@ export const DEFAULTS = {
   journal: {
     /** base of default state directories: $XDG_STATE_HOME/ledgerfs, else ~/.local/state/ledgerfs */
     stateHome: path.join(process.env.XDG_STATE_HOME || path.join(os.homedir(), '.local', 'state'), 'ledgerfs'),
+    /** paths whose last ended write session is remembered (a conflict found at a later close
+     * is tied to it) */
+    endedSessionsKept: 256,
     /** roll to a new segment file at this size */
     segmentBytes: 64 * 1024 * 1024,
     /** group commit: the journal is fsynced at most this long after a record (and always before
@@ -144,6 +147,11 @@ export const DEFAULTS = {
     /** an intent written by another host is taken as abandoned (and finished by whoever opens
      * the workspace next) when it is older than this; on this host a dead pid decides */
     renameIntentLeaseSec: 900,
+    /** the owner renews its lease this often (a fraction of the lease) ... */
+    renameIntentRenewFraction: 1 / 3,
+    /** ... and copies on only while its last renewal is younger than this fraction of it, so an
+     * owner that cannot renew stops before another host may take the rename over */
+    renameIntentHeldFraction: 2 / 3,
   },
   /** Cache layers around the GCS backend (src/backend/layers); the policy's `backend.cache` overrides. */
   gcsCache: {

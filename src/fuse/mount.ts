@@ -1,4 +1,3 @@
-import v8 from 'node:v8';
 import type { Logger } from '../log.js';
 import type { Vfs } from '../vfs/vfs.js';
 import { DEFAULTS } from '../config/defaults.js';
@@ -46,9 +45,6 @@ export function mountOptions(o: Partial<MountOptions> = {}): MountOptions {
 export async function mountVfs(req: MountRequest): Promise<RunningMount> {
   const problem = mountpointProblem(req.mountpoint);
   if (problem) throw new MountError(problem);
-  // before the first request, so the hot paths are compiled under them (see DEFAULTS)
-  const v8Flags = process.env.LEDGERFS_DAEMON_V8_FLAGS ?? DEFAULTS.daemonV8Flags;
-  if (v8Flags) v8.setFlagsFromString(v8Flags);
   const binding = req.binding ?? new FuseNativeBinding();
   const counters = new OpCounters();
   const options = mountOptions(req.options);

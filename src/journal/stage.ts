@@ -1,4 +1,5 @@
 import type { Backend, BackendFile } from '../backend/types.js';
+import { DEFAULTS } from '../config/defaults.js';
 import type { Logger } from '../log.js';
 import { VfsError } from '../vfs/errors.js';
 import { isWithin } from '../vfs/paths.js';
@@ -83,7 +84,7 @@ export class JournalStage implements MutationStage {
    */
   private lastCreate: { file: BackendFile; seq: number; path: string; done: DoneRecord } | null = null;
   private readonly contexts = new WeakMap<Caller, RecordContext>();
-  /** the seq of the write session that ended last at a path (a few hundred kept): a conflict
+  /** the seq of the write session that ended last at a path (DEFAULTS.journal.endedSessionsKept): a conflict
    * found at the last close of a file whose session a chmod or utimens split belongs to it */
   private readonly endedAt = new Map<string, number>();
   private readonly backend: Backend;
@@ -316,7 +317,7 @@ export class JournalStage implements MutationStage {
     this.sessions.delete(s.path);
     this.endedAt.delete(s.path);
     this.endedAt.set(s.path, s.seq);
-    if (this.endedAt.size > 256) this.endedAt.delete(this.endedAt.keys().next().value as string);
+    if (this.endedAt.size > DEFAULTS.journal.endedSessionsKept) this.endedAt.delete(this.endedAt.keys().next().value as string);
     const after = await this.stateOfSession(s);
     this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [after], reason });
   }

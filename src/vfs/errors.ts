@@ -19,6 +19,14 @@ export function errnoOf(code: ErrnoCode): number {
   return n;
 }
 
+/** The name of an errno number (a native helper's result), e.g. 2 -> 'ENOENT'. */
+export function errnoName(n: number): string {
+  return names.get(n) ?? `errno ${n}`;
+}
+// first name wins where two share a number (EAGAIN/EWOULDBLOCK, ENOTSUP/EOPNOTSUPP), as libuv names them
+const names = new Map<number, string>();
+for (const [name, v] of Object.entries(table)) if (!names.has(v)) names.set(v, name);
+
 /** Negative errno for the kernel; anything that is not a VfsError is an EIO. */
 export function kernelErrno(err: unknown): number {
   if (err instanceof VfsError) return -errnoOf(err.code);

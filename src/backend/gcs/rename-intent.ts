@@ -188,9 +188,9 @@ export class RenameIntents {
           renewedAt = at;
         }
       })().catch(() => undefined); // a missed renewal shortens the lease: held() tells
-    }, leaseMs / 3);
+    }, leaseMs * DEFAULTS.gcs.renameIntentRenewFraction);
     timer.unref();
-    return { stop: () => clearInterval(timer), held: () => Date.now() - renewedAt < (leaseMs * 2) / 3 };
+    return { stop: () => clearInterval(timer), held: () => Date.now() - renewedAt < leaseMs * DEFAULTS.gcs.renameIntentHeldFraction };
   }
 
   /** The rename is over (finished or undone): drop its intent. */
