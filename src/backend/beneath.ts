@@ -1,6 +1,5 @@
-import { errnoName, errnoOf } from '../vfs/errors.js';
+import { type Attr, errnoName, errnoOf } from '../core/index.js';
 import { localAddon } from './local-addon.js';
-import type { Attr } from './types.js';
 
 /*
  * The local backend's symlink-free path resolution in one syscall (native/ledgerfs_beneath.c, in

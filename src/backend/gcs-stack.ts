@@ -1,13 +1,12 @@
 import fs from 'node:fs';
-import { DEFAULTS } from '../config/defaults.js';
-import type { GcsBackendConfig } from '../config/load.js';
+import { DEFAULTS, type GcsBackendConfig } from '../config/index.js';
 import { createGcsBackend, type GcsBackend, type GcsConflict } from './gcs.js';
 import { ContentCache } from './layers/content-cache.js';
 import { MetadataCacheLayer } from './layers/metadata-cache.js';
 import { ReadCacheLayer } from './layers/read-cache.js';
 import { ReservedNameLayer } from './layers/reserved.js';
 import type { GcsJournalRemote } from './gcs/journal-remote.js';
-import type { Backend } from './types.js';
+import type { Backend } from '../core/index.js';
 
 export interface GcsStack {
   /** what the workspace uses: metadata cache -> read cache -> GCS */

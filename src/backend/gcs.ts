@@ -1,7 +1,6 @@
 import fs from 'node:fs';
-import { VfsError } from '../vfs/errors.js';
-import { checkPath, isWithin, parentOf, rebase } from '../vfs/paths.js';
-import { DEFAULTS } from '../config/defaults.js';
+import { type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, type FsStats, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, type TreePage, VfsError } from '../core/index.js';
+import { DEFAULTS } from '../config/index.js';
 import { GcsRequests, makeStorage, type ListPage } from './gcs/client.js';
 import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
 import { GcsFile, type GcsFileHost } from './gcs/file.js';
@@ -11,7 +10,6 @@ import { ObjectNames, isPosixName } from './gcs/names.js';
 import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
 import { RenameIntents, inBatches, registerInstance, sameMetadata, unregisterInstance, type RenameIntent, type RenameRecovery } from './gcs/rename-intent.js';
 import { withRetries } from './gcs/retry.js';
-import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, NodeType, OpenMode, TimeSpec, TreePage } from './types.js';
 
 export type { GcsBackendOptions, GcsConflict } from './gcs/options.js';
 export type { RenameRecovery } from './gcs/rename-intent.js';

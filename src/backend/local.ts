@@ -1,14 +1,8 @@
 import fs from 'node:fs';
 import nodePath from 'node:path';
-import { VfsError, fromNodeError } from '../vfs/errors.js';
-import { checkPath } from '../vfs/paths.js';
+import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, type NodeType, type OpenMode, SEEK_DATA, SEEK_HOLE, type TimeSpec, VfsError } from '../core/index.js';
 import { loadBeneath, type Beneath } from './beneath.js';
 import { fdOps, type FdOps } from './fd-ops.js';
-import {
-  FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, SEEK_DATA, SEEK_HOLE,
-  type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, type DirEntry, type FsStats,
-  type NodeType, type OpenMode, type TimeSpec,
-} from './types.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
 

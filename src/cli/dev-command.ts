@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { startGcsEmulator } from '../dev/gcs-emulator/index.js';
-import { CliError } from './errors.js';
+import { startGcsEmulator } from '../dev/index.js';
+import { UserError } from '../app/index.js';
 
 /**
  * `ledgerfs dev ...`: tools for developing against ledgerfs. For now the GCS JSON-API
@@ -27,18 +27,18 @@ Example:
     )
     .action(async (o: { port: string; bucket?: string[]; verbose: boolean }) => {
       const port = Number(o.port);
-      if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be 0..65535, got ${JSON.stringify(o.port)}`);
+      if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UserError(`--port must be 0..65535, got ${JSON.stringify(o.port)}`);
       let emu;
       try {
         emu = await startGcsEmulator({ port, ...(o.verbose ? { log: (l: string) => process.stderr.write(l + '\n') } : {}) });
       } catch (err) {
-        throw new CliError(`cannot listen on 127.0.0.1:${port}: ${(err as Error).message}`);
+        throw new UserError(`cannot listen on 127.0.0.1:${port}: ${(err as Error).message}`);
       }
       try {
         for (const b of o.bucket ?? []) emu.store.createBucket(b, '');
       } catch (err) {
         await emu.stop();
-        throw new CliError(`--bucket: ${(err as Error).message}`);
+        throw new UserError(`--bucket: ${(err as Error).message}`);
       }
       process.stdout.write(JSON.stringify({ url: emu.url, port: emu.port, buckets: o.bucket ?? [] }) + '\n');
       await new Promise<void>((resolve) => {

@@ -1,12 +1,7 @@
 import type { Command } from 'commander';
-import { BlobStore } from '../journal/blobs.js';
-import { addTextDiffs, netChanges, type Change } from '../journal/diff.js';
-import { buildHistory, type Operation } from '../journal/history.js';
-import { stateLayout } from '../journal/layout.js';
-import { readJournal } from '../journal/reader.js';
-import { createLogger } from '../log.js';
-import { isWithin } from '../vfs/paths.js';
-import { CliError } from './errors.js';
+import { addTextDiffs, BlobStore, buildHistory, type Change, netChanges, type Operation, readJournal, stateLayout } from '../journal/index.js';
+import { createLogger, isWithin } from '../core/index.js';
+import { UserError } from '../app/index.js';
 import { addStateFlags, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags, type When } from './journal-flags.js';
 
 interface DiffOptions extends StateFlags {
@@ -52,7 +47,7 @@ ${STATE_HELP}`,
     )
     .action(async (o: DiffOptions) => {
       if (o.session === undefined && o.from === undefined && o.to === undefined) {
-        throw new CliError('say which changes: --session ID and/or --from/--to (seq, time or duration ago)');
+        throw new UserError('say which changes: --session ID and/or --from/--to (seq, time or duration ago)');
       }
       const stateDir = await journalStateDir(o, createLogger('warn'), { blobs: o.content === true });
       await syncLiveDaemon(stateDir);

@@ -1,10 +1,7 @@
 import type { Command } from 'commander';
-import { daemonRequest, liveDaemon } from '../journal/control.js';
-import type { GcResult } from '../journal/gc.js';
-import { JournalService } from '../journal/service.js';
-import { newSessionId } from '../journal/session-id.js';
-import { createLogger } from '../log.js';
-import { CliError } from './errors.js';
+import { daemonRequest, type GcResult, JournalService, liveDaemon, newSessionId } from '../journal/index.js';
+import { createLogger } from '../core/index.js';
+import { UserError } from '../app/index.js';
 import { addStateFlags, cliLockError, openWorkspaceOf, parseDuration, printJson, STATE_HELP, stateDirOf, type StateFlags } from './journal-flags.js';
 
 export function registerGcCommand(program: Command): void {
@@ -34,7 +31,7 @@ ${STATE_HELP}`,
       let r: GcResult;
       if (daemon) {
         r = await daemonRequest<GcResult>(daemon, { cmd: 'gc', keepMs }).catch((err: Error) => {
-          throw new CliError(err.message);
+          throw new UserError(err.message);
         });
       } else {
         const log = createLogger('warn');

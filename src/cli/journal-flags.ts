@@ -1,23 +1,10 @@
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { openGcsJournalRemote } from '../backend/gcs-stack.js';
-import type { GcsJournalRemote } from '../backend/gcs/journal-remote.js';
-import { DEFAULT_STATE_DIR_PATTERN, DEFAULTS } from '../config/defaults.js';
-import { gcsSource } from '../config/gcs-url.js';
-import { ConfigError, loadMountFile, type GcsBackendConfig } from '../config/load.js';
-import { openWorkspace, WorkspaceError, type OpenedWorkspace } from '../config/workspace.js';
-import { BlobStore } from '../journal/blobs.js';
-import { BucketMirror } from '../journal/bucket-mirror.js';
-import { buildHistory } from '../journal/history.js';
-import { stateLayout } from '../journal/layout.js';
-import { liveDaemon, daemonRequest } from '../journal/control.js';
-import { JournalLock, JournalLockedError } from '../journal/lock.js';
-import { readJournal } from '../journal/reader.js';
-import { blobRefs } from '../journal/verify.js';
-import { rememberedWorkspace, resolveStateDir, StateDirError } from '../journal/state-dir.js';
-import type { Logger } from '../log.js';
-import { normalizePath } from '../vfs/paths.js';
-import { CliError } from './errors.js';
+import { type GcsJournalRemote, openGcsJournalRemote } from '../backend/index.js';
+import { ConfigError, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, type GcsBackendConfig, gcsSource, loadMountFile } from '../config/index.js';
+import { type OpenedWorkspace, openWorkspace, UserError, WorkspaceError } from '../app/index.js';
+import { blobRefs, BlobStore, BucketMirror, buildHistory, daemonRequest, JournalLock, JournalLockedError, liveDaemon, readJournal, rememberedWorkspace, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
+import { type Logger, normalizePath } from '../core/index.js';
 
 /** The flags that name a workspace and its journal, as `mount` takes them. */
 export interface StateFlags {
@@ -40,16 +27,16 @@ export function addStateFlags(cmd: Command): Command {
 }
 
 export function stateDirOf(flags: StateFlags, mustExist = true): string {
-  if (flags.source !== undefined && flags.policy !== undefined) throw new CliError('--source and --policy cannot be used together');
+  if (flags.source !== undefined && flags.policy !== undefined) throw new UserError('--source and --policy cannot be used together');
   let dir: string;
   try {
     dir = resolveStateDir(flags);
   } catch (err) {
-    if (err instanceof StateDirError) throw new CliError(err.message);
+    if (err instanceof StateDirError) throw new UserError(err.message);
     throw err;
   }
   if (mustExist && !fs.existsSync(stateLayout(dir).journalDir)) {
-    throw new CliError(
+    throw new UserError(
       `no journal in ${dir}: this workspace has not been mounted with a journal yet` +
         (flags.state === undefined ? ' (or name it: --source DIR / --policy FILE as given to mount, or --state DIR)' : ''),
     );
@@ -65,7 +52,7 @@ function gcsBackendOf(flags: StateFlags, stateDir: string): GcsBackendConfig | u
       const b = loadMountFile(named.policy).backend;
       return b.type === 'gcs' ? b : undefined;
     } catch (err) {
-      if (err instanceof ConfigError) throw new CliError(err.message);
+      if (err instanceof ConfigError) throw new UserError(err.message);
       throw err;
     }
   }
@@ -88,7 +75,7 @@ export async function journalStateDir(flags: StateFlags, log: Logger, o: { blobs
   let remote: GcsJournalRemote | undefined;
   const reach = async () =>
     (remote ??= await openGcsJournalRemote(b, layout.stagingDir).catch((err: unknown) => {
-      throw new CliError(`cannot reach the journal in the bucket: ${(err as Error).message}`);
+      throw new UserError(`cannot reach the journal in the bucket: ${(err as Error).message}`);
     }));
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   const lock = liveDaemon(dir) ? null : tryLock(layout.lockFile, 'journal pull');
@@ -136,19 +123,19 @@ export async function openWorkspaceOf(flags: StateFlags, log: Logger, stateDir?:
   let named: StateFlags = flags;
   if (flags.source === undefined && flags.policy === undefined && stateDir !== undefined) {
     const w = rememberedWorkspace(stateDir);
-    if (!w) throw new CliError(`${stateDir} does not say which workspace it belongs to; name it: --source DIR or --policy FILE`);
+    if (!w) throw new UserError(`${stateDir} does not say which workspace it belongs to; name it: --source DIR or --policy FILE`);
     named = w;
   }
   try {
     return await openWorkspace({ source: named.source, policy: named.policy, log });
   } catch (err) {
-    if (err instanceof WorkspaceError) throw new CliError(err.message);
+    if (err instanceof WorkspaceError) throw new UserError(err.message);
     throw err;
   }
 }
 
 export function cliLockError(err: unknown): never {
-  if (err instanceof JournalLockedError) throw new CliError(err.message);
+  if (err instanceof JournalLockedError) throw new UserError(err.message);
   throw err;
 }
 
@@ -166,7 +153,7 @@ export function parseDuration(s: string): number {
     consumed += m[0].length;
   }
   if (consumed === 0 || consumed !== s.trim().length) {
-    throw new CliError(`not a duration: ${JSON.stringify(s)} (use e.g. 30s, 10m, 24h, 7d)`);
+    throw new UserError(`not a duration: ${JSON.stringify(s)} (use e.g. 30s, 10m, 24h, 7d)`);
   }
   return total;
 }
@@ -177,7 +164,7 @@ export function parseWhen(s: string): When {
   if (/^#?\d+$/.test(t)) return { seq: Number(t.replace('#', '')) };
   if (/^(\d+(\.\d+)?(ms|s|m|h|d|w))+$/.test(t)) return { time: Date.now() - parseDuration(t) };
   const ms = Date.parse(t);
-  if (Number.isNaN(ms)) throw new CliError(`not a seq, time or duration: ${JSON.stringify(s)} (use 42, 2026-11-22T05:30:00, or 10m)`);
+  if (Number.isNaN(ms)) throw new UserError(`not a seq, time or duration: ${JSON.stringify(s)} (use 42, 2026-11-22T05:30:00, or 10m)`);
   return { time: ms };
 }
 
@@ -185,7 +172,7 @@ export function pathArg(p: string): string {
   try {
     return normalizePath(p);
   } catch {
-    throw new CliError(`not a usable path: ${JSON.stringify(p)}`);
+    throw new UserError(`not a usable path: ${JSON.stringify(p)}`);
   }
 }
 

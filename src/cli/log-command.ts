@@ -1,10 +1,7 @@
 import type { Command } from 'commander';
-import { describeConflict, formatTime, statusNotes, summarize, undoneByMap } from '../journal/describe.js';
-import { buildHistory, type Operation } from '../journal/history.js';
-import { readJournal } from '../journal/reader.js';
-import { isWithin } from '../vfs/paths.js';
-import { createLogger } from '../log.js';
-import { CliError } from './errors.js';
+import { buildHistory, describeConflict, formatTime, type Operation, readJournal, statusNotes, summarize, undoneByMap } from '../journal/index.js';
+import { createLogger, isWithin } from '../core/index.js';
+import { UserError } from '../app/index.js';
 import { addStateFlags, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 
 interface LogOptions extends StateFlags {
@@ -64,7 +61,7 @@ ${STATE_HELP}`,
       const since = o.since !== undefined ? parseWhen(o.since) : undefined;
       const prefix = o.path !== undefined ? pathArg(o.path) : undefined;
       const limit = o.limit !== undefined ? Number(o.limit) : Infinity;
-      if (Number.isNaN(limit) || limit < 0) throw new CliError(`--limit: expected a number, got ${JSON.stringify(o.limit)}`);
+      if (Number.isNaN(limit) || limit < 0) throw new UserError(`--limit: expected a number, got ${JSON.stringify(o.limit)}`);
       const undoneBy = undoneByMap(h.ops);
       const out: Operation[] = [];
       for (let i = h.ops.length - 1; i >= 0 && out.length < limit; i--) {

@@ -1,8 +1,7 @@
 import { Command, Option } from 'commander';
-import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type BindingName, type LogLevel } from '../config/defaults.js';
-import { mountAt, unmountPath } from '../fuse/mounts.js';
-import { CliError } from './errors.js';
-import { mountCommand } from './mount-command.js';
+import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type BindingName, type LogLevel } from '../config/index.js';
+import { mountAt, unmountPath } from '../fuse/index.js';
+import { serveMount, UserError } from '../app/index.js';
 import { registerPolicyCommand } from './policy-command.js';
 import { registerRunCommand } from './run-command.js';
 import { registerLogCommand } from './log-command.js';
@@ -15,14 +14,14 @@ import { registerDevCommand } from './dev-command.js';
 
 function positiveNumber(v: string): number {
   const n = Number(v);
-  if (!Number.isFinite(n) || n < 0) throw new CliError(`expected a number of seconds >= 0, got ${JSON.stringify(v)}`);
+  if (!Number.isFinite(n) || n < 0) throw new UserError(`expected a number of seconds >= 0, got ${JSON.stringify(v)}`);
   return n;
 }
 
 function busyPollMicros(v: string): number {
   const n = Number(v);
   const max = DEFAULTS.busyPollMaxMicros;
-  if (!Number.isInteger(n) || n < 0 || n > max) throw new CliError(`--busy-poll: expected whole microseconds from 0 to ${max}, got ${JSON.stringify(v)}`);
+  if (!Number.isInteger(n) || n < 0 || n > max) throw new UserError(`--busy-poll: expected whole microseconds from 0 to ${max}, got ${JSON.stringify(v)}`);
   return n;
 }
 
@@ -80,7 +79,7 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
       state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number;
     }) => {
-      process.exitCode = await mountCommand(mountpoint, o);
+      process.exitCode = await serveMount(mountpoint, o);
     });
 
   program
@@ -91,11 +90,11 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
     .option('--lazy', 'detach now even if files are open (they keep working until closed)', false)
     .addHelpText('after', '\nExample:\n  ledgerfs unmount /mnt/ws\n')
     .action(async (mountpoint: string, o: { lazy: boolean }) => {
-      if (!mountAt(mountpoint)) throw new CliError(`${mountpoint} is not a mount point`);
+      if (!mountAt(mountpoint)) throw new UserError(`${mountpoint} is not a mount point`);
       try {
         await unmountPath(mountpoint, o.lazy);
       } catch (err) {
-        throw new CliError(`${(err as Error).message}${/busy/i.test((err as Error).message) ? '\n(files are open on it; close them, or use --lazy)' : ''}`);
+        throw new UserError(`${(err as Error).message}${/busy/i.test((err as Error).message) ? '\n(files are open on it; close them, or use --lazy)' : ''}`);
       }
     });
   registerRunCommand(program);
@@ -119,7 +118,7 @@ export async function main(argv: string[]): Promise<void> {
   try {
     await buildProgram().parseAsync(argv);
   } catch (err) {
-    if (err instanceof CliError) {
+    if (err instanceof UserError) {
       process.stderr.write(`ledgerfs: ${err.message}\n`);
       process.exitCode = err.exitCode;
       return;

@@ -1,11 +1,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { POLICY_PRESETS, PRESET_NAMES } from '../config/defaults.js';
-import { ConfigError, loadMountFile } from '../config/load.js';
-import { CompiledPolicy } from '../policy/compile.js';
-import { describePolicy, policyJson } from '../policy/describe.js';
-import { CliError } from './errors.js';
+import { ConfigError, loadMountFile, POLICY_PRESETS, PRESET_NAMES } from '../config/index.js';
+import { CompiledPolicy, describePolicy, policyJson } from '../policy/index.js';
+import { UserError } from '../app/index.js';
 
 const FORMAT_HELP = `
 The file (YAML or JSON):
@@ -49,7 +47,7 @@ export function registerPolicyCommand(program: Command): void {
       try {
         compiled = new CompiledPolicy(loadMountFile(file));
       } catch (err) {
-        if (err instanceof ConfigError) throw new CliError(err.message);
+        if (err instanceof ConfigError) throw new UserError(err.message);
         throw err;
       }
       // The file is valid; the machine may still lack what it names (it may be checked elsewhere).

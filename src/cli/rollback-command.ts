@@ -1,14 +1,8 @@
 import type { Command } from 'commander';
-import { DEFAULTS } from '../config/defaults.js';
-import { daemonRequest, liveDaemon } from '../journal/control.js';
-import { formatTime } from '../journal/describe.js';
-import { buildHistory } from '../journal/history.js';
-import { readJournal } from '../journal/reader.js';
-import { planRollback, RollbackError, type RollbackResult } from '../journal/rollback.js';
-import { JournalService, type RollbackRequest } from '../journal/service.js';
-import { newSessionId } from '../journal/session-id.js';
-import { createLogger } from '../log.js';
-import { CliError } from './errors.js';
+import { DEFAULTS } from '../config/index.js';
+import { buildHistory, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
+import { createLogger } from '../core/index.js';
+import { UserError } from '../app/index.js';
 import {
   addStateFlags, cliLockError, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, type StateFlags,
 } from './journal-flags.js';
@@ -101,7 +95,7 @@ ${STATE_HELP}`,
       if (o.session !== undefined) req.session = o.session;
       if (o.path !== undefined) req.path = pathArg(o.path);
       if (req.toSeq === undefined && req.toTime === undefined && req.session === undefined && req.path === undefined) {
-        throw new CliError('say what to roll back: --to SEQ|TIME, --session ID and/or --path PREFIX (see --help)');
+        throw new UserError('say what to roll back: --to SEQ|TIME, --session ID and/or --path PREFIX (see --help)');
       }
       const stateDir = await journalStateDir(o, createLogger('warn'));
       const progress = new Progress(o.dryRun ? 'checking' : 'rolling back');
@@ -118,7 +112,7 @@ ${STATE_HELP}`,
           result = await rollbackDirect(o, stateDir, req, onProgress);
         }
       } catch (err) {
-        if (err instanceof RollbackError) throw new CliError(err.message);
+        if (err instanceof RollbackError) throw new UserError(err.message);
         throw err;
       } finally {
         progress.finish();

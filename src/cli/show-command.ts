@@ -1,13 +1,7 @@
 import type { Command } from 'commander';
-import { describeConflict, formatTime, statusNotes, summarize, undoneByMap } from '../journal/describe.js';
-import { buildHistory } from '../journal/history.js';
-import { describeState } from '../journal/node-state.js';
-import { readJournal } from '../journal/reader.js';
-import type { State } from '../journal/record.js';
-import { describeUndo } from '../journal/rollback.js';
-import { createLogger } from '../log.js';
-import { shellQuote } from '../vfs/process-names.js';
-import { CliError } from './errors.js';
+import { buildHistory, describeConflict, describeState, describeUndo, formatTime, readJournal, type State, statusNotes, summarize, undoneByMap } from '../journal/index.js';
+import { createLogger, shellQuote } from '../core/index.js';
+import { UserError } from '../app/index.js';
 import { addStateFlags, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 import { operationJson } from './log-command.js';
 
@@ -26,13 +20,13 @@ export function registerShowCommand(program: Command): void {
     .addHelpText('after', `\nExamples:\n  ledgerfs show --source ./case-files 42\n  ledgerfs show --state ./state --json 42 | jq .before\n${STATE_HELP}`)
     .action(async (seqArg: string, o: StateFlags & { json: boolean }) => {
       const seq = Number(seqArg.replace(/^#/, ''));
-      if (!Number.isInteger(seq) || seq <= 0) throw new CliError(`not a seq: ${JSON.stringify(seqArg)}`);
+      if (!Number.isInteger(seq) || seq <= 0) throw new UserError(`not a seq: ${JSON.stringify(seqArg)}`);
       const stateDir = await journalStateDir(o, createLogger('warn'));
       await syncLiveDaemon(stateDir);
       const h = buildHistory(readJournal(stateDir).records);
       const op = h.bySeq.get(seq);
       if (!op) {
-        throw new CliError(seq < h.firstSeq ? `#${seq} is older than the journal's start (#${h.firstSeq}); gc dropped it` : `no #${seq} in the journal (it ends at #${h.lastSeq})`);
+        throw new UserError(seq < h.firstSeq ? `#${seq} is older than the journal's start (#${h.firstSeq}); gc dropped it` : `no #${seq} in the journal (it ends at #${h.lastSeq})`);
       }
       const undoneBy = undoneByMap(h.ops).get(seq);
       if (o.json) {

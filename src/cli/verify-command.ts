@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { verifyJournal } from '../journal/verify.js';
+import { verifyJournal } from '../journal/index.js';
 import { addStateFlags, printJson, STATE_HELP, stateDirOf, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 import { Progress } from './progress.js';
 

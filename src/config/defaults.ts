@@ -46,7 +46,7 @@ export const DEFAULTS = {
   demoWorkspaceDir: path.join(os.homedir(), '.ledgerfs', 'demo-workspace'),
   /** Seconds to wait for a busy mount to become free during shutdown before lazy-unmounting. */
   unmountGraceSec: 5,
-  /** V8 flags the daemon sets before it serves (src/cli/mount-command.ts; LEDGERFS_DAEMON_V8_FLAGS
+  /** V8 flags the daemon sets before it serves (src/app/mount.ts; LEDGERFS_DAEMON_V8_FLAGS
    * replaces them, '' for none). A fresh daemon spends its first thousands of requests in
    * TurboFan: over 2000 creates its compiler threads took ~100 us per file (a third of the
    * daemon's CPU), most of it inlining big async functions (the journal's session end, the
@@ -55,7 +55,7 @@ export const DEFAULTS = {
    * tar -x by 10-30%, with the warm cost per request unchanged within noise; disabling inlining
    * or TurboFan, or eager Sparkplug/feedback, did not pay (measured on a loaded 2-core machine; see the native-perf report on issue 7). */
   daemonV8Flags: '--max-inlined-bytecode-size=100',
-  /** Per-process attribution (src/vfs/process-names.ts), when the binding tells us the caller's pid. */
+  /** Per-process attribution (src/core/process-names.ts), when the binding tells us the caller's pid. */
   callers: {
     /** a pid's command line is read from /proc once and reused this long (pids get reused) */
     commandTtlMs: 2000,

@@ -1,4 +1,3 @@
-import { normalizePrefix } from '../backend/gcs/options.js';
 import type { GcsBackendConfig } from './load.js';
 
 /**
@@ -27,4 +26,13 @@ export function gcsSource(source: string | undefined, env: NodeJS.ProcessEnv = p
 /** The location string a GCS workspace's journal directory is derived from (matches GcsBackend.location). */
 export function gcsLocation(b: GcsBackendConfig): string {
   return `gs://${b.bucket}/${normalizePrefix(b.prefix ?? '')}`;
+}
+
+/** "", "/", "ws", "/ws/", "a//b/" -> "" or "ws/" or "a/b/": the prefix objects are named under. */
+export function normalizePrefix(p: string): string {
+  const parts = p.split('/').filter((s) => s !== '');
+  for (const s of parts) {
+    if (s === '.' || s === '..') throw new Error(`GCS backend: prefix ${JSON.stringify(p)} may not contain "." or ".."`);
+  }
+  return parts.length ? parts.join('/') + '/' : '';
 }

@@ -2,7 +2,6 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import type * as z from 'zod';
-import { isWithin } from '../vfs/paths.js';
 import { POLICY_DEFAULTS, POLICY_PRESETS, type PolicyPreset, type PresetName } from './defaults.js';
 import { mountFileSchema, type MountFile, type RootFile } from './schema.js';
 import { describeValue } from './sizes.js';
@@ -153,6 +152,11 @@ function issueLines(iss: z.core.$ZodIssue, input: unknown): string[] {
 }
 
 // ---- cross-field checks --------------------------------------------------------------------
+
+/** `path` is `dir` or below it (normalized absolute paths; config sits below core's paths.ts). */
+function isWithin(path: string, dir: string): boolean {
+  return dir === '/' || path === dir || path.startsWith(dir + '/');
+}
 
 function checkRoots(roots: RootConfig[], label: string): void {
   const problems: string[] = [];

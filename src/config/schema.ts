@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { compileGlob } from '../policy/glob.js';
+import { compileGlob } from './glob.js';
 import { PRESET_NAMES } from './defaults.js';
 import { describeValue, parseSize } from './sizes.js';
 

@@ -1,7 +1,5 @@
-import type { Logger } from '../log.js';
-import { VfsError } from '../vfs/errors.js';
-import type { Vfs } from '../vfs/vfs.js';
-import { joinPath } from '../vfs/paths.js';
+import { joinPath, type Logger, VfsError } from '../core/index.js';
+import type { Vfs } from '../vfs/index.js';
 import type { FsOps } from './binding.js';
 
 /** Request counters by op, for `--log-level debug` summaries and the bench. */

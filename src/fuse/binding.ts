@@ -1,5 +1,4 @@
-import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
-import type { Caller } from '../vfs/pipeline.js';
+import type { Attr, FsStats, TimeSpec, Caller } from '../core/index.js';
 
 /**
  * The one interface between ledgerfs and a kernel binding. fuse-native implements it today; a

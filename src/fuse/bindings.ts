@@ -1,5 +1,5 @@
-import { DEFAULTS, type BindingName } from '../config/defaults.js';
-import type { Logger } from '../log.js';
+import { DEFAULTS, type BindingName } from '../config/index.js';
+import type { Logger } from '../core/index.js';
 import type { Binding } from './binding.js';
 import { FuseNativeBinding } from './fuse-native-binding.js';
 import { loadNativeAddon, NativeBinding } from './native-binding.js';

@@ -1,8 +1,6 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
-import { kernelErrno } from '../vfs/errors.js';
-import type { Caller } from '../vfs/pipeline.js';
+import { type Attr, type Caller, type FsStats, kernelErrno, type TimeSpec } from '../core/index.js';
 import { timeArg, type Binding, type FsOps, type MountedFs, type MountOptions } from './binding.js';
 import { mountAt } from './mounts.js';
 

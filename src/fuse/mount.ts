@@ -1,6 +1,6 @@
-import type { Logger } from '../log.js';
-import type { Vfs } from '../vfs/vfs.js';
-import { DEFAULTS } from '../config/defaults.js';
+import type { Logger } from '../core/index.js';
+import type { Vfs } from '../vfs/index.js';
+import { DEFAULTS } from '../config/index.js';
 import { vfsOps, OpCounters } from './adapter.js';
 import type { Binding, MountedFs, MountOptions } from './binding.js';
 import { FuseNativeBinding } from './fuse-native-binding.js';

@@ -1,9 +1,7 @@
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import type { Attr, FsStats, TimeSpec } from '../backend/types.js';
-import { errnoOf, kernelErrno } from '../vfs/errors.js';
-import type { Caller } from '../vfs/pipeline.js';
+import { type Attr, type Caller, errnoOf, type FsStats, kernelErrno, type TimeSpec } from '../core/index.js';
 import { timeArg, type Binding, type DirEntryAttr, type FsOps, type MountedFs, type MountOptions } from './binding.js';
 import { mountAt, unmountPath } from './mounts.js';
 

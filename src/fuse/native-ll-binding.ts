@@ -1,7 +1,5 @@
 import path from 'node:path';
-import type { Attr, TimeSpec } from '../backend/types.js';
-import { errnoOf, kernelErrno, VfsError } from '../vfs/errors.js';
-import type { Caller } from '../vfs/pipeline.js';
+import { type Attr, type Caller, errnoOf, kernelErrno, type TimeSpec, VfsError } from '../core/index.js';
 import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
 import { loadAddon, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-binding.js';
 import { NodeTable, type Node } from './node-table.js';

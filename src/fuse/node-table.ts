@@ -1,4 +1,4 @@
-import { joinPath } from '../vfs/paths.js';
+import { joinPath } from '../core/index.js';
 
 /**
  * The kernel's node ids for the low-level binding (native-ll): each id names one directory

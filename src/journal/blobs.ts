@@ -1,8 +1,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Backend } from '../backend/types.js';
-import { VfsError } from '../vfs/errors.js';
+import { type Backend, VfsError } from '../core/index.js';
 import { BLOB_REF, keptByBackend, SHA256_HEX } from './record.js';
 
 /** Captures at most this big are read and written in one go on the request path. */

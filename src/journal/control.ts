@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import type { Logger } from '../log.js';
+import type { Logger } from '../core/index.js';
 import { stateLayout } from './layout.js';
 import { JournalLock } from './lock.js';
 import { RollbackError } from './rollback.js';

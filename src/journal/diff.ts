@@ -1,5 +1,4 @@
-import type { Backend } from '../backend/types.js';
-import { isWithin, rebase } from '../vfs/paths.js';
+import { type Backend, isWithin, rebase } from '../core/index.js';
 import type { BlobStore } from './blobs.js';
 import type { Operation } from './history.js';
 import { mismatch, stateOf } from './node-state.js';

@@ -1,5 +1,4 @@
-import type { Attr, Backend } from '../backend/types.js';
-import { VfsError } from '../vfs/errors.js';
+import { type Attr, type Backend, VfsError } from '../core/index.js';
 import type { NodeState, State } from './record.js';
 
 /**

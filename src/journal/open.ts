@@ -1,8 +1,6 @@
-import type { Backend } from '../backend/types.js';
-import { DEFAULTS } from '../config/defaults.js';
-import type { WorkspaceFlags } from '../config/workspace.js';
-import type { Logger } from '../log.js';
-import type { Vfs } from '../vfs/vfs.js';
+import type { Backend, Logger } from '../core/index.js';
+import { DEFAULTS, type WorkspaceFlags } from '../config/index.js';
+import type { Vfs } from '../vfs/index.js';
 import { ControlServer } from './control.js';
 import { JournalService } from './service.js';
 import type { JournalRemote } from './remote.js';
@@ -10,7 +8,7 @@ import { newSessionId } from './session-id.js';
 import type { JournalStage } from './stage.js';
 import { checkStateDir, rememberWorkspace, resolveStateDir } from './state-dir.js';
 
-/** What a mount knows about its workspace (config/workspace.ts OpenedWorkspace fits). */
+/** What a mount knows about its workspace (app/workspace.ts OpenedWorkspace fits). */
 export interface JournaledWorkspace {
   /** what the Vfs sits on */
   backend: Backend;

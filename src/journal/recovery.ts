@@ -1,4 +1,4 @@
-import type { Backend } from '../backend/types.js';
+import type { Backend } from '../core/index.js';
 import type { History, Operation } from './history.js';
 import { stateOf } from './node-state.js';
 import type { State } from './record.js';

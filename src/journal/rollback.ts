@@ -1,9 +1,6 @@
 import { constants as C } from 'node:fs';
-import type { Backend } from '../backend/types.js';
-import { VfsError } from '../vfs/errors.js';
-import { isWithin, rebase } from '../vfs/paths.js';
-import type { Caller } from '../vfs/pipeline.js';
-import type { Vfs } from '../vfs/vfs.js';
+import { type Backend, type Caller, isWithin, rebase, VfsError } from '../core/index.js';
+import type { Vfs } from '../vfs/index.js';
 import type { BlobStore } from './blobs.js';
 import { effective, undoneSeqs, type History, type Operation } from './history.js';
 import { mismatch, stateOf, type Aspect } from './node-state.js';

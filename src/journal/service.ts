@@ -1,9 +1,7 @@
 import fs from 'node:fs';
-import type { Backend } from '../backend/types.js';
-import { DEFAULTS } from '../config/defaults.js';
-import type { Logger } from '../log.js';
-import { MutationPipeline, type MutationStage } from '../vfs/pipeline.js';
-import { Vfs } from '../vfs/vfs.js';
+import type { Backend, Logger, MutationStage } from '../core/index.js';
+import { DEFAULTS } from '../config/index.js';
+import { MutationPipeline, Vfs } from '../vfs/index.js';
 import { BlobStore } from './blobs.js';
 import { BucketMirror } from './bucket-mirror.js';
 import { collectGarbage, type GcResult } from './gc.js';

@@ -1,11 +1,5 @@
-import type { Backend, BackendFile } from '../backend/types.js';
-import { DEFAULTS } from '../config/defaults.js';
-import type { Logger } from '../log.js';
-import { VfsError } from '../vfs/errors.js';
-import { isWithin } from '../vfs/paths.js';
-import type { OpenFile } from '../vfs/open-files.js';
-import { callerProcess } from '../vfs/process-names.js';
-import type { Caller, Mutation, MutationStage } from '../vfs/pipeline.js';
+import { type Backend, type BackendFile, type Caller, callerProcess, isWithin, type Logger, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
+import { DEFAULTS } from '../config/index.js';
 import type { BlobStore } from './blobs.js';
 import { stateFromAttr, stateOf } from './node-state.js';
 import type { ConflictRecord, DoneRecord, JournalOp, OpArgs, OpRecord, State } from './record.js';
@@ -29,7 +23,7 @@ interface WriteSession {
   /** the begin record or a capture is being written; later requests wait for it */
   busy: Promise<void> | null;
   /** the open file written through (its fstat is cheaper than a stat by path) */
-  file: OpenFile | undefined;
+  file: OpenFileState | undefined;
 }
 
 export interface JournalStageOptions {
@@ -328,7 +322,7 @@ export class JournalStage implements MutationStage {
     return stateOf(this.backend, s.path);
   }
 
-  async endWriteSession(path: string | null, _caller: Caller, reason: 'fsync' | 'close', file?: OpenFile): Promise<void> {
+  async endWriteSession(path: string | null, _caller: Caller, reason: 'fsync' | 'close', file?: OpenFileState): Promise<void> {
     const s = path === null ? undefined : this.sessions.get(path);
     if (s) {
       s.file ??= file;

@@ -1,9 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { DEFAULTS, defaultStateDir } from '../config/defaults.js';
-import { gcsLocation, gcsSource } from '../config/gcs-url.js';
-import { ConfigError, loadMountFile, type BackendConfig } from '../config/load.js';
-import type { WorkspaceFlags } from '../config/workspace.js';
+import { type BackendConfig, ConfigError, DEFAULTS, defaultStateDir, gcsLocation, gcsSource, loadMountFile, type WorkspaceFlags } from '../config/index.js';
 import { stateLayout } from './layout.js';
 
 export class StateDirError extends Error {}

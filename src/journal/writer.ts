@@ -1,7 +1,6 @@
 import fs from 'node:fs';
 import { promisify } from 'node:util';
-import type { Logger } from '../log.js';
-import { VfsError } from '../vfs/errors.js';
+import { type Logger, VfsError } from '../core/index.js';
 import { encodeRecord } from './codec.js';
 import { listSegments, segmentName, syncDir } from './layout.js';
 import type { JournalRecord } from './record.js';

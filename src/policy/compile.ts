@@ -1,8 +1,5 @@
-import { POLICY_DEFAULTS } from '../config/defaults.js';
-import type { Mode, MountConfig, Quota, RootConfig } from '../config/load.js';
-import { formatSize } from '../config/sizes.js';
-import { isWithin } from '../vfs/paths.js';
-import { compileGlobs, isBasenameOnly } from './glob.js';
+import { compileGlobs, formatSize, isBasenameOnly, type Mode, type MountConfig, POLICY_DEFAULTS, type Quota, type RootConfig } from '../config/index.js';
+import { isWithin } from '../core/index.js';
 
 /**
  * A policy compiled once at mount: a trie of view path components answers "which root is this

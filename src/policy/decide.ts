@@ -1,5 +1,4 @@
-import { VfsError } from '../vfs/errors.js';
-import { parentOf } from '../vfs/paths.js';
+import { parentOf, VfsError } from '../core/index.js';
 import type { CompiledPolicy, CompiledRoot } from './compile.js';
 
 /**

@@ -1,6 +1,4 @@
-import type { Logger } from '../log.js';
-import type { ErrnoCode, VfsError } from '../vfs/errors.js';
-import { callerProcess } from '../vfs/process-names.js';
+import { callerProcess, type ErrnoCode, type Logger, type VfsError } from '../core/index.js';
 
 export interface Denial {
   time: Date;

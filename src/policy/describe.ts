@@ -1,5 +1,4 @@
-import { POLICY_PRESETS } from '../config/defaults.js';
-import { formatSize } from '../config/sizes.js';
+import { formatSize, POLICY_PRESETS } from '../config/index.js';
 import type { CompiledPolicy } from './compile.js';
 import type { Denial } from './denials.js';
 import type { UsageTable } from './usage.js';

@@ -1,8 +1,5 @@
-import type { Attr } from '../backend/types.js';
-import { formatSize } from '../config/sizes.js';
-import { VfsError } from '../vfs/errors.js';
-import type { OpenFile } from '../vfs/open-files.js';
-import type { Caller, Mutation, MutationStage } from '../vfs/pipeline.js';
+import { type Attr, type Caller, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
+import { formatSize } from '../config/index.js';
 import type { CompiledPolicy, CompiledRoot } from './compile.js';
 import { rules, sameRoot, whereChange, whereCreate } from './decide.js';
 import type { DenialLog } from './denials.js';
@@ -46,7 +43,7 @@ export class PolicyStage implements MutationStage {
    * beyond the tree, charged to its root until the last close, as a disk does: its bytes and
    * its inode when it was the last name, and any growth written after the inode left the tree.
    */
-  private readonly detached = new Map<OpenFile, Detached>();
+  private readonly detached = new Map<OpenFileState, Detached>();
 
   constructor(
     private readonly policy: CompiledPolicy,
@@ -92,7 +89,7 @@ export class PolicyStage implements MutationStage {
     }
   }
 
-  async released(file: OpenFile): Promise<void> {
+  async released(file: OpenFileState): Promise<void> {
     const d = this.detached.get(file);
     if (d === undefined) return;
     this.detached.delete(file);
@@ -161,7 +158,7 @@ export class PolicyStage implements MutationStage {
 
   // ---- sizes ---------------------------------------------------------------------------------
 
-  private async sizeOf(of: OpenFile): Promise<number> {
+  private async sizeOf(of: OpenFileState): Promise<number> {
     const st = await of.file.stat();
     // a file with other names may change through them: only a single-name size is remembered
     if (st.nlink <= 1) of.size = st.size;
@@ -178,7 +175,7 @@ export class PolicyStage implements MutationStage {
   }
 
   /** After a failed or short write, charge what the file really grew by. */
-  private async resync(of: OpenFile, u: Usage | null, charged: number): Promise<void> {
+  private async resync(of: OpenFileState, u: Usage | null, charged: number): Promise<void> {
     let actual: number;
     try {
       actual = (await of.file.stat()).size;
@@ -193,7 +190,7 @@ export class PolicyStage implements MutationStage {
    * The name `before` described went away. The last name of an inode frees its space, unless
    * the file is open under that name (then it stays charged until the last close).
    */
-  private forget(root: CompiledRoot, u: Usage, before: Attr, of: OpenFile | undefined): void {
+  private forget(root: CompiledRoot, u: Usage, before: Attr, of: OpenFileState | undefined): void {
     const last = before.nlink <= 1;
     if (of !== undefined) {
       of.size = last ? (of.size ?? before.size) : undefined;
@@ -206,7 +203,7 @@ export class PolicyStage implements MutationStage {
   }
 
   /** The root of a file written or truncated through an open handle whose name went away. */
-  private detachedRoot(of: OpenFile | undefined): CompiledRoot | undefined {
+  private detachedRoot(of: OpenFileState | undefined): CompiledRoot | undefined {
     return of === undefined ? undefined : this.detached.get(of)?.root;
   }
 
@@ -214,7 +211,7 @@ export class PolicyStage implements MutationStage {
    * After a detached file changed size by `delta`: if its inode is no longer in the tree, the
    * change is this open file's to give back at close.
    */
-  private async ownDetached(of: OpenFile, delta: number): Promise<void> {
+  private async ownDetached(of: OpenFileState, delta: number): Promise<void> {
     const d = this.detached.get(of);
     if (d === undefined || delta === 0) return;
     if (d.file) {

@@ -1,6 +1,4 @@
-import type { Backend } from '../backend/types.js';
-import { joinPath } from '../vfs/paths.js';
-import { VfsError } from '../vfs/errors.js';
+import { type Backend, joinPath, VfsError } from '../core/index.js';
 import type { CompiledPolicy, CompiledRoot } from './compile.js';
 
 /**

@@ -1,9 +1,5 @@
-import type {
-  Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, OpenMode, TimeSpec,
-} from '../backend/types.js';
-import { POLICY_DEFAULTS } from '../config/defaults.js';
-import { VfsError } from '../vfs/errors.js';
-import { joinPath } from '../vfs/paths.js';
+import { type Attr, type Backend, type BackendCapabilities, type BackendFile, type DirEntry, type FsStats, joinPath, type OpenMode, type TimeSpec, VfsError } from '../core/index.js';
+import { POLICY_DEFAULTS } from '../config/index.js';
 import { CompiledRoot, META_FILES, type CompiledPolicy, type MetaFileName } from './compile.js';
 import { sameRoot, whereChange, whereCreate } from './decide.js';
 import type { DenialLog } from './denials.js';

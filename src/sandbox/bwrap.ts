@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { DEFAULTS } from '../config/defaults.js';
+import { DEFAULTS } from '../config/index.js';
 
 export interface SandboxSpec {
   /** host path of the mounted workspace */

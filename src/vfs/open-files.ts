@@ -1,5 +1,4 @@
-import type { BackendFile } from '../backend/types.js';
-import { isWithin, rebase } from './paths.js';
+import { type BackendFile, isWithin, rebase } from '../core/index.js';
 
 /**
  * The state shared by every handle open on one path: one backend file, so a process reads at

@@ -1,10 +1,8 @@
 import { constants as C } from 'node:fs';
-import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, SEEK_DATA, SEEK_HOLE, type AllocateMode, type Attr, type Backend, type BackendFile, type FsStats, type TimeSpec } from '../backend/types.js';
-import { DEFAULTS } from '../config/defaults.js';
-import { VfsError } from './errors.js';
+import { type AllocateMode, type Attr, type Backend, type BackendFile, type Caller, checkPath, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, type FsStats, isWithin, type Mutation, parentOf, SEEK_DATA, SEEK_HOLE, type TimeSpec, VfsError } from '../core/index.js';
+import { DEFAULTS } from '../config/index.js';
 import { OpenFile, OpenFileTable, isFuseHiddenName } from './open-files.js';
-import { checkPath, isWithin, parentOf } from './paths.js';
-import { MutationPipeline, type Caller, type Mutation } from './pipeline.js';
+import { MutationPipeline } from './pipeline.js';
 
 export interface VfsOptions {
   pipeline?: MutationPipeline;

@@ -1,7 +1,7 @@
 import { constants as C } from 'node:fs';
 import { LocalBackend } from '../../src/backend/local.js';
 import { JournalService } from '../../src/journal/service.js';
-import { silentLogger } from '../../src/log.js';
+import { silentLogger } from '../../src/core/log.js';
 import type { Vfs } from '../../src/vfs/vfs.js';
 
 export interface TestJournal {

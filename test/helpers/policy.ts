@@ -1,9 +1,10 @@
 import { constants as C } from 'node:fs';
 import fs from 'node:fs';
 import path from 'node:path';
-import { openWorkspace, type OpenedWorkspace, type PolicyRuntime } from '../../src/config/workspace.js';
+import { openWorkspace, type OpenedWorkspace, type PolicyRuntime } from '../../src/app/workspace.js';
 import { countRoot, type Usage } from '../../src/policy/usage.js';
-import { MutationPipeline, type Caller } from '../../src/vfs/pipeline.js';
+import type { Caller } from '../../src/core/mutation.js';
+import { MutationPipeline } from '../../src/vfs/pipeline.js';
 import { Vfs } from '../../src/vfs/vfs.js';
 import { makeTemp, rmTemp } from './tmp.js';
 

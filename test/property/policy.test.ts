@@ -5,8 +5,8 @@ import path from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { CompiledRoot } from '../../src/policy/compile.js';
-import { VfsError } from '../../src/vfs/errors.js';
-import { isWithin } from '../../src/vfs/paths.js';
+import { VfsError } from '../../src/core/errors.js';
+import { isWithin } from '../../src/core/paths.js';
 import type { Caller } from '../../src/vfs/pipeline.js';
 import { policyFixture, putFiles, type PolicyFixture } from '../helpers/policy.js';
 

@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { isTransient, httpStatus, setupErrorMessage } from '../../src/backend/gcs/errors.js';
 import { formatRfc3339Ns, inodeNumber, nodeMetaEntries, parseRfc3339Ns, readNodeMeta } from '../../src/backend/gcs/metadata.js';
 import { isPosixName } from '../../src/backend/gcs/names.js';
-import { normalizePrefix, resolveGcsOptions } from '../../src/backend/gcs/options.js';
+import { normalizePrefix } from '../../src/config/gcs-url.js';
+import { resolveGcsOptions } from '../../src/backend/gcs/options.js';
 
 // Pure helpers of the GCS backend: metadata formats, names, options, error classification.
 

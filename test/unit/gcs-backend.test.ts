@@ -2,7 +2,7 @@ import { constants as C } from 'node:fs';
 import type { Bucket } from '@google-cloud/storage';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createGcsBackend, type GcsBackend } from '../../src/backend/gcs.js';
-import type { BackendFile } from '../../src/backend/types.js';
+import type { BackendFile } from '../../src/core/backend.js';
 import { startEmulatorFixture, testBackendOptions, type EmulatorFixture } from '../helpers/gcs-emulator.js';
 import { expectCode, makeTemp, rmTemp } from '../helpers/tmp.js';
 

@@ -6,7 +6,7 @@ import { ContentCache } from '../../src/backend/layers/content-cache.js';
 import { MetadataCacheLayer } from '../../src/backend/layers/metadata-cache.js';
 import { ReadCacheLayer } from '../../src/backend/layers/read-cache.js';
 import { ForwardingLayer } from '../../src/backend/layers/forward.js';
-import type { Backend, BackendFile, OpenMode } from '../../src/backend/types.js';
+import type { Backend, BackendFile, OpenMode } from '../../src/core/backend.js';
 import { gcsBackendPerTest } from '../helpers/gcs-emulator.js';
 import { expectCode } from '../helpers/tmp.js';
 

@@ -9,7 +9,7 @@ import { readJournal } from '../../src/journal/reader.js';
 import type { JournalRemote } from '../../src/journal/remote.js';
 import { stateLayout } from '../../src/journal/layout.js';
 import { JournalService } from '../../src/journal/service.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/core/log.js';
 import { gcsBackendPerTest } from '../helpers/gcs-emulator.js';
 import { expectCode } from '../helpers/tmp.js';
 

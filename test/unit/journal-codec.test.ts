@@ -7,7 +7,7 @@ import { listSegments } from '../../src/journal/layout.js';
 import { readJournal } from '../../src/journal/reader.js';
 import type { JournalRecord } from '../../src/journal/record.js';
 import { JournalWriter } from '../../src/journal/writer.js';
-import { silentLogger } from '../../src/log.js';
+import { silentLogger } from '../../src/core/log.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
 const op = (seq: number): JournalRecord => ({

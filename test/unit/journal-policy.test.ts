@@ -3,7 +3,7 @@ import { constants as C } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { JournalService } from '../../src/journal/service.js';
-import { silentLogger } from '../../src/log.js';
+import { silentLogger } from '../../src/core/log.js';
 import type { Vfs } from '../../src/vfs/vfs.js';
 import { policyFixture, type PolicyFixture } from '../helpers/policy.js';
 

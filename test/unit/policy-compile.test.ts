@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { parseMountFile } from '../../src/config/load.js';
 import { CompiledPolicy, CompiledRoot } from '../../src/policy/compile.js';
 import { rules, sameRoot, whereChange, whereCreate } from '../../src/policy/decide.js';
-import { VfsError } from '../../src/vfs/errors.js';
+import { VfsError } from '../../src/core/errors.js';
 import { CASE_POLICY } from '../helpers/policy.js';
 
 function compile(body: string, reserved: string[] = []): CompiledPolicy {

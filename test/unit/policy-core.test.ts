@@ -2,7 +2,7 @@ import { constants as C } from 'node:fs';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { openWorkspace } from '../../src/config/workspace.js';
+import { openWorkspace } from '../../src/app/workspace.js';
 import type { Caller } from '../../src/vfs/pipeline.js';
 import { CASE_FILES, CASE_POLICY, policyFixture, putFiles, type PolicyFixture } from '../helpers/policy.js';
 import { expectCode, makeTemp, rmTemp } from '../helpers/tmp.js';

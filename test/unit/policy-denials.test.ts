@@ -4,7 +4,7 @@ import { CompiledPolicy } from '../../src/policy/compile.js';
 import { DenialLog } from '../../src/policy/denials.js';
 import { denialLine, describeDenials, describeUsage } from '../../src/policy/describe.js';
 import { UsageTable } from '../../src/policy/usage.js';
-import { VfsError } from '../../src/vfs/errors.js';
+import { VfsError } from '../../src/core/errors.js';
 import { CASE_POLICY } from '../helpers/policy.js';
 
 describe('denials', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compileGlob, compileGlobs, isBasenameOnly } from '../../src/policy/glob.js';
+import { compileGlob, compileGlobs, isBasenameOnly } from '../../src/config/glob.js';
 
 describe('policy globs', () => {
   const cases: [string, string, boolean][] = [

@@ -4,9 +4,10 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { LocalBackend } from '../../src/backend/local.js';
-import type { Backend, BackendFile } from '../../src/backend/types.js';
-import { VfsError } from '../../src/vfs/errors.js';
-import { MutationPipeline, type Caller, type Mutation, type MutationStage } from '../../src/vfs/pipeline.js';
+import type { Backend, BackendFile } from '../../src/core/backend.js';
+import { VfsError } from '../../src/core/errors.js';
+import type { Caller, Mutation, MutationStage } from '../../src/core/mutation.js';
+import { MutationPipeline } from '../../src/vfs/pipeline.js';
 import { Vfs } from '../../src/vfs/vfs.js';
 import { expectCode, isRoot, makeTemp, rmTemp } from '../helpers/tmp.js';
 

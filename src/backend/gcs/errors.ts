@@ -1,4 +1,4 @@
-import { VfsError } from '../../vfs/errors.js';
+import { VfsError } from '../../core/index.js';
 
 /*
  * How errors from @google-cloud/storage are read. The client reports an HTTP failure as an

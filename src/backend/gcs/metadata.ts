@@ -1,5 +1,5 @@
 import { constants as C } from 'node:fs';
-import type { Attr, NodeType } from '../types.js';
+import type { Attr, NodeType } from '../../core/index.js';
 
 /*
  * POSIX attributes kept in custom object metadata, under the keys other tools already use, so a

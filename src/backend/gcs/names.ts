@@ -1,4 +1,4 @@
-import { VfsError } from '../../vfs/errors.js';
+import { VfsError } from '../../core/index.js';
 
 /**
  * View paths <-> object names. A file `/a/b` is the object `<prefix>a/b`; a directory `/a` is

@@ -1,4 +1,4 @@
-import { DEFAULTS } from '../../config/defaults.js';
+import { DEFAULTS, normalizePrefix } from '../../config/index.js';
 
 /**
  * What `createGcsBackend` takes. The first five fields are the policy file's `backend` block
@@ -104,13 +104,4 @@ export function resolveGcsOptions(o: GcsBackendOptions): ResolvedGcsOptions {
   }
   if (r.retryAttempts < 1) throw new Error('GCS backend: retryAttempts must be at least 1');
   return r;
-}
-
-/** "", "/", "ws", "/ws/", "a//b/" -> "" or "ws/" or "a/b/": the prefix objects are named under. */
-export function normalizePrefix(p: string): string {
-  const parts = p.split('/').filter((s) => s !== '');
-  for (const s of parts) {
-    if (s === '.' || s === '..') throw new Error(`GCS backend: prefix ${JSON.stringify(p)} may not contain "." or ".."`);
-  }
-  return parts.length ? parts.join('/') + '/' : '';
 }

@@ -1,6 +1,6 @@
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { DEFAULTS } from '../../config/defaults.js';
+import { DEFAULTS } from '../../config/index.js';
 import type { GcsRequests } from './client.js';
 import { isNotFound, isPreconditionFailed } from './errors.js';
 import type { ObjectInfo } from './metadata.js';

@@ -1,4 +1,4 @@
-import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, OpenMode, TimeSpec, TreePage } from '../types.js';
+import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, OpenMode, TimeSpec, TreePage } from '../../core/index.js';
 
 /**
  * A layer that passes every call to the backend it wraps (OpenDAL's layer model): concrete

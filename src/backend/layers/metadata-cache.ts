@@ -1,8 +1,6 @@
-import { DEFAULTS } from '../../config/defaults.js';
+import { DEFAULTS } from '../../config/index.js';
 import { LRUCache } from 'lru-cache';
-import { VfsError } from '../../vfs/errors.js';
-import { isWithin, parentOf, rebase } from '../../vfs/paths.js';
-import type { Attr, Backend, BackendFile, DirEntry, NodeType, OpenMode, TimeSpec } from '../types.js';
+import { type Attr, type Backend, type BackendFile, type DirEntry, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, VfsError } from '../../core/index.js';
 import { ForwardingFile, ForwardingLayer } from './forward.js';
 
 export interface MetadataCacheOptions {

@@ -1,10 +1,8 @@
 import { promisify } from 'node:util';
 import fs from 'node:fs';
-import { fromNodeError } from '../../vfs/errors.js';
-import { DEFAULTS } from '../../config/defaults.js';
-import type { Attr, Backend, BackendFile, OpenMode } from '../types.js';
-import { ContentCache } from './content-cache.js';
-import type { CacheFill } from './content-cache.js';
+import { type Attr, type Backend, type BackendFile, fromNodeError, type OpenMode } from '../../core/index.js';
+import { DEFAULTS } from '../../config/index.js';
+import { type CacheFill, ContentCache } from './content-cache.js';
 import { ForwardingFile, ForwardingLayer } from './forward.js';
 
 const readAt = promisify(fs.read);

@@ -1,6 +1,4 @@
-import { VfsError } from '../../vfs/errors.js';
-import { isWithin } from '../../vfs/paths.js';
-import type { Attr, Backend, BackendFile, DirEntry, OpenMode, TimeSpec, TreePage } from '../types.js';
+import { type Attr, type Backend, type BackendFile, type DirEntry, isWithin, type OpenMode, type TimeSpec, type TreePage, VfsError } from '../../core/index.js';
 import { ForwardingLayer } from './forward.js';
 
 /**

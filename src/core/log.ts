@@ -1,5 +1,5 @@
 import pino, { type Logger } from 'pino';
-import type { LogLevel } from './config/defaults.js';
+import type { LogLevel } from '../config/index.js';
 
 export type { Logger };
 

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { DEFAULTS } from '../config/defaults.js';
+import { DEFAULTS } from '../config/index.js';
 import { CLI_SCRIPT } from './self.js';
 
 /*

@@ -1,35 +1,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { GcsConflict } from '../backend/gcs.js';
-import { openGcsStack } from '../backend/gcs-stack.js';
-import { gcsSource } from './gcs-url.js';
-import { LocalBackend } from '../backend/local.js';
-import { stateLayout } from '../journal/layout.js';
-import { resolveStateDir } from '../journal/state-dir.js';
-import type { Backend } from '../backend/types.js';
-import type { JournalRemote } from '../journal/remote.js';
-import type { Logger } from '../log.js';
-import { CompiledPolicy } from '../policy/compile.js';
-import { DenialLog } from '../policy/denials.js';
-import { PolicyStage } from '../policy/stage.js';
-import { UsageTable } from '../policy/usage.js';
-import { PolicyView } from '../policy/view.js';
-import { VfsError } from '../vfs/errors.js';
-import { isWithin } from '../vfs/paths.js';
-import type { MutationStage } from '../vfs/pipeline.js';
-import { DEFAULTS, POLICY_DEFAULTS } from './defaults.js';
-import { ConfigError, loadMountFile, type BackendConfig, type MountConfig } from './load.js';
-
-/**
- * How every command names a workspace: `--source DIR` (local backend, whole tree one rw root) or
- * `--policy FILE` (backend + roots + rules), plus `--state DIR` for the journal. This module turns
- * those flags into the objects the commands need, so `mount`, `log` and `rollback` agree.
- */
-export interface WorkspaceFlags {
-  source?: string;
-  policy?: string;
-  state?: string;
-}
+import { type GcsConflict, LocalBackend, openGcsStack } from '../backend/index.js';
+import { type BackendConfig, ConfigError, DEFAULTS, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, type WorkspaceFlags } from '../config/index.js';
+import { type JournalRemote, resolveStateDir, stateLayout } from '../journal/index.js';
+import { type Backend, isWithin, type Logger, type MutationStage, VfsError } from '../core/index.js';
+import { CompiledPolicy, DenialLog, PolicyStage, PolicyView, UsageTable } from '../policy/index.js';
 
 export interface Workspace {
   backend: Backend;

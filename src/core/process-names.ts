@@ -1,5 +1,5 @@
 import fs from 'node:fs';
-import { DEFAULTS } from '../config/defaults.js';
+import { DEFAULTS } from '../config/index.js';
 
 /*
  * Who called, for the journal and /.ledgerfs/denials: the process and its command line as /proc

@@ -1,22 +1,18 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import v8 from 'node:v8';
-import { openWorkspace, WorkspaceError, type OpenedWorkspace } from '../config/workspace.js';
-import { DEFAULTS, type BindingName, type LogLevel } from '../config/defaults.js';
-import { BindingUnavailable, selectBinding } from '../fuse/bindings.js';
-import { MountError, mountVfs } from '../fuse/mount.js';
-import { openJournal, type MountJournal } from '../journal/open.js';
-import { StateDirError } from '../journal/state-dir.js';
-import { JournalLockedError } from '../journal/lock.js';
-import { createLogger } from '../log.js';
-import { MutationPipeline } from '../vfs/pipeline.js';
-import { Vfs } from '../vfs/vfs.js';
+import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
+import { DEFAULTS, type BindingName, type LogLevel } from '../config/index.js';
+import { BindingUnavailable, MountError, mountVfs, selectBinding } from '../fuse/index.js';
+import { JournalLockedError, type MountJournal, openJournal, StateDirError } from '../journal/index.js';
+import { createLogger } from '../core/index.js';
+import { MutationPipeline, Vfs } from '../vfs/index.js';
 import { demoHints, ensureDemoPolicy, ensureDemoWorkspace } from './demo.js';
 import { cliCommand } from './self.js';
-import { CliError } from './errors.js';
+import { UserError } from './errors.js';
 import { releaseParent, serveParent } from './parent-link.js';
 
-export interface MountCliOptions {
+export interface MountCommandOptions {
   source?: string;
   /** mount/policy file (YAML or JSON); names the backend, so not with `source` */
   policy?: string;
@@ -45,14 +41,14 @@ export interface MountCliOptions {
   metadataTtl?: number;
 }
 
-export async function mountCommand(mountpointArg: string, o: MountCliOptions): Promise<number> {
+export async function serveMount(mountpointArg: string, o: MountCommandOptions): Promise<number> {
   // the daemon's process, before any request: the hot paths are compiled under them (see DEFAULTS)
   const v8Flags = process.env.LEDGERFS_DAEMON_V8_FLAGS ?? DEFAULTS.daemonV8Flags;
   if (v8Flags) v8.setFlagsFromString(v8Flags);
   const log = createLogger(o.logLevel);
   const mountpoint = path.resolve(mountpointArg);
   if (o.source && o.policy) {
-    throw new CliError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
+    throw new UserError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
   }
   // No workspace named: the demo, a small workspace served through a policy that shows off
   // hiding, read-only roots and limits (both kept in ~/.ledgerfs; edits are kept).
@@ -67,7 +63,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
     // state too: a journal directory inside the served tree is hidden and refused by the view
     ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}) });
   } catch (err) {
-    if (err instanceof WorkspaceError) throw new CliError(err.message);
+    if (err instanceof WorkspaceError) throw new UserError(err.message);
     throw err;
   }
   const source = ws.backend.location;
@@ -75,11 +71,11 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   try {
     binding = selectBinding(o.binding, log);
   } catch (err) {
-    if (err instanceof BindingUnavailable) throw new CliError(err.message);
+    if (err instanceof BindingUnavailable) throw new UserError(err.message);
     throw err;
   }
   if (ws.sourceDir && (mountpoint === ws.sourceDir || mountpoint.startsWith(ws.sourceDir + path.sep))) {
-    throw new CliError(`mount point ${mountpoint} lies inside the source ${ws.sourceDir}; pick a directory outside it`);
+    throw new UserError(`mount point ${mountpoint} lies inside the source ${ws.sourceDir}; pick a directory outside it`);
   }
   let journal: MountJournal | null = null;
   if (o.journal !== false) {
@@ -93,7 +89,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
         }),
       );
     } catch (err) {
-      if (err instanceof StateDirError || err instanceof JournalLockedError) throw new CliError(err.message);
+      if (err instanceof StateDirError || err instanceof JournalLockedError) throw new UserError(err.message);
       throw err;
     }
   }
@@ -116,7 +112,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
   } catch (err) {
     await running?.unmount().catch(() => undefined);
     await journal?.close().catch(() => undefined);
-    if (err instanceof MountError) throw new CliError(err.message);
+    if (err instanceof MountError) throw new UserError(err.message);
     throw err;
   }
   // a run's daemon (--parent-link) prints no banner: `ledgerfs run` says what matters
@@ -140,7 +136,7 @@ export async function mountCommand(mountpointArg: string, o: MountCliOptions): P
     signals++;
     if (signals > 1) {
       log.warn({ sig }, 'second signal: detaching the mount lazily and exiting');
-      void import('../fuse/mounts.js').then((m) => m.unmountPath(mountpoint, true)).finally(() => process.exit(130));
+      void import('../fuse/index.js').then((m) => m.unmountPath(mountpoint, true)).finally(() => process.exit(130));
       return;
     }
     log.info({ sig }, 'signal received, unmounting');

@@ -1,0 +1,4 @@
+/** The fuse layer's public surface: other layers import fuse/ only through this file (.dependency-cruiser.cjs). */
+export * from './bindings.js';
+export * from './mount.js';
+export * from './mounts.js';
