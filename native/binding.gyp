@@ -1,13 +1,6 @@
 {
   "targets": [
     {
-      "target_name": "ledgerfs_fuse3",
-      "sources": ["ledgerfs_fuse3.c", "ledgerfs_common.h", "ledgerfs_napi.h"],
-      "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
-                 "<!@(pkg-config --cflags fuse3)"],
-      "libraries": ["<!@(pkg-config --libs fuse3)", "-lpthread"]
-    },
-    {
       "target_name": "ledgerfs_fuse3_ll",
       "sources": ["ledgerfs_fuse3_ll.c", "ledgerfs_common.h", "ledgerfs_napi.h"],
       "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",

@@ -1,8 +1,6 @@
 /*
- * What both libfuse3 addons (ledgerfs_fuse3.c: high-level API, threads; ledgerfs_fuse3_ll.c:
- * low-level API on the JS thread) share beyond ledgerfs_napi.h: option reading, the mount
- * option string, attribute records and the detaching of Buffers over native memory.
- * Static functions: each addon is one translation unit.
+ * The libfuse3 addon's (ledgerfs_fuse3_ll.c) helpers beyond ledgerfs_napi.h: option reading,
+ * the mount option string, attribute records and the detaching of Buffers over native memory.
  */
 #ifndef LEDGERFS_COMMON_H
 #define LEDGERFS_COMMON_H

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// Build ledgerfs' own libfuse3 bindings (native/ledgerfs_fuse3.c, the high-level `native`, and
-// native/ledgerfs_fuse3_ll.c, the low-level `native-ll`; see native/README.md) and the local
+// Build ledgerfs' own libfuse3 binding (native/ledgerfs_fuse3_ll.c, `native-ll`, over libfuse3's
+// low-level API; see native/README.md) and the local
 // store's helper addon, which links no libfuse (native/ledgerfs_local.c: openat2 beneath the
 // backend root, and fallocate, copy_file_range and SEEK_DATA/SEEK_HOLE on fds), with node-gyp
 // against Debian's libfuse3-dev. Run by `postinstall` after build-fuse-native.mjs.
@@ -18,14 +18,14 @@ import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const dir = join(root, 'native');
-const addons = ['ledgerfs_fuse3', 'ledgerfs_fuse3_ll', 'ledgerfs_local'].map((n) => join(dir, 'build', 'Release', `${n}.node`));
-const sources = ['ledgerfs_fuse3.c', 'ledgerfs_fuse3_ll.c', 'ledgerfs_common.h', 'ledgerfs_local.c', 'ledgerfs_beneath.c', 'ledgerfs_fdops.c', 'binding.gyp'].map((f) => join(dir, f));
+const addons = ['ledgerfs_fuse3_ll', 'ledgerfs_local'].map((n) => join(dir, 'build', 'Release', `${n}.node`));
+const sources = ['ledgerfs_fuse3_ll.c', 'ledgerfs_napi.h', 'ledgerfs_common.h', 'ledgerfs_local.c', 'ledgerfs_beneath.c', 'ledgerfs_fdops.c', 'binding.gyp'].map((f) => join(dir, f));
 const force = process.argv.includes('--force');
 const tag = 'build-native:';
 
 function skip(msg) {
   console.error(`${tag} NOT BUILT: ${msg}`);
-  console.error(`${tag} ledgerfs will use fuse-native (libfuse 2); --binding native and native-ll are unavailable until this builds.`);
+  console.error(`${tag} ledgerfs will use fuse-native (libfuse 2); --binding native-ll is unavailable until this builds.`);
   process.exit(0);
 }
 const mtime = (p) => {

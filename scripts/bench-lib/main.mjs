@@ -82,8 +82,8 @@ Options:
                         {state} is a fresh directory in the work dir (for ledgerfs --state);
                         repeatable; the name is then usable in --peers
   Built-in but not in the default --peers: ledgerfs-nojournal (mount --no-journal),
-  ledgerfs-native (--binding native, the libfuse3 high-level addon), ledgerfs-native-ll
-  (--binding native-ll, named explicitly), libfuse3-ll (libfuse3's passthrough_ll example).
+  ledgerfs-native-ll (--binding native-ll, named explicitly), libfuse3-ll (libfuse3's
+  passthrough_ll example).
   --dir DIR             where to make the work directory (default ${os.tmpdir()}); it needs free
                         space for about 2 x --size + --rand-size
   --keep                keep the work directory (trees, daemon logs) at the end

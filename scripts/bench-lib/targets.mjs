@@ -197,9 +197,8 @@ function ledgerfsTarget(name, fixedArgs, opts, repo) {
     problem: () => {
       if (!fs.existsSync(path.join(repo, 'dist', 'cli', 'main.js'))) return `ledgerfs is not built (${repo}/dist missing): run npx tsc -p .`;
       for (const f of splitArgs(fixedArgs)) if (!ledgerfsHas(cli, f)) return `this ledgerfs build has no ${f} flag`;
-      const addon = /--binding native-ll/.test(fixedArgs) ? 'ledgerfs_fuse3_ll.node' : 'ledgerfs_fuse3.node';
-      if (/--binding native/.test(fixedArgs) && !fs.existsSync(path.join(repo, 'native', 'build', 'Release', addon))) {
-        return 'the native binding is not built: node scripts/build-native.mjs (apt-get install -y libfuse3-dev)';
+      if (/--binding native-ll/.test(fixedArgs) && !fs.existsSync(path.join(repo, 'native', 'build', 'Release', 'ledgerfs_fuse3_ll.node'))) {
+        return 'the native-ll binding is not built: node scripts/build-native.mjs (apt-get install -y libfuse3-dev)';
       }
       return null;
     },
@@ -284,8 +283,7 @@ export function makeTargets(opts) {
     ledgerfsTarget('ledgerfs', '', opts, repo),
     // the libfuse2 fallback: issue 7's bar is that the default binding is never slower
     ledgerfsTarget('ledgerfs-fuse-native', '--binding fuse-native', opts, repo),
-    // not in the default --peers: the high-level addon, and the default binding named explicitly
-    ledgerfsTarget('ledgerfs-native', '--binding native', opts, repo),
+    // not in the default --peers: the default binding named explicitly
     ledgerfsTarget('ledgerfs-native-ll', '--binding native-ll', opts, repo),
     // Not in the default --peers: the journal's cost is ledgerfs/ledgerfs-nojournal with
     // --peers ledgerfs-nojournal,ledgerfs (or add it to the default list).

@@ -54,7 +54,7 @@ export function buildProgram(): Command {
     .option('--actor <label>', 'actor label on this mount\'s journal records', DEFAULTS.journal.mountActor)
     .option('--no-journal', 'record nothing (no log, no rollback); for measuring the journal\'s cost')
     .addOption(new Option('--parent-link', 'serve for `ledgerfs run` over its IPC channel').hideHelp())
-    .addOption(new Option('--binding <name>', `kernel binding: native (libfuse3 addon in native/; knows the calling uid/gid/pid) or fuse-native (libfuse 2); ` +
+    .addOption(new Option('--binding <name>', `kernel binding: native-ll (the libfuse3 addon in native/, low-level API served from the JS thread; knows the calling uid/gid/pid) or fuse-native (libfuse 2); ` +
       `default: ${DEFAULTS.binding}, falling back to fuse-native when the addon was not built`).choices(BINDING_NAMES as string[]))
     .addHelpText(
       'after',

@@ -15,11 +15,13 @@ export const DEFAULTS = {
   attrTimeoutSec: 1,
   entryTimeoutSec: 1,
   negativeTimeoutSec: 0,
-  /** Which kernel binding `ledgerfs mount` uses (src/fuse/bindings.ts): `native` is the project's
-   * libfuse3 addon (native/), `native-ll` its low-level variant driven from the JS thread,
-   * `fuse-native` the patched libfuse 2 module. native-ll is the default: it passes the whole
-   * mounted, sandboxed and property suite and beat fuse-native on every line of scripts/bench
-   * (2026-11-22, quiet run); fuse-native is the fallback when the addon was not built. */
+  /** Which kernel binding `ledgerfs mount` uses (src/fuse/bindings.ts): `native-ll` is the
+   * project's libfuse3 addon (native/, low-level API driven from the JS thread), `fuse-native`
+   * the patched libfuse 2 module. native-ll is the default: it passes the whole mounted,
+   * sandboxed and property suite and beat fuse-native on every line of scripts/bench
+   * (2026-11-22, quiet run); fuse-native is the fallback when the addon was not built. The
+   * high-level libfuse3 addon (`native`) was retired: native-ll was at or above it on every
+   * bench line, and every op had to be kept in two C tables. */
   binding: 'native-ll' as BindingName,
   /** native-ll: after answering the last request in flight, keep reading the session without
    * sleeping for this many microseconds, while requests keep coming that quickly (see SPIN in
@@ -259,8 +261,8 @@ export function defaultStateDir(location: string): string {
 /** The pattern of defaultStateDir, for help texts. */
 export const DEFAULT_STATE_DIR_PATTERN = path.join(DEFAULTS.journal.stateHome, '<source name>-<first 12 hex digits of sha256(source real path)>');
 
-export type BindingName = 'native' | 'native-ll' | 'fuse-native';
-export const BINDING_NAMES: readonly BindingName[] = ['native', 'native-ll', 'fuse-native'];
+export type BindingName = 'native-ll' | 'fuse-native';
+export const BINDING_NAMES: readonly BindingName[] = ['native-ll', 'fuse-native'];
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

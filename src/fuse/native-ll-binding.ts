@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { type Attr, type Caller, errnoOf, kernelErrno, type TimeSpec, VfsError } from '../core/index.js';
 import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
-import { loadAddon, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-binding.js';
+import { loadAddon, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-session.js';
 import { NodeTable, type Node } from './node-table.js';
 
 /*

@@ -6,11 +6,10 @@ import { putFiles } from '../helpers/policy.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
 /*
- * What only the native (libfuse3) bindings do: they tell the core who called (owners, denials,
- * journal), honour renameat2 flags, read ahead 1 MiB. These tests mount with `--binding native`
- * and again with `--binding native-ll` whatever LEDGERFS_TEST_BINDING says (the addons are
- * built at install; scripts/setup installs libfuse3-dev). native-ll's own node-id bookkeeping:
- * native-ll.test.ts.
+ * What only the libfuse3 binding (native-ll) does: it tells the core who called (owners,
+ * denials, journal), honours renameat2 flags, reads ahead 1 MiB. These tests mount with
+ * `--binding native-ll` whatever LEDGERFS_TEST_BINDING says (the addon is built at install;
+ * scripts/setup installs libfuse3-dev). Its node-id bookkeeping: native-ll.test.ts.
  */
 const NOBODY = 65534;
 const GROUP = 4321;
@@ -19,7 +18,7 @@ const GROUP = 4321;
 const asNobody = (cmd: string, cwd: string) =>
   run(`env -u BASH_ENV HOME=/ setpriv --reuid ${NOBODY} --regid ${NOBODY} --clear-groups -- /bin/sh -c ${JSON.stringify(cmd)}`, cwd);
 
-for (const binding of ['native', 'native-ll']) {
+for (const binding of ['native-ll']) {
   const NATIVE = ['--binding', binding];
 
   describe(`${binding} binding: new nodes belong to the caller (--allow-other)`, () => {
