@@ -2,7 +2,7 @@
 // Build ledgerfs' own libfuse3 binding (native/ledgerfs_fuse3_ll.c, `native-ll`, over libfuse3's
 // low-level API; see native/README.md) and the local
 // store's helper addon, which links no libfuse (native/ledgerfs_local.c: openat2 beneath the
-// backend root, and fallocate, copy_file_range and SEEK_DATA/SEEK_HOLE on fds), with node-gyp
+// backend root, fallocate, copy_file_range and SEEK_DATA/SEEK_HOLE on fds, the open-file limit), with node-gyp
 // against Debian's libfuse3-dev. Run by `postinstall` after build-fuse-native.mjs.
 //
 //   node scripts/build-native.mjs [--force]
@@ -19,7 +19,7 @@ import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const dir = join(root, 'native');
 const addons = ['ledgerfs_fuse3_ll', 'ledgerfs_local'].map((n) => join(dir, 'build', 'Release', `${n}.node`));
-const sources = ['ledgerfs_fuse3_ll.c', 'ledgerfs_napi.h', 'ledgerfs_common.h', 'ledgerfs_local.c', 'ledgerfs_beneath.c', 'ledgerfs_fdops.c', 'binding.gyp'].map((f) => join(dir, f));
+const sources = ['ledgerfs_fuse3_ll.c', 'ledgerfs_napi.h', 'ledgerfs_common.h', 'ledgerfs_local.c', 'ledgerfs_beneath.c', 'ledgerfs_fdops.c', 'ledgerfs_limits.c', 'binding.gyp'].map((f) => join(dir, f));
 const force = process.argv.includes('--force');
 const tag = 'build-native:';
 

@@ -3,6 +3,7 @@ import path from 'node:path';
 import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
 import { DEFAULTS, type BindingName, type LogLevel } from '../config/index.js';
+import { raiseFdLimit } from '../backend/index.js';
 import { BindingUnavailable, MountError, mountVfs, selectBinding } from '../fuse/index.js';
 import { JournalLockedError, type MountJournal, openJournal, StateDirError } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
@@ -46,6 +47,11 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   const v8Flags = process.env.LEDGERFS_DAEMON_V8_FLAGS ?? DEFAULTS.daemonV8Flags;
   if (v8Flags) v8.setFlagsFromString(v8Flags);
   const log = createLogger(o.logLevel);
+  // Every program's open file may cost the daemon a descriptor: take all the system allows this
+  // process before the workspace's store sizes its descriptor pool below it.
+  const limit = raiseFdLimit();
+  if ('error' in limit) log.warn({ openFiles: limit.limit?.soft }, `could not raise the open-file limit: ${limit.error}`);
+  else log.info({ openFiles: limit.soft, ...(limit.raisedFrom !== undefined ? { raisedFrom: limit.raisedFrom } : {}) }, 'open-file limit');
   const mountpoint = path.resolve(mountpointArg);
   if (o.source && o.policy) {
     throw new UserError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');

@@ -15,13 +15,13 @@ export interface Workspace {
 
 export class WorkspaceError extends Error {}
 
-export function openLocalWorkspace(flags: WorkspaceFlags): Workspace {
+export function openLocalWorkspace(flags: WorkspaceFlags, log?: Logger): Workspace {
   const demo = !flags.source && !flags.policy;
   const dir = path.resolve(flags.source ?? DEFAULTS.demoWorkspaceDir);
   if (!demo && !fs.existsSync(dir)) throw new WorkspaceError(`source directory ${dir} does not exist`);
   const real = fs.existsSync(dir) ? fs.realpathSync(dir) : dir;
   try {
-    return { backend: new LocalBackend(real), sourceDir: real, demo };
+    return { backend: new LocalBackend(real, undefined, log ? { log } : {}), sourceDir: real, demo };
   } catch (err) {
     throw new WorkspaceError((err as Error).message);
   }
@@ -119,7 +119,7 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
   if (!fs.existsSync(b.path)) throw new WorkspaceError(`${label}: backend.path: directory ${b.path} does not exist`);
   const real = fs.realpathSync(b.path);
   try {
-    return { store: new LocalBackend(real), sourceDir: real };
+    return { store: new LocalBackend(real, undefined, log ? { log } : {}), sourceDir: real };
   } catch (err) {
     throw new WorkspaceError(`${label}: backend.path: ${(err as Error).message}`);
   }
@@ -141,7 +141,7 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     return { backend: store, store, stages: [], demo: false, ...(conflicts ? { conflicts } : {}), ...(journalRemote ? { journalRemote } : {}), ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   if (opts.policy === undefined) {
-    const ws = openLocalWorkspace(opts);
+    const ws = openLocalWorkspace(opts, opts.log);
     return { ...ws, store: ws.backend, stages: [], ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   let config: MountConfig;

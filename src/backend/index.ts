@@ -3,3 +3,4 @@ export * from './gcs-stack.js';
 export * from './gcs.js';
 export * from './gcs/journal-remote.js';
 export * from './local.js';
+export * from './fd-limit.js';

@@ -1,8 +1,11 @@
 import fs from 'node:fs';
 import nodePath from 'node:path';
-import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, type NodeType, type OpenMode, SEEK_DATA, SEEK_HOLE, type TimeSpec, VfsError } from '../core/index.js';
+import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, type NodeType, type OpenMode, rebase, SEEK_DATA, SEEK_HOLE, type TimeSpec, VfsError } from '../core/index.js';
+import { DEFAULTS } from '../config/index.js';
 import { loadBeneath, type Beneath } from './beneath.js';
+import { fdLimit } from './fd-limit.js';
 import { fdOps, type FdOps } from './fd-ops.js';
+import { FdPool, type Pooled, poolSize, type PoolSize } from './fd-pool.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
 
@@ -55,55 +58,152 @@ function sys<T>(what: string, fn: () => T): T {
   }
 }
 
-class LocalFile implements BackendFile {
+/**
+ * A file open in the local store. Its descriptor is held in the store's pool (fd-pool.ts): when
+ * the pool is full the least recently used one is closed, and reopened here, by the path the
+ * store keeps current through its renames, on next use. What is written is in the file (page
+ * cache) before a descriptor is closed, so that changes nothing a program sees: fsync flushes
+ * the inode whatever descriptor it is called on. A file whose name went away while open
+ * (unlink, rename over it) is pinned: it keeps its descriptor until closed.
+ */
+class LocalFile implements BackendFile, Pooled {
   /** copies off the JS thread that use this fd: close waits for them (the fd number could be
    * reused by the next open meanwhile) */
   private readonly copies = new Set<Promise<number>>();
+  ref = true;
+  busy = 0;
+  pinned = false;
+  slot = -1;
+  /** another open file at the same path (the store's byPath chain) */
+  nextAtPath: LocalFile | null = null;
+  /** its name went away through the store (unlinked, renamed over): no longer in byPath */
+  gone = false;
+  /** closed by its holder: never reopened */
+  closed = false;
+  /** the node's identity, taken when its descriptor was given up: a reopen must find the same
+   * (the birth time tells a new file from an old one that left its inode number free) */
+  dev = 0;
+  ino = 0;
+  born = 0n;
+  /** close(2) of a descriptor the pool gave up failed: reported by the next sync or close */
+  lateError: VfsError | null = null;
 
-  constructor(private fd: number, readonly writable: boolean, private readonly label: string) {}
+  constructor(
+    private readonly store: LocalBackend,
+    public fd: number,
+    readonly writable: boolean,
+    /** backend path, kept current by the store's renames */
+    public path: string,
+  ) {}
+
+  /** the descriptor, reopened if the pool gave it up */
+  private live(): number {
+    const fd = this.fd;
+    if (fd >= 0) {
+      this.ref = true;
+      return fd;
+    }
+    return this.store.reopen(this);
+  }
+
+  letGo(): boolean {
+    const fd = this.fd;
+    let st: fs.BigIntStats;
+    try {
+      st = fs.fstatSync(fd, { bigint: true });
+    } catch {
+      return false;
+    }
+    if (st.nlink === 0n) return false; // unlinked beside the mount: only this descriptor reaches it
+    this.dev = Number(st.dev);
+    this.ino = Number(st.ino);
+    this.born = st.birthtimeNs;
+    this.fd = -1;
+    try {
+      fs.closeSync(fd);
+    } catch (err) {
+      this.lateError = fromNodeError(err, `close ${this.path}`);
+    }
+    return true;
+  }
 
   async read(buf: Buffer, length: number, position: number): Promise<number> {
-    return sys(`read ${this.label}`, () => fs.readSync(this.fd, buf, 0, length, position));
+    const fd = this.live();
+    return sys(`read ${this.path}`, () => fs.readSync(fd, buf, 0, length, position));
   }
 
   async write(buf: Buffer, length: number, position: number): Promise<number> {
-    if (!this.writable) throw new VfsError('EBADF', `${this.label} is open read-only in the backend`);
-    return sys(`write ${this.label}`, () => fs.writeSync(this.fd, buf, 0, length, position));
+    if (!this.writable) throw new VfsError('EBADF', `${this.path} is open read-only in the backend`);
+    const fd = this.live();
+    return sys(`write ${this.path}`, () => fs.writeSync(fd, buf, 0, length, position));
   }
 
   async truncate(size: number): Promise<void> {
-    sys(`truncate ${this.label}`, () => fs.ftruncateSync(this.fd, size));
+    const fd = this.live();
+    sys(`truncate ${this.path}`, () => fs.ftruncateSync(fd, size));
   }
 
   async stat(): Promise<Attr> {
-    return attrFromStats(sys(`fstat ${this.label}`, () => fs.fstatSync(this.fd, { bigint: true })));
+    const fd = this.live();
+    return attrFromStats(sys(`fstat ${this.path}`, () => fs.fstatSync(fd, { bigint: true })));
   }
 
   async sync(dataOnly: boolean): Promise<void> {
-    sys(`fsync ${this.label}`, () => (dataOnly ? fs.fdatasyncSync(this.fd) : fs.fsyncSync(this.fd)));
+    const fd = this.live();
+    sys(`fsync ${this.path}`, () => (dataOnly ? fs.fdatasyncSync(fd) : fs.fsyncSync(fd)));
+    this.throwLate();
+  }
+
+  private throwLate(): void {
+    const err = this.lateError;
+    if (err) {
+      this.lateError = null;
+      throw err;
+    }
   }
 
   async close(): Promise<void> {
     while (this.copies.size) await Promise.allSettled([...this.copies]);
+    if (this.closed) return;
+    this.closed = true;
+    this.store.forget(this);
     const fd = this.fd;
     this.fd = -1;
-    if (fd >= 0) sys(`close ${this.label}`, () => fs.closeSync(fd));
+    if (fd >= 0) sys(`close ${this.path}`, () => fs.closeSync(fd));
+    this.throwLate();
   }
 
   // fallocate, copy_file_range and SEEK_DATA/SEEK_HOLE go to the backing fd itself, so what the
   // disk does (blocks, holes, reflinks) is what the program gets.
 
   async allocate(mode: AllocateMode, offset: number, length: number): Promise<void> {
-    const ops = needFdOps(`fallocate ${this.label}`);
+    const ops = needFdOps(`fallocate ${this.path}`);
     const flags = mode === 'allocate' ? 0 : mode === 'keep-size' ? FALLOC_FL_KEEP_SIZE : FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
-    sys(`fallocate ${this.label}`, () => ops.fallocate(this.fd, flags, offset, length));
+    const fd = this.live();
+    sys(`fallocate ${this.path}`, () => ops.fallocate(fd, flags, offset, length));
   }
 
   async copyRangeTo(dst: BackendFile, srcPos: number, dstPos: number, length: number): Promise<number> {
-    if (!(dst instanceof LocalFile)) throw new VfsError('EXDEV', `copy ${this.label}: the destination is not in the local store`);
-    const what = `copy ${this.label} to ${dst.label}`;
+    if (!(dst instanceof LocalFile)) throw new VfsError('EXDEV', `copy ${this.path}: the destination is not in the local store`);
+    const what = `copy ${this.path} to ${dst.path}`;
     const ops = needFdOps(what);
-    const copy = sys(what, () => ops.copyFileRange(this.fd, srcPos, dst.fd, dstPos, length));
+    // both descriptors stay open (busy) while the thread pool copies between them
+    const inFd = this.live();
+    this.busy++;
+    let copy: Promise<number>;
+    try {
+      const outFd = dst.live();
+      dst.busy++;
+      try {
+        copy = sys(what, () => ops.copyFileRange(inFd, srcPos, outFd, dstPos, length));
+      } catch (err) {
+        dst.busy--;
+        throw err;
+      }
+    } catch (err) {
+      this.busy--;
+      throw err;
+    }
     this.copies.add(copy);
     dst.copies.add(copy);
     try {
@@ -113,12 +213,15 @@ class LocalFile implements BackendFile {
     } finally {
       this.copies.delete(copy);
       dst.copies.delete(copy);
+      this.busy--;
+      dst.busy--;
     }
   }
 
   async seekData(offset: number, what: 'data' | 'hole'): Promise<number> {
-    const ops = needFdOps(`lseek ${this.label}`);
-    return sys(`lseek ${this.label}`, () => ops.seek(this.fd, offset, what === 'data' ? SEEK_DATA : SEEK_HOLE));
+    const ops = needFdOps(`lseek ${this.path}`);
+    const fd = this.live();
+    return sys(`lseek ${this.path}`, () => ops.seek(fd, offset, what === 'data' ? SEEK_DATA : SEEK_HOLE));
   }
 }
 // Without the fd helpers a store file has no fallocate at all, so the core answers EOPNOTSUPP
@@ -131,10 +234,24 @@ function needFdOps(what: string): FdOps {
   return ops;
 }
 
+export interface LocalBackendOptions {
+  /** where a refusal for want of a descriptor is told (warn, rate-limited) */
+  log?: Logger;
+  /** the descriptor pool's size (default: from the open-file limit, see poolSize) */
+  pool?: PoolSize;
+}
+
+function isFdShortage(err: unknown): 'EMFILE' | 'ENFILE' | null {
+  const code = (err as NodeJS.ErrnoException | null)?.code;
+  return code === 'EMFILE' || code === 'ENFILE' ? code : null;
+}
+
 /**
  * The embedded default backend: a directory on the local file system. It never leaves its root:
  * paths are normalized (no '..'), the final component is never followed (O_NOFOLLOW, l*-calls),
  * and the parent of every path must resolve, symlink-free, to the same place under the root.
+ * Open files hold their descriptors in a bounded pool (see LocalFile, DEFAULTS.local): a
+ * request that cannot get one fails with EMFILE or ENFILE, to its caller only.
  */
 export class LocalBackend implements Backend {
   readonly kind = 'local';
@@ -144,9 +261,15 @@ export class LocalBackend implements Backend {
   /** openat2 beneath `rootFd` when the addon is built; else realpath checks by path */
   private readonly beneath: Beneath | null;
   private rootFd = -1;
+  private readonly pool: FdPool;
+  /** open files by backend path (a chain when several are open on one path), kept through renames */
+  private readonly byPath = new Map<string, LocalFile>();
+  private readonly log: Logger | undefined;
+  private shortages = 0;
+  private shortageLoggedAt = -Infinity;
 
   /** `beneath`: the openat2 helper; null keeps the realpath checks (what a machine without the addon runs) */
-  constructor(rootDir: string, beneath: Beneath | null = loadBeneath()) {
+  constructor(rootDir: string, beneath: Beneath | null = loadBeneath(), opts: LocalBackendOptions = {}) {
     let real: string;
     try {
       real = fs.realpathSync.native(rootDir);
@@ -158,6 +281,148 @@ export class LocalBackend implements Backend {
     this.location = real;
     this.beneath = beneath;
     if (this.beneath) this.rootFd = fs.openSync(real, O_RDONLY | O_DIRECTORY);
+    const size = opts.pool ?? poolSize(fdLimit()?.soft ?? null);
+    this.pool = new FdPool(size.capacity, size.pinCap);
+    this.log = opts.log;
+  }
+
+  /** Descriptors the pool holds now, and how many of them are pinned (for tests and logs). */
+  get descriptors(): { held: number; pinned: number; capacity: number } {
+    return { held: this.pool.size, pinned: this.pool.pinned, capacity: this.pool.capacity };
+  }
+
+  /**
+   * A request gets no descriptor: the error for its caller, and a warning for the operator at
+   * most every DEFAULTS.local.fdExhaustedLogIntervalMs (with the count since the last one).
+   */
+  private shortage(code: 'EMFILE' | 'ENFILE', what: string, why: string): VfsError {
+    this.shortages++;
+    const now = Date.now();
+    if (now - this.shortageLoggedAt >= DEFAULTS.local.fdExhaustedLogIntervalMs) {
+      this.log?.warn(
+        { code, request: what, refused: this.shortages, held: this.pool.size, pinned: this.pool.pinned, capacity: this.pool.capacity },
+        `local store: out of file descriptors (${why}); requests that need one fail with ${code} until programs close files`,
+      );
+      this.shortageLoggedAt = now;
+      this.shortages = 0;
+    }
+    return new VfsError(code, `${what}: ${why}`);
+  }
+
+  /**
+   * Run a call that opens descriptors; when the system says there are none left, give up one
+   * of the pool's and try again, as long as the pool has one to give.
+   */
+  private withFds<T>(what: string, fn: () => T): T {
+    for (;;) {
+      try {
+        return fn();
+      } catch (err) {
+        const code = isFdShortage(err);
+        if (code === null) throw err;
+        if (!this.pool.evictOne()) throw this.shortage(code, what, code === 'ENFILE' ? 'the system-wide file table is full' : 'the daemon is at its open-file limit');
+      }
+    }
+  }
+
+  /** A free slot in the pool for one more open file, or EMFILE. */
+  private slot(what: string): void {
+    if (!this.pool.makeRoom()) {
+      throw this.shortage('EMFILE', what, `all ${this.pool.capacity} backing descriptors are in use by files that must stay open (${this.pool.pinned} unlinked while open)`);
+    }
+  }
+
+  /** The pool gave up `f`'s descriptor: open its node again, the same one, or fail. */
+  reopen(f: LocalFile): number {
+    if (f.closed) throw new VfsError('EBADF', `${f.path} is closed`);
+    const what = `reopen ${f.path}`;
+    this.slot(what);
+    let fd: number;
+    try {
+      fd = this.openNode(f.path, f.writable ? O_RDWR : O_RDONLY);
+    } catch (err) {
+      if (err instanceof VfsError && (err.code === 'EMFILE' || err.code === 'ENFILE')) throw err;
+      throw new VfsError('ESTALE', `${what}: it was moved or removed beside the mount while the daemon had closed its descriptor (${(err as Error).message})`);
+    }
+    const st = fs.fstatSync(fd, { bigint: true });
+    if (Number(st.ino) !== f.ino || Number(st.dev) !== f.dev || st.birthtimeNs !== f.born) {
+      fs.closeSync(fd);
+      throw new VfsError('ESTALE', `${what}: another file is at its path now (replaced beside the mount while the daemon had closed its descriptor)`);
+    }
+    f.fd = fd;
+    this.pool.add(f);
+    return fd;
+  }
+
+  /** `f` was closed: out of the pool and the path index. */
+  forget(f: LocalFile): void {
+    this.pool.remove(f);
+    if (!f.gone) this.unindex(f);
+  }
+
+  private index(f: LocalFile): void {
+    f.nextAtPath = this.byPath.get(f.path) ?? null;
+    this.byPath.set(f.path, f);
+  }
+
+  private unindex(f: LocalFile): void {
+    const head = this.byPath.get(f.path);
+    if (head === f) {
+      if (f.nextAtPath) this.byPath.set(f.path, f.nextAtPath);
+      else this.byPath.delete(f.path);
+    } else {
+      let p: LocalFile | null = head ?? null;
+      while (p && p.nextAtPath !== f) p = p.nextAtPath;
+      if (p) p.nextAtPath = f.nextAtPath;
+    }
+    f.nextAtPath = null;
+  }
+
+  /**
+   * The open files at `path` are about to lose that name (unlink, or a rename over it): pin
+   * each, so it keeps a descriptor (reopened now if the pool had given it up). Returns them,
+   * for `lost` once the name is gone or `unpinAll` when the change failed.
+   */
+  private pinAt(path: string, what: string): LocalFile[] {
+    const files: LocalFile[] = [];
+    for (let f: LocalFile | null = this.byPath.get(path) ?? null; f; f = f.nextAtPath) files.push(f);
+    const pinned: LocalFile[] = [];
+    try {
+      for (const f of files) {
+        if (f.pinned) continue;
+        if (f.fd < 0) this.reopen(f);
+        if (!this.pool.pin(f)) {
+          throw this.shortage('EMFILE', what, `${this.pool.pinned} files unlinked while open already hold ${Math.round(DEFAULTS.local.pinnedShare * 100)}% of the daemon's ${this.pool.capacity} backing descriptors; close some first`);
+        }
+        pinned.push(f);
+      }
+    } catch (err) {
+      for (const f of pinned) this.pool.unpin(f);
+      throw err;
+    }
+    return files;
+  }
+
+  /** The name of these (pinned) files is gone: they leave the path index. */
+  private lost(files: LocalFile[]): void {
+    for (const f of files) {
+      this.unindex(f);
+      f.gone = true;
+    }
+  }
+
+  /** `from` (a file, or a directory with files open below it) is now `to`. */
+  private moved(from: string, to: string): void {
+    if (this.byPath.size === 0) return;
+    const hit: LocalFile[] = [];
+    for (const [p, head] of this.byPath) {
+      if (p === from || (p.length > from.length && isWithin(p, from))) for (let f: LocalFile | null = head; f; f = f.nextAtPath) hit.push(f);
+    }
+    for (const f of hit) this.unindex(f);
+    for (const f of hit) {
+      f.path = rebase(f.path, from, to);
+      this.index(f);
+    }
   }
 
   /** An error of the parent of `path` (it did not resolve beneath the root without symlinks). */
@@ -192,19 +457,30 @@ export class LocalBackend implements Backend {
       return st === undefined ? undefined : attrFromStats(st);
     }
     const [parent, name] = LocalBackend.split(path);
-    const r = this.beneath.lstat(this.rootFd, parent, name);
+    const b = this.beneath;
+    const r = b.lstat(this.rootFd, parent, name);
     if (typeof r !== 'number') return r;
-    throw fromNodeError(this.nativeFailure(path, r), `stat ${path}`);
+    const err = fromNodeError(this.nativeFailure(path, r), `stat ${path}`);
+    if (isFdShortage(err) === null) throw err;
+    // the lookup itself needs a descriptor for a moment: find one and ask again
+    return this.withFds(`stat ${path}`, () => {
+      const again = b.lstat(this.rootFd, parent, name);
+      if (typeof again !== 'number') return again;
+      throw fromNodeError(this.nativeFailure(path, again), `stat ${path}`);
+    });
   }
 
   /** open(2) of the node without following it; throws a VfsError for the parent, else like openSync */
   private openNode(path: string, flags: number, mode?: number): number {
-    if (!this.beneath) return fs.openSync(this.host(path), flags | O_NOFOLLOW, mode);
+    if (!this.beneath) return this.withFds(`open ${path}`, () => fs.openSync(this.host(path), flags | O_NOFOLLOW, mode));
     checkPath(path);
     const [parent, name] = LocalBackend.split(path);
-    const fd = this.beneath.open(this.rootFd, parent, name, flags, mode ?? 0o666);
-    if (fd < 0) throw this.nativeFailure(path, fd);
-    return fd;
+    const b = this.beneath;
+    return this.withFds(`open ${path}`, () => {
+      const fd = b.open(this.rootFd, parent, name, flags, mode ?? 0o666);
+      if (fd < 0) throw this.nativeFailure(path, fd);
+      return fd;
+    });
   }
 
   /**
@@ -279,7 +555,7 @@ export class LocalBackend implements Backend {
       throw fromNodeError(err, `readdir ${path}`);
     }
     try {
-      const ents = sys(`readdir ${path}`, () => fs.readdirSync(`/proc/self/fd/${fd}`, { withFileTypes: true }));
+      const ents = sys(`readdir ${path}`, () => this.withFds(`readdir ${path}`, () => fs.readdirSync(`/proc/self/fd/${fd}`, { withFileTypes: true })));
       return ents.map((d) => ({ name: d.name, type: typeOf(d) }));
     } finally {
       fs.closeSync(fd);
@@ -297,7 +573,11 @@ export class LocalBackend implements Backend {
     if (mode.exclusive) flags |= O_EXCL;
     if (mode.truncate) flags |= O_TRUNC;
     try {
-      return new LocalFile(this.openNode(path, flags, createMode), mode.write, path);
+      this.slot(`open ${path}`);
+      const f = new LocalFile(this, this.openNode(path, flags, createMode), mode.write, path);
+      this.pool.add(f);
+      this.index(f);
+      return f;
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       if (e.code === 'ELOOP') throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
@@ -317,13 +597,28 @@ export class LocalBackend implements Backend {
 
   async unlink(path: string): Promise<void> {
     const p = this.host(path);
-    sys(`unlink ${path}`, () => fs.unlinkSync(p));
+    const open = this.byPath.has(path) ? this.pinAt(path, `unlink ${path}`) : null;
+    try {
+      sys(`unlink ${path}`, () => fs.unlinkSync(p));
+    } catch (err) {
+      if (open) for (const f of open) this.pool.unpin(f);
+      throw err;
+    }
+    if (open) this.lost(open);
   }
 
   async rename(from: string, to: string): Promise<void> {
     const a = this.host(from);
     const b = this.host(to);
-    sys(`rename ${from} -> ${to}`, () => fs.renameSync(a, b));
+    const replaced = this.byPath.has(to) ? this.pinAt(to, `rename ${from} -> ${to}`) : null;
+    try {
+      sys(`rename ${from} -> ${to}`, () => fs.renameSync(a, b));
+    } catch (err) {
+      if (replaced) for (const f of replaced) this.pool.unpin(f);
+      throw err;
+    }
+    if (replaced) this.lost(replaced);
+    this.moved(from, to);
   }
 
   async symlink(target: string, path: string): Promise<void> {

@@ -85,6 +85,26 @@ export const DEFAULTS = {
     /** variables passed from the caller's environment into the sandbox (everything else is cleared) */
     passEnv: ['PATH', 'TERM', 'LANG', 'LANGUAGE', 'LC_ALL', 'LC_CTYPE', 'LC_MESSAGES', 'TZ', 'USER', 'LOGNAME'],
   },
+  /** The local store's descriptors (src/backend/local.ts, fd-pool.ts, fd-limit.ts). */
+  local: {
+    /** Backing descriptors of open files held at once. Past this, the least recently used one
+     * is closed and reopened by path on its next use (one openat2 + fstat), so thousands of
+     * files held open by programs never exhaust the daemon. A file unlinked or renamed over
+     * while open cannot be reopened and keeps its descriptor (pinned) until its last close. */
+    backingFdsMax: 4096,
+    /** the pool never holds fewer than this (when the open-file limit is tiny: half of it) */
+    backingFdsMin: 64,
+    /** descriptors always left below the daemon's open-file limit for everything else it opens
+     * (journal segments and blobs, /dev/fuse, directory listings, the control socket, /proc) */
+    fdHeadroom: 256,
+    /** pinned descriptors may fill at most this share of the pool: past it, an unlink or
+     * rename over a file open through the mount fails with EMFILE (its caller's problem), and
+     * the rest of the pool keeps serving everyone else's open files */
+    pinnedShare: 0.75,
+    /** a request refused for want of a descriptor is logged (warn) at most this often; the line
+     * counts the refusals since the last one */
+    fdExhaustedLogIntervalMs: 10_000,
+  },
   /** The journal (src/journal). */
   journal: {
     /** base of default state directories: $XDG_STATE_HOME/ledgerfs, else ~/.local/state/ledgerfs */

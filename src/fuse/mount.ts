@@ -71,9 +71,14 @@ export async function mountVfs(req: MountRequest): Promise<RunningMount> {
   };
   // libfuse 2 gives no event when someone else unmounts us; the mount table does.
   const watch = setInterval(() => {
-    if (!mountAt(req.mountpoint)) {
-      void mounted.unmount().catch(() => undefined).finally(finish);
+    let present: boolean;
+    try {
+      present = mountAt(req.mountpoint) !== undefined;
+    } catch {
+      // the mount table could not be read (no descriptor left this moment): look again next time
+      return;
     }
+    if (!present) void mounted.unmount().catch(() => undefined).finally(finish);
   }, 500);
 
   const unmount = async () => {

@@ -72,6 +72,8 @@ export interface StartOptions {
   omitSource?: boolean;
   /** GCS runs: mount this emulator and bucket (another daemon's) instead of fresh ones */
   gcs?: { emulator: TestEmulator; bucket: string };
+  /** run the daemon under this command, which must exec it (e.g. ['prlimit', '--nofile=512:512']) */
+  wrap?: string[];
 }
 
 /**
@@ -154,10 +156,12 @@ interface Daemon {
   alive(): boolean;
 }
 
-/** A `ledgerfs mount` child at `mnt`, waited for until mounted. */
-async function spawnDaemon(args: string[], mnt: string, env: NodeJS.ProcessEnv): Promise<Daemon> {
+/** A `ledgerfs mount` child at `mnt`, waited for until mounted; `wrap`: a command it runs under (e.g. prlimit). */
+async function spawnDaemon(args: string[], mnt: string, env: NodeJS.ProcessEnv, wrap: string[] = []): Promise<Daemon> {
   let log = '';
-  const daemon = spawn(process.execPath, [CLI, 'mount', ...bindingArgs(), ...args, mnt], { stdio: ['ignore', 'pipe', 'pipe'], env });
+  // a wrapper that execs (prlimit, env) keeps the pid: signals still reach the daemon itself
+  const [cmd, ...argv] = [...wrap, process.execPath, CLI, 'mount', ...bindingArgs(), ...args, mnt] as [string, ...string[]];
+  const daemon = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], env });
   daemon.stdout?.on('data', (d: Buffer) => (log += d.toString()));
   daemon.stderr?.on('data', (d: Buffer) => (log += d.toString()));
   let exited = false;
@@ -245,7 +249,7 @@ export async function startMount(opts: StartOptions = {}): Promise<TestMount> {
       if (!(opts.args ?? []).includes('--metadata-ttl')) source.push('--metadata-ttl', process.env.LEDGERFS_TEST_GCS_TTL ?? '0.2');
     }
     opts.populate?.(src);
-    main = await spawnDaemon([...source, ...(opts.args ?? [])], mnt, env);
+    main = await spawnDaemon([...source, ...(opts.args ?? [])], mnt, env, opts.wrap);
   } catch (err) {
     await cleanup();
     throw err;
