@@ -1,8 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { type GcsConflict, LocalBackend, openGcsStack } from '../backend/index.js';
-import { type BackendConfig, ConfigError, DEFAULTS, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, type WorkspaceFlags } from '../config/index.js';
-import { type JournalRemote, resolveStateDir, stateLayout } from '../journal/index.js';
+import { type BackendConfig, ConfigError, DEFAULTS, defaultStateDir, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, type WorkspaceFlags } from '../config/index.js';
+import { checkStateDir, type JournalRemote, realish, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { type Backend, isWithin, type Logger, type MutationStage, VfsError } from '../core/index.js';
 import { CompiledPolicy, DenialLog, PolicyStage, PolicyView, UsageTable } from '../policy/index.js';
 
@@ -81,6 +81,31 @@ export interface OpenWorkspaceOptions extends WorkspaceFlags {
   noJournal?: boolean;
 }
 
+/**
+ * The journal's state directory must be out of every root's reach, whatever the policy says:
+ * hiding it does not hold, because a hidden name moves with its parent (rename the directory
+ * above it and the journal shows, and can be forged: issue 13). Refuses, naming both, a state
+ * directory inside a root's backend directory, or one holding a root. One inside the backend but
+ * outside every root is unreachable through the view, and allowed.
+ */
+function refuseStateInRoots(label: string, state: string, sourceDir: string, roots: readonly { path: string; source: string }[]): void {
+  const rel = path.relative(sourceDir, realish(state));
+  if (rel.startsWith('..') || path.isAbsolute(rel)) return;
+  const inBackend = rel === '' ? '/' : '/' + rel.split(path.sep).join('/');
+  const host = (p: string) => (p === '/' ? sourceDir : path.join(sourceDir, p));
+  const fix = `Put it outside every root (--state DIR, or the mount file's \`state\`), e.g. the default ${defaultStateDir(sourceDir)}.`;
+  for (const r of roots) {
+    if (isWithin(inBackend, r.source)) {
+      throw new WorkspaceError(
+        `${label}: the state directory ${state} lies inside root ${r.path} (${host(r.source)}): programs could reach the journal through the view, and no policy can hide it for sure (renaming a directory above it would show it). ${fix}`,
+      );
+    }
+    if (isWithin(r.source, inBackend)) {
+      throw new WorkspaceError(`${label}: root ${r.path} (${host(r.source)}) lies inside the state directory ${state}: programs could reach the journal through the view. ${fix}`);
+    }
+  }
+}
+
 /** The real backend a mount file names. */
 async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOptions, log?: Logger): Promise<{ store: Backend; sourceDir?: string; conflicts?: ConflictFeed; journalRemote?: JournalRemote }> {
   if (b.type === 'gcs') {
@@ -142,6 +167,14 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
   }
   if (opts.policy === undefined) {
     const ws = openLocalWorkspace(opts, opts.log);
+    if (!opts.noJournal && ws.sourceDir !== undefined) {
+      try {
+        checkStateDir(resolveStateDir(opts), { sourceDir: ws.sourceDir });
+      } catch (err) {
+        if (err instanceof StateDirError) throw new WorkspaceError(err.message);
+        throw err;
+      }
+    }
     return { ...ws, store: ws.backend, stages: [], ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   let config: MountConfig;
@@ -154,14 +187,15 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
   const label = opts.policy;
   const { store, sourceDir, conflicts, journalRemote } = await openStore(config.backend, label, opts, opts.log);
   const state = opts.state !== undefined ? path.resolve(opts.state) : config.state;
-  // The journal's directory inside the served tree must never be visible nor writable.
-  const reserved: string[] = [];
-  if (state !== undefined && sourceDir !== undefined) {
-    const rel = path.relative(sourceDir, fs.existsSync(state) ? fs.realpathSync(state) : state);
-    if (rel === '') throw new WorkspaceError(`${label}: state ${state} is the backend directory itself; put the journal elsewhere`);
-    if (!rel.startsWith('..') && !path.isAbsolute(rel)) reserved.push('/' + rel.split(path.sep).join('/'));
+  if (sourceDir !== undefined && !opts.noJournal) {
+    try {
+      refuseStateInRoots(label, state ?? defaultStateDir(sourceDir), sourceDir, config.roots);
+    } catch (err) {
+      await store.close().catch(() => undefined);
+      throw err;
+    }
   }
-  const compiled = new CompiledPolicy(config, reserved);
+  const compiled = new CompiledPolicy(config);
   if (conflicts) {
     conflicts.toView = (p) => {
       const root = compiled.roots.find((r) => isWithin(p, r.source));

@@ -127,7 +127,8 @@ export async function openWorkspaceOf(flags: StateFlags, log: Logger, stateDir?:
     named = w;
   }
   try {
-    return await openWorkspace({ source: named.source, policy: named.policy, log });
+    // the journal in use is the one checked against the roots (never reachable through the view)
+    return await openWorkspace({ source: named.source, policy: named.policy, log, ...(stateDir !== undefined ? { state: stateDir } : {}) });
   } catch (err) {
     if (err instanceof WorkspaceError) throw new UserError(err.message);
     throw err;

@@ -15,7 +15,7 @@ export interface JournaledWorkspace {
   /** the real store, when the Vfs sits on a policy view */
   store?: Backend;
   sourceDir?: string;
-  /** present when a policy is in force (it reserves a state dir inside the source) */
+  /** present when a policy is in force (openWorkspace then refused a state dir inside any root) */
   policy?: unknown;
   /** session name from the mount file */
   session?: string;
@@ -48,7 +48,7 @@ export interface MountJournal {
  */
 export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFlags, log: Logger): Promise<MountJournal> {
   const stateDir = resolveStateDir(flags);
-  checkStateDir(stateDir, { mountpoint: flags.mountpoint, reservedByPolicy: ws.policy !== undefined, ...(ws.sourceDir ? { sourceDir: ws.sourceDir } : {}) });
+  checkStateDir(stateDir, { mountpoint: flags.mountpoint, rootsChecked: ws.policy !== undefined, ...(ws.sourceDir ? { sourceDir: ws.sourceDir } : {}) });
   const session = flags.session ?? ws.session ?? newSessionId();
   const service = await JournalService.open({
     stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session,

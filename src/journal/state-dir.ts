@@ -56,12 +56,13 @@ export function resolveStateDir(flags: WorkspaceFlags): string {
 
 /**
  * The journal must never be reachable through the view. Inside the source directory it would
- * be (unless a policy reserves it: with --policy the view hides and refuses that path), and
+ * be (with --policy, only inside a root: `rootsChecked` says openWorkspace refused that already,
+ * and a state directory in the backend but outside every root is out of the view's reach), and
  * inside the mount point every journal write would go through the mount it journals.
  */
-export function checkStateDir(stateDir: string, o: { sourceDir?: string; mountpoint?: string; reservedByPolicy?: boolean }): void {
+export function checkStateDir(stateDir: string, o: { sourceDir?: string; mountpoint?: string; rootsChecked?: boolean }): void {
   const state = realish(stateDir);
-  if (o.sourceDir && within(state, fs.realpathSync(o.sourceDir)) && !o.reservedByPolicy) {
+  if (o.sourceDir && within(state, fs.realpathSync(o.sourceDir)) && !o.rootsChecked) {
     throw new StateDirError(
       `state directory ${stateDir} lies inside the source ${o.sourceDir}: the journal would be visible and writable through the mount. ` +
         `Put it elsewhere (--state DIR), or leave --state out for the default (${defaultStateDir(fs.realpathSync(o.sourceDir))}).`,

@@ -26,15 +26,12 @@ export class CompiledRoot {
   /** some hide/readonly pattern depends on more than the name: renaming a directory must
    * check what it would change below it */
   readonly positional: boolean;
-  /** backend paths under this root that the view never shows nor lets be touched (journal) */
-  readonly reserved: string[];
 
   constructor(
     readonly index: number,
     readonly config: RootConfig,
     topHide: string[],
     topReadonly: string[],
-    reserved: string[],
   ) {
     this.writable = config.mode === 'rw';
     this.identity = config.path === config.source;
@@ -53,7 +50,6 @@ export class CompiledRoot {
     this.hidePatterns = [...topHide, ...config.hide];
     this.readonlyPatterns = [...topReadonly, ...config.readonly];
     this.positional = [...this.hidePatterns, ...this.readonlyPatterns].some((p) => !isBasenameOnly(p));
-    this.reserved = reserved.filter((r) => isWithin(r, config.source));
   }
 
   get path(): string {
@@ -88,12 +84,9 @@ export class CompiledRoot {
     return this.config.path === '/' ? rest : this.config.path + rest;
   }
 
-  /** The node does not exist in the view (a hide glob, or reserved backend space). */
+  /** The node does not exist in the view (a hide glob). */
   isHidden(path: string): boolean {
-    if (this.hideRe !== null && this.hideRe.test(path)) return true;
-    if (this.reserved.length === 0) return false;
-    const b = this.toBackend(path);
-    return this.reserved.some((r) => isWithin(b, r));
+    return this.hideRe !== null && this.hideRe.test(path);
   }
 
   /** The pattern that hides `path`, for messages. */
@@ -167,12 +160,8 @@ export class CompiledPolicy {
   readonly writableText: string;
   readonly metaDir = META_DIR;
 
-  constructor(
-    readonly config: MountConfig,
-    /** backend paths the view must never show (the journal's state, when it lives inside) */
-    reserved: string[] = [],
-  ) {
-    this.roots = config.roots.map((r, i) => new CompiledRoot(i, r, config.hide, config.readonly, reserved));
+  constructor(readonly config: MountConfig) {
+    this.roots = config.roots.map((r, i) => new CompiledRoot(i, r, config.hide, config.readonly));
     const single = this.roots.length === 1 && this.roots[0]?.path === '/' ? this.roots[0] : undefined;
     if (single) {
       this.top = single;

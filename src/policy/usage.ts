@@ -75,6 +75,5 @@ export class UsageTable {
 
 /** A fresh count of one root's usage in the backend (also what tests compare against). */
 export function countRoot(root: CompiledRoot, backend: Backend): Promise<Usage> {
-  const skip = root.reserved.length ? (p: string) => root.reserved.includes(p) : undefined;
-  return countUsage(backend, root.source, skip);
+  return countUsage(backend, root.source);
 }

@@ -172,7 +172,7 @@ export class PolicyView implements Backend {
     }
     if (loc.isHidden(path)) throw new VfsError('ENOENT', `${path} does not exist in this view`);
     let ents = await this.inner.readdir(loc.toBackend(path));
-    if (loc.hideRe !== null || loc.reserved.length) ents = ents.filter((e) => !loc.isHidden(joinPath(path, e.name)));
+    if (loc.hideRe !== null) ents = ents.filter((e) => !loc.isHidden(joinPath(path, e.name)));
     if (path === '/') {
       // a root at "/": /.ledgerfs shadows whatever the backend has under that name
       ents = ents.filter((e) => e.name !== metaEntry.name);

@@ -186,6 +186,24 @@ describe('mount: where the journal lives', () => {
     expect(fs.existsSync(path.join(src, '.journal'))).toBe(false);
   });
 
+  it('refuses a state dir under a root of a policy, hidden or not: the expose-and-forge attack cannot be set up', () => {
+    // issue 13.5: `state:` under a writable root was hidden by the view, until renaming its
+    // parent showed it and a forged record went in
+    const src = path.join(home, 'src');
+    const mnt = path.join(home, 'mnt');
+    fs.mkdirSync(path.join(src, 'work'), { recursive: true });
+    fs.mkdirSync(mnt);
+    const file = path.join(home, 'p.yaml');
+    fs.writeFileSync(file, `backend: {type: local, path: ${src}}\nroots: [{path: /, mode: rw}]\nstate: ${src}/work/.journal\n`);
+    const real = fs.realpathSync(src);
+    const r = ledgerfs(['mount', '--policy', file, mnt]);
+    expect(r.status, r.stderr).toBe(2);
+    expect(r.stderr).toContain(`the state directory ${src}/work/.journal lies inside root / (${real})`);
+    expect(r.stderr).not.toMatch(/\n\s+at /); // a sentence, not a stack
+    expect(fs.readdirSync(path.join(src, 'work'))).toEqual([]);
+    expect(fs.readdirSync(mnt)).toEqual([]);
+  });
+
   it('--no-journal records nothing', async () => {
     const state = path.join(home, 'state');
     const m = await startMount({ args: ['--no-journal', '--state', state] });

@@ -5,8 +5,8 @@ import { rules, sameRoot, whereChange, whereCreate } from '../../src/policy/deci
 import { VfsError } from '../../src/core/errors.js';
 import { CASE_POLICY } from '../helpers/policy.js';
 
-function compile(body: string, reserved: string[] = []): CompiledPolicy {
-  return new CompiledPolicy(parseMountFile(`backend: {type: local, path: /w}\n${body}`, 'p.yaml', '/'), reserved);
+function compile(body: string): CompiledPolicy {
+  return new CompiledPolicy(parseMountFile(`backend: {type: local, path: /w}\n${body}`, 'p.yaml', '/'));
 }
 
 const codeOf = (r: unknown) => (r instanceof VfsError ? r.code : r instanceof CompiledRoot ? `root ${r.path}` : r);
@@ -64,14 +64,6 @@ describe('compiled policy: where a path lands', () => {
     expect(w.hidingPattern('/projects/Wilson-MVA/a/k.pem')).toBe('**/*.pem');
     expect(w.positional).toBe(true); // intake/** depends on the directory
     expect((p.locate('/Tools') as CompiledRoot).positional).toBe(false);
-  });
-
-  it('hides reserved backend space (the journal) inside a root', () => {
-    const q = compile('roots: [{path: /, mode: rw}]', ['/.ledgerfs-state']);
-    const r = q.roots[0] as CompiledRoot;
-    expect(r.isHidden('/.ledgerfs-state')).toBe(true);
-    expect(r.isHidden('/.ledgerfs-state/seg1')).toBe(true);
-    expect(r.isHidden('/other')).toBe(false);
   });
 
   it('checks suffixes case-insensitively on the name only', () => {

@@ -317,19 +317,31 @@ describe('openWorkspace', () => {
     }
   });
 
-  it('hides the journal state directory when it lives inside the backend', async () => {
-    const fx = await caseFixture(`${CASE_POLICY.replace('  - path: /Tools', '  - path: /state-parent\n    source: /\n    mode: rw\n  - path: /Tools')}`).catch(() => undefined);
-    expect(fx).toBeUndefined(); // overlapping sources are refused at load
+  it('refuses a state directory any root reaches, whatever the policy hides (the attack of issue 13.5)', async () => {
     const dir = makeTemp('policy');
     try {
-      fs.mkdirSync(path.join(dir, 'src/.journal'), { recursive: true });
-      fs.writeFileSync(path.join(dir, 'src/.journal/seg'), 'x'.repeat(1000));
-      fs.writeFileSync(path.join(dir, 'p.yaml'), 'backend: {type: local, path: ./src}\nroots: [{path: /, mode: rw}]\nstate: ./src/.journal');
-      const ws = await openWorkspace({ policy: path.join(dir, 'p.yaml') });
-      expect((await ws.backend.readdir('/')).map((e) => e.name)).toEqual(['.ledgerfs']);
-      await expectCode(ws.backend.stat('/.journal/seg'), 'ENOENT');
-      expect(ws.policy?.usage.byRoot[0]).toEqual({ bytes: 0, files: 0 });
+      fs.mkdirSync(path.join(dir, 'src/work/.journal'), { recursive: true });
+      fs.mkdirSync(path.join(dir, 'src/other'), { recursive: true });
+      const file = path.join(dir, 'p.yaml');
+      // the journal under a writable root, hidden by the policy: renaming work/ would show it
+      fs.writeFileSync(file, 'backend: {type: local, path: ./src}\nroots: [{path: /, mode: rw}]\nhide: [".journal"]\nstate: ./src/work/.journal');
+      const real = fs.realpathSync(path.join(dir, 'src'));
+      await expect(openWorkspace({ policy: file })).rejects.toThrow(
+        new RegExp(`state directory .*src/work/\\.journal lies inside root / \\(${real}\\): programs could reach the journal`),
+      );
+      // --state names it just as well; a root below the state directory is no better
+      fs.writeFileSync(file, 'backend: {type: local, path: ./src}\nroots: [{path: /w, source: /work, mode: rw}]');
+      await expect(openWorkspace({ policy: file, state: path.join(dir, 'src/work/deeper') })).rejects.toThrow(/lies inside root \/w \(.*src\/work\)/);
+      await expect(openWorkspace({ policy: file, state: path.join(dir, 'src') })).rejects.toThrow(/root \/w \(.*src\/work\) lies inside the state directory/);
+      // --no-journal: no state directory is used, nothing to refuse
+      const nj = await openWorkspace({ policy: file, state: path.join(dir, 'src/work'), noJournal: true });
+      await nj.backend.close();
+      // inside the backend but outside every root: no path of the view leads there
+      const ws = await openWorkspace({ policy: file, state: path.join(dir, 'src/other/state') });
+      expect((await ws.backend.readdir('/')).map((e) => e.name).sort()).toEqual(['.ledgerfs', 'w']);
       await ws.backend.close();
+      // a plain --source: the whole backend is the one root
+      await expect(openWorkspace({ source: path.join(dir, 'src'), state: path.join(dir, 'src/other/state') })).rejects.toThrow(/lies inside the source/);
     } finally {
       rmTemp(dir);
     }
