@@ -1,6 +1,7 @@
 /*
- * Small helpers on file descriptors that Node's fs lacks: fallocate(2) and lseek(2) with
- * SEEK_DATA/SEEK_HOLE (synchronous: one quick syscall, like the local backend's other calls) and
+ * Small helpers on file descriptors that Node's fs lacks: fallocate(2), lseek(2) with
+ * SEEK_DATA/SEEK_HOLE and FIEMAP past the end (synchronous: quick syscalls, like the local
+ * backend's other calls) and
  * copy_file_range(2) (on libuv's thread pool, a promise). The local backend (src/backend/fd-ops.ts)
  * uses them on its own backing fds to serve the FUSE ops of the same names. No libfuse: a
  * separate addon, so the backend never loads a FUSE binding. Failures throw (reject) an Error
@@ -15,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 
 static napi_value fail(napi_env env, const char *what, int err) {
   char msg[256];
@@ -125,12 +129,46 @@ static napi_value js_seek(napi_env env, napi_callback_info info) {
   return v;
 }
 
+/* allocatedEnd(fd, from) -> the end of the last extent allocated at or past `from` (the file's
+ * size: blocks fallocate KEEP_SIZE reserved past the end), or `from` when there is none; FIEMAP,
+ * so the answer is the file system's own. Throws EOPNOTSUPP where FIEMAP is not served (tmpfs). */
+#define EXTENTS 32
+static napi_value js_allocated_end(napi_env env, napi_callback_info info) {
+  double a[2];
+  if (!nums(env, info, 2, a)) return NULL;
+  int fd = (int)a[0];
+  __u64 from = (__u64)a[1], end = from, at = from;
+  char buf[sizeof(struct fiemap) + EXTENTS * sizeof(struct fiemap_extent)];
+  struct fiemap *fm = (struct fiemap *)buf;
+  for (;;) {
+    memset(buf, 0, sizeof buf);
+    fm->fm_start = at;
+    fm->fm_length = FIEMAP_MAX_OFFSET - at;
+    fm->fm_extent_count = EXTENTS;
+    if (ioctl(fd, FS_IOC_FIEMAP, fm) != 0) return fail(env, "fiemap", errno == ENOTTY ? EOPNOTSUPP : errno);
+    if (fm->fm_mapped_extents == 0) break;
+    bool last = false;
+    for (__u32 k = 0; k < fm->fm_mapped_extents; k++) {
+      struct fiemap_extent *e = &fm->fm_extents[k];
+      if (e->fe_logical + e->fe_length > end) end = e->fe_logical + e->fe_length;
+      if (e->fe_flags & FIEMAP_EXTENT_LAST) last = true;
+    }
+    struct fiemap_extent *tail = &fm->fm_extents[fm->fm_mapped_extents - 1];
+    if (last || fm->fm_mapped_extents < EXTENTS || tail->fe_logical + tail->fe_length <= at) break;
+    at = tail->fe_logical + tail->fe_length;
+  }
+  napi_value v;
+  napi_create_double(env, (double)end, &v);
+  return v;
+}
+
 /* the fd functions of the local-store addon (ledgerfs_local.c) */
 void ledgerfs_fdops_register(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"fallocate", NULL, js_fallocate, NULL, NULL, NULL, napi_default, NULL},
     {"copyFileRange", NULL, js_copy_file_range, NULL, NULL, NULL, napi_default, NULL},
     {"seek", NULL, js_seek, NULL, NULL, NULL, napi_default, NULL},
+    {"allocatedEnd", NULL, js_allocated_end, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof *props, props);
 }

@@ -1,7 +1,7 @@
 import { localAddon } from './local-addon.js';
 
 /**
- * fallocate(2), copy_file_range(2) and lseek(2) SEEK_DATA/SEEK_HOLE on file descriptors, which
+ * fallocate(2), copy_file_range(2), lseek(2) SEEK_DATA/SEEK_HOLE and FIEMAP on file descriptors, which
  * Node's fs lacks: native/ledgerfs_fdops.c, in the ledgerfs_local addon (local-addon.ts).
  * fallocate and seek are synchronous, like the local backend's other fs calls; a copy runs on libuv's thread pool.
  * Failures throw (reject) Errors with the errno name as `code`.
@@ -11,6 +11,8 @@ export interface FdOps {
   /** bytes copied; short only at the source's end. Both fds must stay open until it settles. */
   copyFileRange(fdIn: number, offIn: number, fdOut: number, offOut: number, length: number): Promise<number>;
   seek(fd: number, offset: number, whence: number): number;
+  /** end of the last extent allocated at or past `from` (FIEMAP), `from` when none; EOPNOTSUPP where FIEMAP is not served */
+  allocatedEnd(fd: number, from: number): number;
 }
 
 /** The helpers, or null when the addon was not built (the install said why). */

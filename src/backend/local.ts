@@ -218,6 +218,21 @@ class LocalFile implements BackendFile, Pooled {
     }
   }
 
+  async allocatedEnd(): Promise<number> {
+    const fd = this.live();
+    const st = sys(`fstat ${this.path}`, () => fs.fstatSync(fd));
+    const ops = fdOps();
+    if (ops) {
+      try {
+        return ops.allocatedEnd(fd, st.size);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EOPNOTSUPP') throw fromNodeError(err, `fiemap ${this.path}`);
+      }
+    }
+    // no FIEMAP here (tmpfs): blocks beyond those the size needs are taken to lie past it
+    return Math.max(st.size, st.blocks * 512);
+  }
+
   async seekData(offset: number, what: 'data' | 'hole'): Promise<number> {
     const ops = needFdOps(`lseek ${this.path}`);
     const fd = this.live();

@@ -209,6 +209,10 @@ export const POLICY_DEFAULTS = {
   denialRingSize: 100,
   /** Block size statfs reports for roots with a byte quota (df divides the quota by it). */
   statfsBlockSize: 4096,
+  /** Blocks fallocate --keep-size reserved past a file's end are charged when they reach past
+   * the block (of this size) holding its last byte: a file costs its size, or the end of such a
+   * reservation if that is further (src/policy/usage.ts chargeOf). */
+  reservationBlockBytes: 4096,
   /** The read-only virtual directory that explains the policy inside the view. */
   metaDir: '/.ledgerfs',
 } as const;

@@ -94,6 +94,12 @@ export interface BackendFile {
    * whole file is data (one hole, at its end).
    */
   seekData?(offset: number, what: 'data' | 'hole'): Promise<number>;
+  /**
+   * Optional (stores with allocate): where the blocks allocated to the file end, when that is
+   * past its size: blocks fallocate KEEP_SIZE reserved beyond the end (the policy charges them).
+   * Resolves at most about the size (its last block) when nothing is reserved past it.
+   */
+  allocatedEnd?(): Promise<number>;
 }
 
 /**

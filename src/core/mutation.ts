@@ -15,6 +15,8 @@ export interface OpenFileState {
   readonly file: BackendFile;
   /** the file's size as the mutation path knows it; undefined = unknown (then fstat) */
   size: number | undefined;
+  /** the policy's: where blocks fallocate KEEP_SIZE reserved past the size end (0: none), once known */
+  reservedTo?: number | undefined;
 }
 
 /** Who asked, when the binding can tell us (fuse-native cannot; the native binding can). */

@@ -114,8 +114,9 @@ export class JournalStage implements MutationStage {
   }
 
   run<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
-    // fallocate KEEP_SIZE changes neither size nor bytes: nothing to record or undo
-    if (m.allocate === 'keep-size') return apply();
+    // every fallocate is a write: KEEP_SIZE keeps size and bytes but changes blocks and mtime,
+    // which rollback restores (a truncate to the old size frees the reserved blocks), and which
+    // a later change would otherwise be judged against as someone else's
     return isSessionOp(m) ? this.sessionOp(m, apply) : this.namespaceOp(m, apply);
   }
 
@@ -258,8 +259,9 @@ export class JournalStage implements MutationStage {
       s = this.sessions.get(path) ?? this.beginSession(path, m);
       while (s.busy) await s.busy;
     }
-    // fallocate's 'allocate' keeps every byte (it may only grow the file, undone by a truncate)
-    const overwrites = m.allocate === 'allocate' ? false
+    // fallocate's 'allocate' and 'keep-size' keep every byte (they may only grow the file or
+    // its blocks, undone by a truncate)
+    const overwrites = m.allocate === 'allocate' || m.allocate === 'keep-size' ? false
       : m.op === 'write' ? (m.offset ?? 0) < s.oldSize : (m.size ?? 0) < s.oldSize;
     if (!s.captured && overwrites) {
       const sess = s;

@@ -1,9 +1,9 @@
 import { type Attr, type Caller, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
-import { formatSize } from '../config/index.js';
+import { formatSize, POLICY_DEFAULTS } from '../config/index.js';
 import type { CompiledPolicy, CompiledRoot } from './compile.js';
 import { rules, sameRoot, whereChange, whereCreate } from './decide.js';
 import type { DenialLog } from './denials.js';
-import type { Usage, UsageTable } from './usage.js';
+import { chargeOf, type Usage, type UsageTable } from './usage.js';
 import type { PolicyView } from './view.js';
 
 interface Detached {
@@ -44,6 +44,8 @@ export class PolicyStage implements MutationStage {
    * its inode when it was the last name, and any growth written after the inode left the tree.
    */
   private readonly detached = new Map<OpenFileState, Detached>();
+  /** inode numbers of open files, once an fstat told them (reservations are kept by inode) */
+  private readonly inodes = new WeakMap<OpenFileState, number>();
 
   constructor(
     private readonly policy: CompiledPolicy,
@@ -174,16 +176,36 @@ export class PolicyStage implements MutationStage {
     }
   }
 
-  /** After a failed or short write, charge what the file really grew by. */
-  private async resync(of: OpenFileState, u: Usage | null, charged: number): Promise<void> {
+  /** After a failed or short write, charge what the file really grew to. */
+  private async resync(of: OpenFileState, u: Usage | null, charged: number, reservedTo: number): Promise<void> {
     let actual: number;
     try {
       actual = (await of.file.stat()).size;
     } catch {
       return;
     }
-    if (u !== null) u.bytes += actual - charged;
+    if (u !== null) u.bytes += chargeOf(actual, reservedTo) - chargeOf(charged, reservedTo);
     if (of.size !== undefined) of.size = actual;
+  }
+
+  /**
+   * Where the blocks fallocate --keep-size reserved past the end of an open file end (0: none).
+   * Costs nothing while no file has a reservation; else an fstat once per open file.
+   */
+  private async reservedToOf(of: OpenFileState): Promise<number> {
+    if (this.usage.reserved.size === 0) return 0;
+    if (of.reservedTo !== undefined) return of.reservedTo;
+    const st = await of.file.stat();
+    this.inodes.set(of, st.ino);
+    of.reservedTo = this.usage.reserved.get(st.ino) ?? 0;
+    return of.reservedTo;
+  }
+
+  /** The reservation of `of` (or of inode `ino`) is gone: the file costs its size again. */
+  private dropReservation(of: OpenFileState | undefined, ino?: number): void {
+    const i = ino ?? (of ? this.inodes.get(of) : undefined);
+    if (i !== undefined) this.usage.reserved.delete(i);
+    if (of) of.reservedTo = 0;
   }
 
   /**
@@ -192,13 +214,15 @@ export class PolicyStage implements MutationStage {
    */
   private forget(root: CompiledRoot, u: Usage, before: Attr, of: OpenFileState | undefined): void {
     const last = before.nlink <= 1;
+    const charge = chargeOf(before.size, this.usage.reserved.get(before.ino) ?? 0);
+    if (last) this.usage.reserved.delete(before.ino);
     if (of !== undefined) {
       of.size = last ? (of.size ?? before.size) : undefined;
-      this.detached.set(of, { root, bytes: last ? before.size : 0, file: last });
+      this.detached.set(of, { root, bytes: last ? charge : 0, file: last });
       return;
     }
     if (!last) return; // another name keeps the inode (and its count) alive
-    u.bytes -= before.size;
+    u.bytes -= charge;
     u.files -= 1;
   }
 
@@ -238,35 +262,81 @@ export class PolicyStage implements MutationStage {
     const end = (m.offset ?? 0) + length;
     // a punched hole keeps the size (and frees blocks): nothing grows
     if (m.allocate === 'punch-hole') return apply();
+    if (m.allocate === 'keep-size') return this.reserve(m, of, root, u, end, apply);
     const known = of.size;
     const before = known ?? (await this.sizeOf(of));
     if (end <= before) return apply(); // inside the file: nothing grows
     const op = m.caller.operator === true;
     const verb = m.allocate ? 'allocate space for' : 'write to';
     if (!op && max !== undefined && end > max) throw this.tooBig(m, m.path, verb, root, end);
-    const growth = end - before;
+    // blocks --keep-size reserved past the end are charged already: growing into them is free
+    const reservedTo = await this.reservedToOf(of);
+    const growth = chargeOf(end, reservedTo) - chargeOf(before, reservedTo);
     if (u !== null) {
-      if (!op && root.quota.bytes !== undefined && u.bytes + growth > root.quota.bytes) {
+      if (!op && root.quota.bytes !== undefined && growth > 0 && u.bytes + growth > root.quota.bytes) {
         throw this.overBytes(m, m.path, verb, root, u, growth);
       }
-      // KEEP_SIZE takes blocks past the end that usage (which counts sizes) never sees: it is
-      // allowed only as far as a write could grow the file, and charged nothing
-      if (m.allocate === 'keep-size') return apply();
       u.bytes += growth; // reserved now, so a concurrent write sees it
-    } else if (m.allocate === 'keep-size') {
-      return apply();
     }
     if (of.size !== undefined) of.size = end;
     let n: T;
     try {
       n = await apply();
     } catch (err) {
-      await this.resync(of, u, end);
+      await this.resync(of, u, end, reservedTo);
       throw err;
     }
-    if (typeof n === 'number' && n < length) await this.resync(of, u, end);
-    if (m.path === '') await this.ownDetached(of, Math.max(0, (of.size ?? end) - before));
+    if (typeof n === 'number' && n < length) await this.resync(of, u, end, reservedTo);
+    if (reservedTo > 0 && chargeOf(of.size ?? end, reservedTo) !== reservedTo) this.dropReservation(of); // grown past it
+    if (m.path === '') await this.ownDetached(of, Math.max(0, growth));
     return n;
+  }
+
+  /**
+   * fallocate --keep-size: blocks past the end, the size kept. Charged like the growth a write
+   * to the same end would be (EDQUOT past the quota), since the program may fill them without
+   * asking for space again; usage then counts the file by where its reservation ends (chargeOf),
+   * as the file system reports it, until a write grows past it or a truncate frees it.
+   */
+  private async reserve<T>(m: Mutation, of: OpenFileState, root: CompiledRoot, u: Usage | null, end: number, apply: () => Promise<T>): Promise<T> {
+    const op = m.caller.operator === true;
+    const max = root.maxFileBytes;
+    if (!op && max !== undefined && end > max) throw this.tooBig(m, m.path, 'allocate space for', root, end);
+    if (u === null) return apply();
+    // fallocate is rare: an fstat for the size and the inode costs nothing here
+    const st = await of.file.stat();
+    if (st.nlink <= 1) of.size = st.size;
+    this.inodes.set(of, st.ino);
+    const had = this.usage.reserved.get(st.ino) ?? 0;
+    const block = POLICY_DEFAULTS.reservationBlockBytes;
+    const asked = Math.max(had, Math.ceil(end / block) * block);
+    const before = chargeOf(st.size, had);
+    const predicted = Math.max(before, chargeOf(st.size, asked));
+    const growth = predicted - before;
+    if (!op && root.quota.bytes !== undefined && growth > 0 && u.bytes + growth > root.quota.bytes) {
+      throw this.overBytes(m, m.path, 'allocate space for', root, u, growth);
+    }
+    u.bytes += growth;
+    let r: T;
+    try {
+      r = await apply();
+    } catch (err) {
+      u.bytes -= growth;
+      throw err;
+    }
+    // what the file system holds now (it may have had blocks there already, or round further)
+    let now = asked;
+    if (of.file.allocatedEnd) now = await of.file.allocatedEnd().catch(() => asked);
+    const after = chargeOf(st.size, now);
+    u.bytes += after - predicted;
+    if (after > st.size) {
+      this.usage.reserved.set(st.ino, now);
+      of.reservedTo = now;
+    } else {
+      this.dropReservation(of, st.ino);
+    }
+    if (m.path === '') await this.ownDetached(of, after - before);
+    return r;
   }
 
   private async truncate<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
@@ -281,12 +351,25 @@ export class PolicyStage implements MutationStage {
       if (of !== undefined && of.size !== undefined) of.size = size;
       return r;
     }
-    const before = of !== undefined ? (of.size ?? (await this.sizeOf(of))) : (await this.view.stat(m.path)).size;
+    let before: number;
+    let reservedTo = 0;
+    let ino: number | undefined;
+    if (of !== undefined) {
+      before = of.size ?? (await this.sizeOf(of));
+      reservedTo = await this.reservedToOf(of);
+    } else {
+      const st = await this.view.stat(m.path);
+      before = st.size;
+      ino = st.ino;
+      reservedTo = this.usage.reserved.get(st.ino) ?? 0;
+    }
     const op = m.caller.operator === true;
     if (!op && root.maxFileBytes !== undefined && size > root.maxFileBytes && size > before) {
       throw this.tooBig(m, m.path, 'truncate', root, size);
     }
-    const delta = size - before;
+    // cutting (or keeping) the size frees every block past it, a reservation's too
+    const keeps = size > before ? reservedTo : 0;
+    const delta = chargeOf(size, keeps) - chargeOf(before, reservedTo);
     if (delta > 0 && u !== null) {
       if (!op && root.quota.bytes !== undefined && u.bytes + delta > root.quota.bytes) {
         throw this.overBytes(m, m.path, 'truncate', root, u, delta);
@@ -301,6 +384,7 @@ export class PolicyStage implements MutationStage {
       throw err;
     }
     if (delta < 0 && u !== null) u.bytes += delta;
+    if (reservedTo > 0 && chargeOf(size, keeps) !== reservedTo) this.dropReservation(of, ino);
     if (of !== undefined && of.size !== undefined) of.size = size;
     if (m.path === '' && of !== undefined) await this.ownDetached(of, delta);
     return r;
@@ -326,7 +410,10 @@ export class PolicyStage implements MutationStage {
     }
     // O_CREAT on a name that exists (a race with the kernel's lookup): at most a truncate
     const r = await apply();
-    if (m.truncate && before.type === 'file') u.bytes -= before.size;
+    if (m.truncate && before.type === 'file') {
+      u.bytes -= chargeOf(before.size, this.usage.reserved.get(before.ino) ?? 0);
+      this.usage.reserved.delete(before.ino);
+    }
     return r;
   }
 

@@ -21,6 +21,8 @@ export class OpenFile {
    * (then fstat): e.g. a hard-linked file, whose other names may change it.
    */
   size: number | undefined;
+  /** kept by the policy stage: where blocks reserved past the end (fallocate KEEP_SIZE) end; 0 none, undefined unknown */
+  reservedTo: number | undefined = undefined;
 
   constructor(path: string, file: BackendFile, size?: number) {
     this.path = path;

@@ -291,9 +291,10 @@ export class Vfs {
   }
 
   /**
-   * fallocate(2) through an open handle: a write to the policy (a size it grows is charged and
-   * judged like a write's; see PolicyStage) and to the journal (a punched range is kept as the
-   * session's before-image first), then the backend's own fallocate. A store without one
+   * fallocate(2) through an open handle, in every mode a write to the policy (a size it grows,
+   * or blocks KEEP_SIZE reserves past the end, are charged and judged like a write's growth; see
+   * PolicyStage) and to the journal (a write session; a punched range is kept as the session's
+   * before-image first), then the backend's own fallocate. A store without one
    * answers EOPNOTSUPP, never a faked success: glibc's posix_fallocate then writes the range.
    */
   async fallocate(fh: number, mode: number, offset: number, length: number, caller: Caller = NO_CALLER): Promise<void> {
@@ -310,7 +311,7 @@ export class Vfs {
       firstInSession: !of.dirty, file: of, caller, allocate: kind,
     };
     await this.mutate(m, async () => {
-      if (kind !== 'keep-size') of.dirty = true;
+      of.dirty = true; // every mode changes the file (KEEP_SIZE: its blocks and mtime): a write session
       await allocate.call(file, kind, offset, length);
     });
   }

@@ -48,7 +48,7 @@ export async function policyFixture(body: string, populate?: (src: string) => vo
   return {
     dir, src, file, ws, policy, vfs,
     usage: (i) => ({ ...(policy.usage.of(root(i)) as Usage) }),
-    recount: (i) => countRoot(root(i), ws.store),
+    recount: async (i) => (await countRoot(root(i), ws.store)).visible,
     async writeFile(p, data, caller) {
       const buf = Buffer.from(data);
       const fh = await vfs.create(p, 0o644, C.O_WRONLY | C.O_CREAT | C.O_TRUNC, caller);

@@ -5,7 +5,8 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULTS } from '../../src/config/defaults.js';
 import { startJournaledMount, type JournaledMount } from '../helpers/journaled-mount.js';
-import { CLI, RUNNING_BINDING, onGcs, py, run, sh, type TestMount } from '../helpers/mount.js';
+import { CLI, RUNNING_BINDING, onGcs, py, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
 /*
  * fallocate, copy_file_range and lseek SEEK_DATA/SEEK_HOLE through a real mount, driven by
@@ -201,6 +202,51 @@ print(json.dumps(r))
       const ops = await servedOps();
       expect(ops.copy_file_range?.calls).toBeGreaterThanOrEqual(2);
       expect(ops.lseek?.calls).toBeGreaterThanOrEqual(5);
+    }
+  });
+});
+
+describe.skipIf(!realBlocks)('mount: fallocate --keep-size under a quota (issue 13.6)', () => {
+  it('is charged: past the quota EDQUOT; journaled: rollback restores size, bytes and mtime exactly, with no false conflict', async () => {
+    const dir = makeTemp('keep-size');
+    const ws = path.join(dir, 'ws');
+    const state = path.join(dir, 'state');
+    fs.mkdirSync(path.join(ws, 'w'), { recursive: true });
+    const old = path.join(ws, 'w/old');
+    fs.writeFileSync(old, 'old content\n');
+    fs.utimesSync(old, 1_000_000_000, 1_000_000_000);
+    const before = fs.statSync(old, { bigint: true });
+    fs.writeFileSync(path.join(dir, 'p.yaml'), 'backend: {type: local, path: ./ws}\nroots: [{path: /w, mode: rw, quota: {bytes: 10MiB}}]\n');
+    let m: TestMount | undefined;
+    try {
+      m = await startMount({ src: ws, omitSource: true, args: ['--policy', path.join(dir, 'p.yaml'), '--state', state, '--session', 'ks'] });
+      // a journaled change, then blocks reserved past the end of the same file
+      sh('echo more >> w/old && fallocate -n -l 3M w/old', m.mnt);
+      expect(fs.statSync(old).size).toBe(17);
+      // the issue's round: nine 5 MiB reservations under a 10 MiB quota took 45 MiB; now one fits
+      const r = run('for i in 1 2 3 4 5 6 7 8 9; do touch w/f$i && fallocate -n -l 5M w/f$i; done', m.mnt);
+      expect(r.stderr.match(/Disk quota exceeded/g)?.length, r.stderr).toBe(8);
+      expect(r.stderr).toMatch(/fallocate: fallocate failed: Disk quota exceeded/);
+      const held = fs.readdirSync(path.join(ws, 'w')).reduce((n, f) => n + fs.statSync(path.join(ws, 'w', f)).blocks * 512, 0);
+      expect(held).toBeLessThanOrEqual(10 * MiB);
+      expect(held).toBeGreaterThanOrEqual(8 * MiB);
+      // what the program sees of it: df counts the reservations
+      const used = Number(sh('df -B1 --output=used w', m.mnt).trim().split('\n')[1]);
+      expect(used).toBeGreaterThanOrEqual(8 * MiB);
+
+      const rb = spawnSync(process.execPath, [CLI, 'rollback', '--state', state, '--session', 'ks'], { encoding: 'utf8', timeout: 60_000 });
+      expect(rb.status, rb.stderr + rb.stdout).toBe(0);
+      expect(rb.stdout + rb.stderr).not.toMatch(/conflict|changed/i);
+      const after = fs.statSync(old, { bigint: true });
+      expect(fs.readFileSync(old, 'utf8')).toBe('old content\n');
+      expect(after.size).toBe(before.size);
+      expect(after.mtimeNs).toBe(before.mtimeNs);
+      expect(after.blocks).toBeLessThanOrEqual(8n); // the reserved blocks went with the undo
+      expect(fs.readdirSync(path.join(ws, 'w'))).toEqual(['old']);
+      expect(m.errors()).toEqual([]);
+    } finally {
+      await m?.stop();
+      rmTemp(dir);
     }
   });
 });

@@ -151,14 +151,16 @@ describe('mount --policy: the case file as written', () => {
     sh(`fallocate -l 5M ${W}/a.pdf && fallocate -l 20M ${W}/b.pdf && fallocate -l 20M ${W}/x.pdf`, mnt);
     expect(run(`fallocate -l 20M ${W}/c.pdf`, mnt).stderr).toMatch(/Disk quota exceeded/);
     expect(await lastDenial(mnt)).toMatch(/ write \/projects\/Wilson-MVA\/c\.pdf EDQUOT: allocate space for \/projects\/Wilson-MVA\/c\.pdf refused: /);
-    // blocks past the end are not charged, but only as far as a write could have grown the file
-    // (45 MiB of 50 used; the largest file is 20 MiB)
-    sh(`fallocate -n -o 5M -l 4M ${W}/a.pdf`, mnt);
+    // blocks past the end are charged as a write to the same end would be (45 MiB of 50 used;
+    // the largest file is 20 MiB)
+    sh(`fallocate -n -o 5M -l 4M ${W}/a.pdf`, mnt); // 49 MiB
     expect(run(`fallocate -n -o 5M -l 10M ${W}/a.pdf`, mnt).stderr).toMatch(/Disk quota exceeded/);
     expect(run(`fallocate -n -o 5M -l 16M ${W}/a.pdf`, mnt).stderr).toMatch(/File too large/);
     expect(fs.statSync(path.join(pm.ws, 'projects/Wilson-MVA/a.pdf')).size).toBe(5 * 1024 * 1024);
+    expect(run(`touch ${W}/d.pdf && fallocate -n -l 2M ${W}/d.pdf`, mnt).stderr).toMatch(/Disk quota exceeded/);
+    sh(`fallocate -n -l 512K ${W}/d.pdf`, mnt); // what is left fits
     expect(run('fallocate -l 1M Tools/build.py', mnt).stderr).toMatch(/Read-only file system/);
-    sh(`rm ${W}/big.pdf ${W}/a.pdf ${W}/b.pdf ${W}/x.pdf ${W}/c.pdf`, mnt);
+    sh(`rm ${W}/big.pdf ${W}/a.pdf ${W}/b.pdf ${W}/x.pdf ${W}/c.pdf ${W}/d.pdf`, mnt);
   });
 
   it('shows the quota in df and stops dd at EDQUOT with the quota untouched by the failed write', async () => {
@@ -169,9 +171,10 @@ describe('mount --policy: the case file as written', () => {
     const r = run(`dd if=/dev/zero of=${W}/c.pdf bs=1M count=20`, mnt);
     expect(r.status).not.toBe(0);
     expect(r.stderr).toMatch(/Disk quota exceeded/);
-    // what the backend holds (file sizes; directories count no bytes) is what ledgerfs counts,
-    // within the quota, and the refused write would have passed it
-    const files = execFileSync('find', [path.join(pm.ws, 'projects/Wilson-MVA'), '-mindepth', '1', '-printf', '%y %s\\n'], { encoding: 'utf8' });
+    // what the backend holds (file sizes; directories count no bytes; hidden names cost the
+    // program nothing) is what ledgerfs counts, within the quota, and the refused write would
+    // have passed it
+    const files = execFileSync('find', [path.join(pm.ws, 'projects/Wilson-MVA'), '-mindepth', '1', '-not', '-name', '.env', '-not', '-name', '*.pem', '-printf', '%y %s\\n'], { encoding: 'utf8' });
     const onDisk = files.split('\n').filter((l) => l.startsWith('f ')).reduce((n, l) => n + Number(l.slice(2)), 0);
     expect(onDisk).toBeLessThanOrEqual(50 * 1024 * 1024);
     expect(onDisk).toBeGreaterThan(50 * 1024 * 1024 - 1024 * 1024);

@@ -61,7 +61,7 @@ describe('core: fallocate, copy_file_range, lseek', () => {
     await vfs.release(fh);
   };
 
-  it('fallocate: grows (charged, EFBIG, EDQUOT), KEEP_SIZE only within limits, punches holes; rollback restores', async () => {
+  it('fallocate: grows (charged, EFBIG, EDQUOT), KEEP_SIZE charged for what it reserves, punches holes; rollback restores', async () => {
     const start = fx.usage(0);
     const fh = await vfs.open('/work/a.bin', C.O_RDWR);
     await vfs.fallocate(fh, 0, 0, 200 * KiB);
@@ -72,7 +72,11 @@ describe('core: fallocate, copy_file_range, lseek', () => {
     await expectCode(vfs.fallocate(fh, 0, 0, 1100 * KiB), 'EFBIG');
     await vfs.fallocate(fh, KEEP_SIZE, 0, 400 * KiB);
     expect((await vfs.fgetattr(fh)).size).toBe(200 * KiB);
-    expect(fx.usage(0).bytes).toBe(start.bytes + 136 * KiB); // blocks only: not charged
+    // blocks reserved up to 400 KiB: charged as if the file were that big
+    expect(fx.usage(0).bytes).toBe(start.bytes + 336 * KiB);
+    await exact();
+    await vfs.fallocate(fh, KEEP_SIZE, 0, 300 * KiB); // inside the reservation: nothing more
+    expect(fx.usage(0).bytes).toBe(start.bytes + 336 * KiB);
     await expectCode(vfs.fallocate(fh, KEEP_SIZE, 0, 1100 * KiB), 'EFBIG');
     await vfs.fallocate(fh, PUNCH_HOLE | KEEP_SIZE, 4 * KiB, 8 * KiB);
     await expectCode(vfs.fallocate(fh, ZERO_RANGE, 0, 4 * KiB), 'EOPNOTSUPP');
@@ -86,12 +90,26 @@ describe('core: fallocate, copy_file_range, lseek', () => {
     expect(now.subarray(64 * KiB).equals(Buffer.alloc(136 * KiB))).toBe(true);
     await exact();
 
-    // quota: 2 MiB for the root, 1232 KiB used (the sparse file counts its size)
-    expect(fx.usage(0).bytes).toBe(1232 * KiB);
+    // quota: 2 MiB for the root, 1432 KiB used (a.bin costs its 400 KiB reservation, the
+    // sparse file its size)
+    expect(fx.usage(0).bytes).toBe(1432 * KiB);
     const b = await vfs.create('/work/b.bin', 0o644, C.O_RDWR | C.O_CREAT | C.O_EXCL);
-    await vfs.fallocate(b, 0, 0, 500 * KiB);
-    await vfs.fallocate(b, KEEP_SIZE, 0, 800 * KiB); // 300 KiB of blocks past the end: fits
-    await expectCode(vfs.fallocate(b, KEEP_SIZE, 0, 900 * KiB), 'EDQUOT'); // 400 KiB: would not
+    await vfs.fallocate(b, 0, 0, 300 * KiB);
+    await vfs.fallocate(b, KEEP_SIZE, 0, 600 * KiB); // 300 KiB of blocks past the end: fits
+    expect(fx.usage(0).bytes).toBe(2032 * KiB);
+    await expectCode(vfs.fallocate(b, KEEP_SIZE, 0, 700 * KiB), 'EDQUOT'); // 100 KiB more: would not
+    // writing into the reservation costs nothing more; past it, the growth beyond it
+    await vfs.write(b, Buffer.alloc(200 * KiB, 'b'), 200 * KiB, 300 * KiB);
+    expect(fx.usage(0).bytes).toBe(2032 * KiB);
+    await exact();
+    await vfs.write(b, Buffer.alloc(16 * KiB, 'b'), 16 * KiB, 596 * KiB);
+    expect(fx.usage(0).bytes).toBe(2044 * KiB);
+    await exact();
+    // a truncate frees the reservation with the size
+    await vfs.ftruncate(b, 100 * KiB);
+    expect(fx.usage(0).bytes).toBe(1532 * KiB);
+    await vfs.fallocate(b, KEEP_SIZE, 0, 400 * KiB);
+    expect(fx.usage(0).bytes).toBe(1832 * KiB);
     await close(b);
     await exact();
     const c = await vfs.create('/work/c.bin', 0o644, C.O_RDWR | C.O_CREAT | C.O_EXCL);
