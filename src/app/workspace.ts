@@ -217,12 +217,13 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
   }
   const usage = await UsageTable.count(compiled, store);
   const denials = new DenialLog(POLICY_DEFAULTS.denialRingSize, opts.log);
-  const view = new PolicyView(store, compiled, usage, denials);
+  const view = new PolicyView(store, compiled, usage, denials, opts.log);
   const stage = new PolicyStage(compiled, view, usage, denials);
   opts.log?.info(
     {
       policy: config.file,
-      roots: compiled.roots.map((r) => ({ path: r.path, mode: r.mode, quota: r.quota, used: usage.of(r) ?? undefined })),
+      // the program's usage leaves hidden names out; the operator sees what they hold here
+      roots: compiled.roots.map((r) => ({ path: r.path, mode: r.mode, quota: r.quota, used: usage.of(r) ?? undefined, hidden: usage.hiddenOf(r) ?? undefined })),
       hide: config.hide,
     },
     'policy loaded',

@@ -215,6 +215,11 @@ export const POLICY_DEFAULTS = {
   reservationBlockBytes: 4096,
   /** The read-only virtual directory that explains the policy inside the view. */
   metaDir: '/.ledgerfs',
+  /** A directory a program removes while it still holds names the policy hides is kept, with
+   * them, under `<this><n>.<its name>` beside it (hidden in every view, whatever the policy),
+   * and comes back when its name is made again (src/policy/view.ts): the program never learns
+   * that hidden names were there, and nothing hidden is deleted. */
+  keptPrefix: '.ledgerfs-kept.',
 } as const;
 
 /** Names that hold credentials in common tools; hidden by the `sandboxed` and `readonly` presets. */

@@ -84,9 +84,9 @@ export class CompiledRoot {
     return this.config.path === '/' ? rest : this.config.path + rest;
   }
 
-  /** The node does not exist in the view (a hide glob). */
+  /** The node does not exist in the view (a hide glob, or a directory kept for its hidden names). */
   isHidden(path: string): boolean {
-    return this.hideRe !== null && this.hideRe.test(path);
+    return (this.hideRe !== null && this.hideRe.test(path)) || path.includes(KEPT_MARK);
   }
 
   /** The pattern that hides `path`, for messages. */
@@ -110,6 +110,14 @@ export class CompiledRoot {
     for (let i = 0; i < s.length; i++) if (name.endsWith(s[i] as string) && name.length > (s[i] as string).length) return true;
     return false;
   }
+}
+
+/** in a path, the start of a kept directory's name (POLICY_DEFAULTS.keptPrefix) */
+const KEPT_MARK = `/${POLICY_DEFAULTS.keptPrefix}`;
+
+/** Whether a name is a kept directory's (hidden in every view). */
+export function isKeptName(name: string): boolean {
+  return name.startsWith(POLICY_DEFAULTS.keptPrefix);
 }
 
 /*

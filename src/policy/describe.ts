@@ -8,21 +8,30 @@ import type { UsageTable } from './usage.js';
  * denials} contain. Written for the program's person and for an agent reading it in-sandbox.
  */
 
-function backendText(p: CompiledPolicy): string {
+/**
+ * Who reads the description: the operator (`ledgerfs policy check`) gets where everything is on
+ * the host; a program (/.ledgerfs/policy, inside the view) only the view's own names: no
+ * backend location, no root's place in the backend, no policy file or state path.
+ */
+export type Audience = 'operator' | 'program';
+
+function backendText(p: CompiledPolicy, audience: Audience): string {
   const b = p.config.backend;
+  if (audience === 'program') return b.type === 'local' ? 'a local directory' : 'a GCS bucket';
   if (b.type === 'local') return `local directory ${b.path}`;
   return `GCS bucket gs://${b.bucket}/${b.prefix ?? ''}${b.apiEndpoint ? ` (endpoint ${b.apiEndpoint})` : ''}`;
 }
 
-export function describePolicy(p: CompiledPolicy): string {
+export function describePolicy(p: CompiledPolicy, audience: Audience = 'operator'): string {
   const c = p.config;
   const lines: string[] = [];
-  lines.push(`ledgerfs policy${c.file ? ` from ${c.file}` : ''}${c.preset ? ` (preset ${c.preset}: ${POLICY_PRESETS[c.preset].description})` : ''}`);
-  lines.push(`backend: ${backendText(p)}`);
+  const from = c.file && audience === 'operator' ? ` from ${c.file}` : '';
+  lines.push(`ledgerfs policy${from}${c.preset ? ` (preset ${c.preset}: ${POLICY_PRESETS[c.preset].description})` : ''}`);
+  lines.push(`backend: ${backendText(p, audience)}`);
   lines.push('');
   lines.push('roots (everything else does not exist):');
   for (const r of p.roots) {
-    const src = r.identity ? '' : ` (backend ${r.source})`;
+    const src = r.identity || audience === 'program' ? '' : ` (backend ${r.source})`;
     lines.push(`  ${r.path}  ${r.writable ? 'read-write' : 'read-only'}${src}`);
     if (r.writable) for (const l of p.limitsText(r)) lines.push(`      ${l}`);
     else if (r.quota.bytes !== undefined || r.quota.files !== undefined) lines.push(`      ${p.limitsText(r)[0]}`);

@@ -1,6 +1,6 @@
 import { type Attr, type Backend, joinPath, VfsError } from '../core/index.js';
 import { POLICY_DEFAULTS } from '../config/index.js';
-import type { CompiledPolicy, CompiledRoot } from './compile.js';
+import { type CompiledPolicy, type CompiledRoot, isKeptName } from './compile.js';
 
 /**
  * Per-root usage, counted like a file system counts for quotas:
@@ -52,6 +52,8 @@ export interface Count {
   hidden: Usage;
   /** inode -> where its reservation past the end ends (only inodes that have one) */
   reserved: Map<number, number>;
+  /** directories kept for their hidden names (POLICY_DEFAULTS.keptPrefix) */
+  kept: number;
 }
 
 /**
@@ -59,7 +61,7 @@ export interface Count {
  * everything below it are counted in `hidden`.
  */
 export async function countUsage(backend: Backend, dir: string, hidden?: (path: string) => boolean): Promise<Count> {
-  const out: Count = { visible: { bytes: 0, files: 0 }, hidden: { bytes: 0, files: 0 }, reserved: new Map() };
+  const out: Count = { visible: { bytes: 0, files: 0 }, hidden: { bytes: 0, files: 0 }, reserved: new Map(), kept: 0 };
   const seen = new Set<number>();
   const stack: Array<[string, boolean]> = [[dir, false]];
   while (stack.length) {
@@ -78,6 +80,7 @@ export async function countUsage(backend: Backend, dir: string, hidden?: (path: 
       const u = h ? out.hidden : out.visible;
       if (e.type === 'dir') {
         u.files++;
+        if (isKeptName(e.name)) out.kept++;
         stack.push([p, h]);
         continue;
       }
@@ -111,6 +114,8 @@ export class UsageTable {
     readonly hiddenByRoot: (Usage | null)[] = byRoot.map((u) => (u ? { bytes: 0, files: 0 } : null)),
     /** inode -> end of the blocks fallocate --keep-size reserved past its size, as charged */
     readonly reserved = new Map<number, number>(),
+    /** directories kept for their hidden names (a mkdir then looks for one to bring back) */
+    public kept = 0,
   ) {}
 
   of(root: CompiledRoot): Usage | null {
@@ -126,6 +131,7 @@ export class UsageTable {
     const byRoot: (Usage | null)[] = [];
     const hiddenByRoot: (Usage | null)[] = [];
     const reserved = new Map<number, number>();
+    let kept = 0;
     for (const root of policy.roots) {
       if (!root.counted) {
         byRoot.push(null);
@@ -136,12 +142,13 @@ export class UsageTable {
       byRoot.push(c.visible);
       hiddenByRoot.push(c.hidden);
       for (const [ino, end] of c.reserved) reserved.set(ino, end);
+      kept += c.kept;
     }
-    return new UsageTable(byRoot, hiddenByRoot, reserved);
+    return new UsageTable(byRoot, hiddenByRoot, reserved, kept);
   }
 }
 
 /** A fresh count of one root's usage in the backend (also what tests compare against). */
 export function countRoot(root: CompiledRoot, backend: Backend): Promise<Count> {
-  return countUsage(backend, root.source, root.hideRe === null ? undefined : (p) => root.isHidden(root.toView(p)));
+  return countUsage(backend, root.source, (p) => root.isHidden(root.toView(p)));
 }

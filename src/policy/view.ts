@@ -1,6 +1,7 @@
-import { type Attr, type Backend, type BackendCapabilities, type BackendFile, type DirEntry, type FsStats, joinPath, type OpenMode, type TimeSpec, VfsError } from '../core/index.js';
+import { createHash } from 'node:crypto';
+import { type Attr, type Backend, type BackendCapabilities, type BackendFile, type DirEntry, type FsStats, joinPath, type Logger, type OpenMode, parentOf, type TimeSpec, VfsError } from '../core/index.js';
 import { POLICY_DEFAULTS } from '../config/index.js';
-import { CompiledRoot, META_FILES, type CompiledPolicy, type MetaFileName } from './compile.js';
+import { CompiledRoot, isKeptName, META_FILES, type CompiledPolicy, type MetaFileName } from './compile.js';
 import { sameRoot, whereChange, whereCreate } from './decide.js';
 import type { DenialLog } from './denials.js';
 import { describeDenials, describePolicy, describeUsage } from './describe.js';
@@ -65,6 +66,8 @@ export class PolicyView implements Backend {
     readonly policy: CompiledPolicy,
     readonly usage: UsageTable,
     readonly denials: DenialLog,
+    /** where the operator is told what the program must not learn (hidden names kept by rmdir) */
+    private readonly log?: Logger,
   ) {
     this.kind = `policy(${inner.kind})`;
     this.location = inner.location;
@@ -93,7 +96,7 @@ export class PolicyView implements Backend {
   private render(name: MetaFileName): string {
     switch (name) {
       case 'policy':
-        return describePolicy(this.policy);
+        return describePolicy(this.policy, 'program');
       case 'usage':
         return describeUsage(this.policy, this.usage);
       case 'denials':
@@ -172,7 +175,7 @@ export class PolicyView implements Backend {
     }
     if (loc.isHidden(path)) throw new VfsError('ENOENT', `${path} does not exist in this view`);
     let ents = await this.inner.readdir(loc.toBackend(path));
-    if (loc.hideRe !== null) ents = ents.filter((e) => !loc.isHidden(joinPath(path, e.name)));
+    if (loc.hideRe !== null || ents.some((e) => isKeptName(e.name))) ents = ents.filter((e) => !loc.isHidden(joinPath(path, e.name)));
     if (path === '/') {
       // a root at "/": /.ledgerfs shadows whatever the backend has under that name
       ents = ents.filter((e) => e.name !== metaEntry.name);
@@ -239,13 +242,79 @@ export class PolicyView implements Backend {
 
   // ---- Backend: mutations (decided by the policy stage; translated here) ---------------------
 
-  mkdir(path: string, mode: number): Promise<void> {
+  async mkdir(path: string, mode: number): Promise<void> {
     this.made(path);
-    return this.inner.mkdir(this.create(path, 'make directory', false), mode);
+    const b = this.create(path, 'make directory', false);
+    // a directory of this name was kept for its hidden names: it comes back, as if new
+    if (this.usage.kept > 0) {
+      const root = this.policy.locate(path) as CompiledRoot;
+      const kept = await this.keptAt(root, path, 'last');
+      if (kept !== null) {
+        await this.inner.rename(root.toBackend(kept), b);
+        this.usage.kept--;
+        const h = this.usage.hiddenOf(root);
+        if (h) h.files--;
+        await this.inner.chmod(b, mode);
+        await this.inner.utimens(b, { atimeNs: 'now', mtimeNs: 'now' });
+        this.log?.info({ path, from: kept }, `mkdir ${path}: brought back the directory kept for the hidden names it holds`);
+        return;
+      }
+    }
+    return this.inner.mkdir(b, mode);
   }
 
-  rmdir(path: string): Promise<void> {
-    return this.inner.rmdir(this.change(path, 'remove directory', true));
+  async rmdir(path: string): Promise<void> {
+    const b = this.change(path, 'remove directory', true);
+    try {
+      await this.inner.rmdir(b);
+    } catch (err) {
+      if (!(err instanceof VfsError && err.code === 'ENOTEMPTY')) throw err;
+      if (!(await this.keepHidden(path, b, `rmdir ${path}`))) throw err;
+    }
+  }
+
+  /**
+   * The name of a kept directory of `path` (view path, beside it): the first free one
+   * (`which: 'free'`), or the last one there is (`'last'`, null if none).
+   */
+  private async keptAt(root: CompiledRoot, path: string, which: 'free' | 'last'): Promise<string | null> {
+    const name = path.slice(path.lastIndexOf('/') + 1);
+    const parent = parentOf(path);
+    // a name too long to carry the prefix goes by its hash
+    const base = POLICY_DEFAULTS.keptPrefix.length + 12 + Buffer.byteLength(name) > 255 ? `#${createHash('sha256').update(name).digest('hex').slice(0, 32)}` : name;
+    let last: string | null = null;
+    for (let n = 1; ; n++) {
+      const p = joinPath(parent, `${POLICY_DEFAULTS.keptPrefix}${n}.${base}`);
+      const st = this.inner.tryStat ? await this.inner.tryStat(root.toBackend(p)) : await this.inner.stat(root.toBackend(p)).catch(() => null);
+      if (st === null) return which === 'free' ? p : last;
+      last = p;
+    }
+  }
+
+  /**
+   * `path` looks empty to the program but its directory still holds names the policy hides. A
+   * program expects an empty directory to go (rmdir, or a rename over it); an ENOTEMPTY, or any
+   * refusal, would tell it that hidden names are there, and deleting them would destroy what it
+   * was never allowed to see. So the directory is moved aside, hidden names and all, to a kept
+   * name beside it (hidden in every view), and a later mkdir of the name (a rollback's
+   * included) brings it back. The operator is told at warn. False when a visible name is there:
+   * the ENOTEMPTY is then the truth.
+   */
+  private async keepHidden(path: string, backendPath: string, what: string): Promise<boolean> {
+    const root = this.policy.locate(path);
+    if (!(root instanceof CompiledRoot)) return false;
+    const ents = await this.inner.readdir(backendPath);
+    if (ents.length === 0 || ents.some((e) => !root.isHidden(joinPath(path, e.name)))) return false;
+    const kept = (await this.keptAt(root, path, 'free')) as string;
+    await this.inner.rename(backendPath, root.toBackend(kept));
+    this.usage.kept++;
+    const h = this.usage.hiddenOf(root);
+    if (h) h.files++;
+    this.log?.warn(
+      { path, kept: `${this.inner.location}${root.toBackend(kept)}`, hidden: ents.map((e) => e.name).slice(0, 20) },
+      `${what}: the directory still held ${ents.length} name(s) the policy hides; kept them in ${this.inner.location}${root.toBackend(kept)} instead of answering ENOTEMPTY (which would reveal them) or deleting them; a mkdir of ${path} brings them back`,
+    );
+    return true;
   }
 
   unlink(path: string): Promise<void> {
@@ -260,7 +329,14 @@ export class PolicyView implements Backend {
     const x = sameRoot('rename', from, a, to, b);
     if (x) throw x;
     this.made(to);
-    return this.inner.rename(a.toBackend(from), b.toBackend(to));
+    try {
+      return await this.inner.rename(a.toBackend(from), b.toBackend(to));
+    } catch (err) {
+      // over a directory that looks empty but holds hidden names: keep them aside, as rmdir does
+      if (!(err instanceof VfsError && (err.code === 'ENOTEMPTY' || err.code === 'EEXIST'))) throw err;
+      if (!(await this.keepHidden(to, b.toBackend(to), `rename ${from} to ${to}`))) throw err;
+      return this.inner.rename(a.toBackend(from), b.toBackend(to));
+    }
   }
 
   symlink(target: string, path: string): Promise<void> {

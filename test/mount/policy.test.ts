@@ -1,8 +1,8 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CLI, RUNNING_BINDING, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, logsMatching, RUNNING_BINDING, run, sh, startMount, type TestMount } from '../helpers/mount.js';
 import { putFiles } from '../helpers/policy.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
@@ -193,6 +193,9 @@ describe('mount --policy: the case file as written', () => {
     expect(policy).toMatch(/quota: 50 MiB, 1000 files/);
     expect(policy).toMatch(/\/Tools {2}read-only/);
     expect(policy).toMatch(/hidden everywhere.*\*\*\/\.env, \*\*\/\*\.pem/);
+    // root names only: nothing of where the workspace, the policy file or the journal are
+    expect(policy).not.toContain(pm.dir);
+    expect(policy).not.toContain(fs.realpathSync(pm.dir));
     expect(sh('cat .ledgerfs/usage', mnt)).toMatch(/\/Tools\s+ro\s+not counted/);
     expect(run('echo x > .ledgerfs/policy', mnt).stderr).toMatch(/Read-only file system/);
     expect(run('rm .ledgerfs/usage', mnt).stderr).toMatch(/Read-only file system/);
@@ -271,6 +274,40 @@ describe('mount --policy: command line', () => {
       expect(bad.status).toBe(2);
       expect(bad.stderr).toMatch(/nope\.yaml: cannot read the mount file \(it does not exist\)/);
     } finally {
+      rmTemp(dir);
+    }
+  });
+});
+
+describe('mount --policy: rmdir never tells that hidden names exist', () => {
+  it('rm -r of a directory that still holds a hidden .env succeeds, the .env is kept aside (told to the operator), and rollback puts it back exactly', async () => {
+    const dir = makeTemp('policy-rmdir');
+    const ws = path.join(dir, 'ws');
+    const state = path.join(dir, 'state');
+    putFiles(ws, { 'w/d/.env': 'TOKEN=1\n', 'w/d/x.md': 'x\n', 'w/d/sub/id.pem': 'KEY', 'w/e.txt': 'e\n' });
+    fs.writeFileSync(path.join(dir, 'p.yaml'), 'backend: {type: local, path: ./ws}\nroots: [{path: /w, mode: rw, quota: {files: 100}}]\nhide: ["**/.env", "**/*.pem"]\n');
+    const tree = () => execFileSync('find', [ws, '-printf', '%P %y %s %m\\n'], { encoding: 'utf8' }).split('\n').sort().join('\n');
+    const before = tree();
+    let m: TestMount | undefined;
+    try {
+      m = await startMount({ src: ws, omitSource: true, args: ['--policy', path.join(dir, 'p.yaml'), '--state', state, '--session', 'rm'] });
+      expect(sh('ls -A w/d w/d/sub', m.mnt)).toBe('w/d:\nsub\nx.md\n\nw/d/sub:\n');
+      sh('rm -r w/d', m.mnt); // ENOTEMPTY would have said that something hidden is there
+      expect(sh('ls -A w', m.mnt)).toBe('e.txt\n');
+      expect(run('ls w/d', m.mnt).stderr).toMatch(/No such file or directory/);
+      expect(fs.readFileSync(path.join(ws, 'w/.ledgerfs-kept.1.d/.env'), 'utf8')).toBe('TOKEN=1\n');
+      const warned = (await logsMatching(m, /still held/)).split('\n').filter((l) => l.includes('still held'));
+      expect(warned.length).toBe(2); // d/sub, then d
+      expect(warned[1]).toMatch(/"level":40/);
+      expect(warned[1]).toContain(`kept them in ${fs.realpathSync(ws)}/w/.ledgerfs-kept.1.d`);
+      expect(sh('cat .ledgerfs/denials', m.mnt)).toMatch(/^# no refusals yet/);
+
+      const rb = spawnSync(process.execPath, [CLI, 'rollback', '--state', state, '--session', 'rm'], { encoding: 'utf8', timeout: 60_000 });
+      expect(rb.status, rb.stderr + rb.stdout).toBe(0);
+      expect(tree()).toBe(before);
+      expect(m.errors()).toEqual([]);
+    } finally {
+      await m?.stop();
       rmTemp(dir);
     }
   });

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openWorkspace } from '../../src/app/workspace.js';
+import { describePolicy } from '../../src/policy/describe.js';
 import type { Caller } from '../../src/vfs/pipeline.js';
 import { CASE_FILES, CASE_POLICY, policyFixture, putFiles, type PolicyFixture } from '../helpers/policy.js';
 import { expectCode, makeTemp, rmTemp } from '../helpers/tmp.js';
@@ -222,11 +223,13 @@ describe('policy stage: usage stays exact', () => {
     });
     fs.symlinkSync('notes.md', path.join(fx.src, 'projects/Wilson-MVA/ln'));
     fs.linkSync(path.join(fx.src, 'projects/Wilson-MVA/d/e/f.txt'), path.join(fx.src, 'projects/Wilson-MVA/hard.txt'));
-    // notes.md .env intake intake/form.pdf d d/e d/e/f.txt(=hard.txt) ln
-    expect(await fx.recount(0)).toEqual({ bytes: 6 + 9 + 3 + 5 + 8, files: 8 });
+    // notes.md intake intake/form.pdf d d/e d/e/f.txt(=hard.txt) ln; .env is hidden: apart
+    expect(await fx.recount(0)).toEqual({ bytes: 6 + 3 + 5 + 8, files: 7 });
     // the fixture counted before the symlink and link were made beside it: a fresh mount agrees
     const ws = await openWorkspace({ policy: fx.file });
-    expect(ws.policy?.usage.of(ws.policy.compiled.roots[0] as never)).toEqual({ bytes: 31, files: 8 });
+    const root = ws.policy?.compiled.roots[0] as never;
+    expect(ws.policy?.usage.of(root)).toEqual({ bytes: 22, files: 7 });
+    expect(ws.policy?.usage.hiddenOf(root)).toEqual({ bytes: 9, files: 1 });
     await ws.backend.close();
   });
 
@@ -297,6 +300,76 @@ describe('policy stage: usage stays exact', () => {
     await expectCode(fx.vfs.symlink('x', `${W}/notes.md`), 'EEXIST');
     await expectCode(fx.vfs.mkdir(`${W}/no/such/dir`, 0o755), 'ENOENT');
     expect(fx.usage(0)).toEqual(before);
+  });
+});
+
+describe('policy view: nothing tells a program that hidden names exist', () => {
+  it('/.ledgerfs/policy names roots by their view paths only: no backend, source or file path', async () => {
+    const fx = await caseFixture();
+    const text = await fx.readFile('/.ledgerfs/policy');
+    expect(text).toMatch(/^  \/scratch {2}read-write$/m);
+    expect(text).toMatch(/^backend: a local directory$/m);
+    for (const host of [fx.src, fx.dir, fx.file, '/tmp-area', 'backend /']) expect(text).not.toContain(host);
+    // the operator's own description (policy check) says where everything is
+    const full = describePolicy(fx.policy.compiled);
+    expect(full).toContain(fx.src);
+    expect(full).toContain('(backend /tmp-area)');
+  });
+
+  it('hidden names cost nothing in the usage, quota and df the program sees', async () => {
+    // 1000 bytes of quota; 400 bytes of hidden key beside 6 of notes and 3 of form.pdf
+    const fx = await caseFixture(CASE_POLICY.replace('maxFileBytes: 400', 'maxFileBytes: 1000'), { ...CASE_FILES, 'projects/Wilson-MVA/id.pem': 'k'.repeat(400) });
+    expect(fx.usage(0)).toEqual({ bytes: 9, files: 3 });
+    expect(fx.policy.usage.hiddenOf(fx.policy.compiled.roots[0] as never)).toEqual({ bytes: 409, files: 2 });
+    const df = await fx.vfs.statfs(`${W}/notes.md`);
+    expect(df.bavail).toBe(Math.floor((1000 - 9) / df.bsize));
+    expect(df.ffree).toBe(10 - 3);
+    expect(await fx.readFile('/.ledgerfs/usage')).toContain(`${W} bytes=9 files=3 quota_bytes=1000`);
+    // the whole quota is the program's: 991 more bytes fit, one more does not
+    await fx.writeFile(`${W}/fill.txt`, 'f'.repeat(991));
+    await expectCode(fx.writeFile(`${W}/one.txt`, 'x'), 'EDQUOT');
+    expect(await fx.readFile('/.ledgerfs/denials')).not.toMatch(/pem|env|hidden/);
+    expect(fx.usage(0)).toEqual(await fx.recount(0));
+  });
+
+  it('rmdir of a directory holding only hidden names succeeds: they are kept beside it, and come back with the name', async () => {
+    const fx = await caseFixture(CASE_POLICY, { ...CASE_FILES, 'projects/Wilson-MVA/d/.env': 'A=1\n', 'projects/Wilson-MVA/d/sub/k.pem': 'K', 'projects/Wilson-MVA/d/v.md': 'v' });
+    const src = (p: string) => path.join(fx.src, 'projects/Wilson-MVA', p);
+    const start = fx.usage(0);
+    // a visible name left: the ENOTEMPTY is the truth
+    await expectCode(fx.vfs.rmdir(`${W}/d`), 'ENOTEMPTY');
+    await fx.vfs.unlink(`${W}/d/v.md`);
+    expect(await names(fx, `${W}/d/sub`)).toEqual([]);
+    // what rm -r does: the (seemingly) empty sub, then d
+    await fx.vfs.rmdir(`${W}/d/sub`);
+    expect(await names(fx, `${W}/d`)).toEqual([]);
+    await fx.vfs.rmdir(`${W}/d`);
+    await expectCode(fx.vfs.getattr(`${W}/d`), 'ENOENT');
+    expect(await names(fx, W)).toEqual(['intake', 'notes.md']);
+    // nothing hidden was deleted: the operator finds it beside, under a name no view shows
+    expect(fs.readFileSync(src('.ledgerfs-kept.1.d/.env'), 'utf8')).toBe('A=1\n');
+    expect(fs.readFileSync(src('.ledgerfs-kept.1.d/.ledgerfs-kept.1.sub/k.pem'), 'utf8')).toBe('K');
+    await expectCode(fx.vfs.getattr(`${W}/.ledgerfs-kept.1.d`), 'ENOENT');
+    await expectCode(fx.vfs.mkdir(`${W}/.ledgerfs-kept.1.d`, 0o755), 'EACCES');
+    expect(fx.usage(0)).toEqual({ bytes: start.bytes - 1, files: start.files - 3 });
+    expect(fx.usage(0)).toEqual(await fx.recount(0));
+    // the name made again: the directory comes back, still looking empty
+    await fx.vfs.mkdir(`${W}/d`, 0o700);
+    expect(await names(fx, `${W}/d`)).toEqual([]);
+    expect(fs.readFileSync(src('d/.env'), 'utf8')).toBe('A=1\n');
+    expect(fs.statSync(src('d')).mode & 0o777).toBe(0o700);
+    await fx.vfs.mkdir(`${W}/d/sub`, 0o755);
+    expect(fs.readFileSync(src('d/sub/k.pem'), 'utf8')).toBe('K');
+    expect(fs.readdirSync(src('.'))).not.toContain('.ledgerfs-kept.1.d');
+    expect(fx.usage(0)).toEqual(await fx.recount(0));
+    // a rename over it, as over an empty directory: it goes aside again
+    await fx.vfs.mkdir(`${W}/e`, 0o755);
+    await fx.writeFile(`${W}/e/n.md`, 'n');
+    await fx.vfs.rmdir(`${W}/d/sub`);
+    await fx.vfs.rename(`${W}/e`, `${W}/d`);
+    expect(await names(fx, `${W}/d`)).toEqual(['n.md']);
+    expect(fs.readFileSync(src('.ledgerfs-kept.1.d/.env'), 'utf8')).toBe('A=1\n');
+    expect(fx.usage(0)).toEqual(await fx.recount(0));
   });
 });
 
