@@ -13,8 +13,10 @@ import { policyFixture, putFiles, type PolicyFixture } from '../helpers/policy.j
 /*
  * Random operations under a random policy, through the core (Vfs over PolicyView + PolicyStage
  * over a real directory). After every operation:
- *  1. usage of every counted root equals a fresh recount of the backend;
- *  2. the backend changed only in ways the policy allows (see `forbidden` below).
+ *  1. usage of every counted root equals a fresh recount of the backend (hidden names apart);
+ *  2. the backend changed only in ways the policy allows (see `forbidden` below); a directory
+ *     kept aside for its hidden names (rmdir, rename over it, brought back by mkdir) is a move
+ *     that keeps every hidden node whole.
  * A refused operation must leave the backend exactly as it was.
  */
 
@@ -222,10 +224,25 @@ function forbidden(fx: PolicyFixture, o: Op, before: Map<string, Node>, after: M
     return undefined;
   };
 
+  // a directory that looked empty but held hidden names goes aside (rmdir, rename over it) to a
+  // kept name beside it, and comes back with a mkdir of its name: moves, nothing hidden lost
+  const kept = keptMoves(fx, o, before, after);
+  const inMove = (p: string) => kept.some(([a, b]) => isWithin(p, a) || isWithin(p, b));
+  for (const [from, to] of kept) {
+    for (const [p, n] of before) {
+      if (!isWithin(p, from)) continue;
+      const q = to + p.slice(from.length);
+      const m = after.get(q);
+      if (!m || m.type !== n.type || (n.type !== 'dir' && m.content !== n.content)) problems.push(`${p} was not kept whole at ${q}`);
+      const root = rootOf(p);
+      if (p !== from && root && !root.isHidden(root.toView(p))) problems.push(`${p} (visible) was kept aside`);
+    }
+  }
   const sizeByIno = new Map<number, number>();
   for (const n of before.values()) if (n.type === 'file') sizeByIno.set(n.ino, n.size);
   const touched = new Set<CompiledRoot>();
   for (const p of changed) {
+    if (inMove(p)) continue;
     const root = rootOf(p);
     if (!root) {
       problems.push(`${p} changed outside every root`);
@@ -259,12 +276,34 @@ function forbidden(fx: PolicyFixture, o: Op, before: Map<string, Node>, after: M
   return problems;
 }
 
+const KEPT = /^\.ledgerfs-kept\.\d+\./;
+
+/** The kept-directory moves this op made: [from, to] backend paths of directories. */
+function keptMoves(fx: PolicyFixture, o: Op, before: Map<string, Node>, after: Map<string, Node>): Array<[string, string]> {
+  const moves: Array<[string, string]> = [];
+  const base = (p: string) => p.slice(p.lastIndexOf('/') + 1);
+  const parent = (p: string) => p.slice(0, p.lastIndexOf('/'));
+  for (const [p, n] of after) {
+    if (n.type !== 'dir' || !KEPT.test(base(p)) || before.has(p)) continue;
+    // a new kept directory: its name says which directory went aside
+    const from = `${parent(p)}/${base(p).replace(KEPT, '')}`;
+    if (before.get(from)?.type === 'dir') moves.push([from, p]);
+  }
+  for (const [p, n] of before) {
+    if (n.type !== 'dir' || !KEPT.test(base(p)) || after.has(p)) continue;
+    const to = `${parent(p)}/${base(p).replace(KEPT, '')}`;
+    if (after.get(to)?.type === 'dir' && o.op === 'mkdir') moves.push([p, to]);
+  }
+  return moves;
+}
+
 function usageOf(nodes: Map<string, Node>, root: CompiledRoot): { bytes: number; files: number } {
   const seen = new Set<number>();
   let bytes = 0;
   let files = 0;
   for (const [p, n] of nodes) {
     if (!isWithin(p, root.source) || p === root.source) continue;
+    if (root.isHidden(root.toView(p))) continue; // hidden names cost the program nothing
     if (seen.has(n.ino)) continue;
     seen.add(n.ino);
     files++;
