@@ -395,10 +395,11 @@ export class LocalBackend implements Backend {
 
   /**
    * The open files at `path` are about to lose that name (unlink, or a rename over it): pin
-   * each, so it keeps a descriptor (reopened now if the pool had given it up). Returns them,
-   * for `lost` once the name is gone or `unpinAll` when the change failed.
+   * each, so it keeps a descriptor (reopened now if the pool had given it up). Returns them
+   * (for `lost` once the name is gone), and those this call pinned (to unpin if the change
+   * fails); refuses with EMFILE, pinning nothing, past the pinned share of the pool.
    */
-  private pinAt(path: string, what: string): LocalFile[] {
+  private pinAt(path: string, what: string): { files: LocalFile[]; pinned: LocalFile[] } {
     const files: LocalFile[] = [];
     for (let f: LocalFile | null = this.byPath.get(path) ?? null; f; f = f.nextAtPath) files.push(f);
     const pinned: LocalFile[] = [];
@@ -415,7 +416,7 @@ export class LocalBackend implements Backend {
       for (const f of pinned) this.pool.unpin(f);
       throw err;
     }
-    return files;
+    return { files, pinned };
   }
 
   /** The name of these (pinned) files is gone: they leave the path index. */
@@ -431,7 +432,7 @@ export class LocalBackend implements Backend {
     if (this.byPath.size === 0) return;
     const hit: LocalFile[] = [];
     for (const [p, head] of this.byPath) {
-      if (p === from || (p.length > from.length && isWithin(p, from))) for (let f: LocalFile | null = head; f; f = f.nextAtPath) hit.push(f);
+      if (isWithin(p, from)) for (let f: LocalFile | null = head; f; f = f.nextAtPath) hit.push(f);
     }
     for (const f of hit) this.unindex(f);
     for (const f of hit) {
@@ -616,10 +617,10 @@ export class LocalBackend implements Backend {
     try {
       sys(`unlink ${path}`, () => fs.unlinkSync(p));
     } catch (err) {
-      if (open) for (const f of open) this.pool.unpin(f);
+      if (open) for (const f of open.pinned) this.pool.unpin(f);
       throw err;
     }
-    if (open) this.lost(open);
+    if (open) this.lost(open.files);
   }
 
   async rename(from: string, to: string): Promise<void> {
@@ -629,10 +630,10 @@ export class LocalBackend implements Backend {
     try {
       sys(`rename ${from} -> ${to}`, () => fs.renameSync(a, b));
     } catch (err) {
-      if (replaced) for (const f of replaced) this.pool.unpin(f);
+      if (replaced) for (const f of replaced.pinned) this.pool.unpin(f);
       throw err;
     }
-    if (replaced) this.lost(replaced);
+    if (replaced) this.lost(replaced.files);
     this.moved(from, to);
   }
 
