@@ -41,7 +41,7 @@ root runs ledgerfs; --uid/--gid choose), without capabilities or new privileges 
 programs do not raise it), and under a seccomp filter that refuses mount, umount, pivot_root,
 chroot, unshare, setns, keyctl, ptrace, bpf, open_by_handle_at, module loading, reboot and
 kexec with EPERM. So even --uid 0 is root only in name: it cannot remount anything writable.
-Files it creates are owned on the backend by whoever runs the daemon, as always. --privileged
+Files it creates belong on the backend to the user who started the run. --privileged
 is the old way back (the program runs as you, as root with every capability): only for a
 program you trust as much as yourself. Without the filter (libseccomp-dev not installed when
 ledgerfs was built) run refuses unless --privileged.
