@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { Writable } from 'node:stream';
 import { type BindingName, ConfigError, DEFAULTS, gcsSource, loadMountFile, type LogLevel } from '../config/index.js';
 import { mountAt, unmountPath } from '../fuse/index.js';
-import { liveDaemon, newSessionId, realish, resolveStateDir, StateDirError, within } from '../journal/index.js';
+import { liveDaemon, newSessionId, realish, rememberedWorkspace, resolveStateDir, StateDirError, within } from '../journal/index.js';
 import { atProblem, bwrapArgs, checkNamespaces, defaultSandboxUser, findBwrap, SandboxError, sandboxFilter, type SandboxUser } from '../sandbox/index.js';
 import { UserError } from './errors.js';
 import { exitCodeOf, LinkedDaemonError, releaseDaemon, startLinkedDaemon, type LinkedDaemon } from './parent-link.js';
@@ -77,6 +77,23 @@ function checkReadOnlyPaths(ro: string[], guarded: { what: string; dir: string }
         fail(`--ro ${p} would show the program ${g.what} (${g.dir}) directly, past the policy; bind something that does not contain it`);
       }
     }
+  }
+}
+
+/**
+ * What a running mount (--mount) serves, as its journal remembers it: the backend directory, to
+ * be kept from the program like the flags' own. Nothing when the journal is not found or the
+ * policy no longer loads (the mount itself then says what it serves).
+ */
+function runningMountGuarded(stateDir: string | null): { what: string; dir: string }[] {
+  const w = stateDir ? rememberedWorkspace(stateDir) : null;
+  if (!w) return [];
+  if (w.source !== undefined) return gcsSource(w.source) ? [] : [{ what: 'the mount\'s source', dir: w.source }];
+  try {
+    const config = loadMountFile(w.policy as string);
+    return config.backend.type === 'local' ? [{ what: 'the mount\'s backend', dir: config.backend.path }] : [];
+  } catch {
+    return [];
   }
 }
 
@@ -281,8 +298,13 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
     if (pending) return exitCodeOf(null, pending);
     announce(ws, ws.daemon !== null);
 
-    // the program never reaches the journal (also a running mount's) or the backend
-    const hidden = [...guarded.map((g) => g.dir), ...(ws.stateDir ? [ws.stateDir] : [])];
+    // the program never reaches the journal or the backend, a running mount's included
+    if (ws.daemon === null) {
+      const theirs = [...(ws.stateDir ? [{ what: 'the mount\'s journal', dir: ws.stateDir }] : []), ...runningMountGuarded(ws.stateDir)];
+      checkReadOnlyPaths(o.ro, theirs);
+      guarded.push(...theirs);
+    }
+    const hidden = guarded.map((g) => g.dir);
     let args: string[];
     try {
       args = bwrapArgs({

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CLI } from '../helpers/mount.js';
+import { CLI, startMount } from '../helpers/mount.js';
 import { putFiles } from '../helpers/policy.js';
 import { sandboxDir, type RunOutcome, type SandboxDir } from '../helpers/sandbox.js';
 import { spawnSync } from 'node:child_process';
@@ -130,6 +130,29 @@ describe.skipIf(!asRoot)('ledgerfs run started as root: no way out of the sandbo
     expect(r.stdout).toMatch(/^viewed=# case$/m);
     expect(fs.existsSync(path.join(state, 'forged'))).toBe(false);
     expect(fs.existsSync(path.join(backend, 'case/new.txt'))).toBe(false);
+  });
+
+  it('with --mount, the running mount\'s journal and source are kept out too', async () => {
+    const base = fs.mkdtempSync('/opt/ledgerfs-escape-');
+    hostLitter.push(base);
+    const src = path.join(base, 'src');
+    const state = path.join(base, 'state');
+    putFiles(src, { 'notes.md': '# notes\n' });
+    const m = await startMount({ src, args: ['--state', state] });
+    try {
+      const r = await sb.run(['--mount', m.mnt, '--state', state, '--', 'sh', '-c', [
+        status('src', `cat ${src}/notes.md`),
+        status('state', `ls -A ${state} | grep .`),
+        'echo "viewed=$(cat notes.md)"',
+      ].join('\n')]);
+      expect(r.code, report(r)).toBe(0);
+      const s = statuses(r.stdout);
+      expect(s.src, report(r)).not.toBe(0);
+      expect(s.state, report(r)).not.toBe(0);
+      expect(r.stdout).toMatch(/^viewed=# notes$/m);
+    } finally {
+      await m.stop();
+    }
   });
 
   it('the seccomp filter refuses ptrace, name_to_handle_at and keyctl with EPERM', async () => {
