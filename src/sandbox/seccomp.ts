@@ -60,5 +60,10 @@ export function sandboxFilter(): Buffer | string {
       'install libseccomp-dev and rebuild: apt-get install -y libseccomp-dev && node scripts/build-native.mjs --force'
     );
   }
-  return a.sandboxFilter(REFUSED_SYSCALLS, ENOSYS_SYSCALLS, CLONE_NAMESPACE_FLAGS);
+  try {
+    return a.sandboxFilter(REFUSED_SYSCALLS, ENOSYS_SYSCALLS, CLONE_NAMESPACE_FLAGS);
+  } catch (err) {
+    // e.g. a libseccomp too old to know a system call of the list: no filter rather than a weaker one
+    return `the sandbox's seccomp filter cannot be made (${(err as Error).message}); a newer libseccomp (2.5.2 or later) is needed`;
+  }
 }
