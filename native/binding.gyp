@@ -1,4 +1,19 @@
 {
+  "variables": {
+    "with_seccomp%": "<!(pkg-config --exists libseccomp && echo 1 || echo 0)"
+  },
+  "conditions": [
+    ["with_seccomp==1", {
+      "targets": [
+        {
+          "target_name": "ledgerfs_seccomp",
+          "sources": ["ledgerfs_seccomp.c"],
+          "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+          "libraries": ["-lseccomp"]
+        }
+      ]
+    }]
+  ],
   "targets": [
     {
       "target_name": "ledgerfs_fuse3_ll",

@@ -3,7 +3,9 @@
 // low-level API; see native/README.md) and the local
 // store's helper addon, which links no libfuse (native/ledgerfs_local.c: openat2 beneath the
 // backend root, fallocate, copy_file_range and SEEK_DATA/SEEK_HOLE on fds, the open-file limit), with node-gyp
-// against Debian's libfuse3-dev. Run by `postinstall` after build-fuse-native.mjs.
+// against Debian's libfuse3-dev; and, when Debian's libseccomp-dev is there, the seccomp filter
+// of `ledgerfs run` (native/ledgerfs_seccomp.c; without it `run` refuses unless --privileged).
+// Run by `postinstall` after build-fuse-native.mjs.
 //
 //   node scripts/build-native.mjs [--force]
 //
@@ -18,8 +20,10 @@ import { buildProblem, nodeGypRebuild } from './build-lib.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const dir = join(root, 'native');
-const addons = ['ledgerfs_fuse3_ll', 'ledgerfs_local'].map((n) => join(dir, 'build', 'Release', `${n}.node`));
-const sources = ['ledgerfs_fuse3_ll.c', 'ledgerfs_napi.h', 'ledgerfs_common.h', 'ledgerfs_local.c', 'ledgerfs_beneath.c', 'ledgerfs_fdops.c', 'ledgerfs_limits.c', 'binding.gyp'].map((f) => join(dir, f));
+// the seccomp addon is built (and so expected) only where libseccomp's development files are
+const seccompProblem = buildProblem('libseccomp', 'libseccomp-dev');
+const addons = ['ledgerfs_fuse3_ll', 'ledgerfs_local', ...(seccompProblem ? [] : ['ledgerfs_seccomp'])].map((n) => join(dir, 'build', 'Release', `${n}.node`));
+const sources = ['ledgerfs_fuse3_ll.c', 'ledgerfs_napi.h', 'ledgerfs_common.h', 'ledgerfs_local.c', 'ledgerfs_beneath.c', 'ledgerfs_fdops.c', 'ledgerfs_limits.c', 'ledgerfs_seccomp.c', 'binding.gyp'].map((f) => join(dir, f));
 const force = process.argv.includes('--force');
 const tag = 'build-native:';
 
@@ -68,4 +72,5 @@ if (r.status !== 0) {
 for (const w of `${r.stdout}\n${r.stderr}`.split('\n').filter((l) => /warning:/.test(l))) console.error(`${tag} ${w}`);
 const v = verify();
 if (!v.ok) skip(`built, but ${addon} does not load: ${v.why}`);
+if (seccompProblem) console.error(`${tag} ledgerfs_seccomp NOT BUILT: ${seccompProblem}; \`ledgerfs run\` refuses to start a sandbox without its seccomp filter (unless --privileged)`);
 console.error(`${tag} ok in ${((Date.now() - t0) / 1000).toFixed(1)} s: ${addon} (libfuse ${v.version})`);

@@ -2,12 +2,16 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type { Writable } from 'node:stream';
 import { type BindingName, ConfigError, DEFAULTS, gcsSource, loadMountFile, type LogLevel } from '../config/index.js';
 import { mountAt, unmountPath } from '../fuse/index.js';
-import { liveDaemon, newSessionId, realish, resolveStateDir, StateDirError, within } from '../journal/index.js';
-import { atProblem, bwrapArgs, checkNamespaces, findBwrap, SandboxError } from '../sandbox/index.js';
+import { liveDaemon, newSessionId, realish, rememberedWorkspace, resolveStateDir, StateDirError, within } from '../journal/index.js';
+import { atProblem, bwrapArgs, checkNamespaces, defaultSandboxUser, findBwrap, SandboxError, sandboxFilter, type SandboxUser } from '../sandbox/index.js';
 import { UserError } from './errors.js';
 import { exitCodeOf, LinkedDaemonError, releaseDaemon, startLinkedDaemon, type LinkedDaemon } from './parent-link.js';
+
+/** bwrap's descriptor that carries the seccomp program (--seccomp 3) */
+const SECCOMP_FD = 3;
 
 /** `ledgerfs run`'s own failures (usage, bwrap, mount), told apart from the program's codes as docker does. */
 export const RUN_FAILED = 125;
@@ -26,6 +30,32 @@ export interface RunOptions {
   /** kernel binding of the mount run makes (default: DEFAULTS.binding) */
   binding?: BindingName;
   logLevel: LogLevel;
+  /** whom the program runs as (default: defaultSandboxUser()) */
+  uid?: string;
+  gid?: string;
+  /** the old way: the caller's own uid with its capabilities, no user namespace, no seccomp filter */
+  privileged?: boolean;
+}
+
+/** The largest id a user namespace maps (2^32 - 2: -1 means "no change" to the kernel). */
+const MAX_ID = 0xfffffffe;
+
+function idOption(flag: string, v: string): number {
+  const n = Number(v);
+  if (!/^\d+$/.test(v) || !Number.isSafeInteger(n) || n > MAX_ID) fail(`${flag} ${v}: expected a numeric id (0 to ${MAX_ID}), e.g. ${flag} 1000`);
+  return n;
+}
+
+/** Whom the program runs as, or null for --privileged. --uid alone gives the same number as gid. */
+export function sandboxUser(o: Pick<RunOptions, 'uid' | 'gid' | 'privileged'>): SandboxUser | null {
+  if (o.privileged) {
+    if (o.uid !== undefined || o.gid !== undefined) fail('--uid/--gid cannot be used with --privileged: a privileged program runs as the caller, capabilities and all');
+    return null;
+  }
+  const def = defaultSandboxUser();
+  const uid = o.uid !== undefined ? idOption('--uid', o.uid) : def.uid;
+  const gid = o.gid !== undefined ? idOption('--gid', o.gid) : o.uid !== undefined ? uid : def.gid;
+  return { uid, gid };
 }
 
 function fail(message: string): never {
@@ -47,6 +77,23 @@ function checkReadOnlyPaths(ro: string[], guarded: { what: string; dir: string }
         fail(`--ro ${p} would show the program ${g.what} (${g.dir}) directly, past the policy; bind something that does not contain it`);
       }
     }
+  }
+}
+
+/**
+ * What a running mount (--mount) serves, as its journal remembers it: the backend directory, to
+ * be kept from the program like the flags' own. Nothing when the journal is not found or the
+ * policy no longer loads (the mount itself then says what it serves).
+ */
+function runningMountGuarded(stateDir: string | null): { what: string; dir: string }[] {
+  const w = stateDir ? rememberedWorkspace(stateDir) : null;
+  if (!w) return [];
+  if (w.source !== undefined) return gcsSource(w.source) ? [] : [{ what: 'the mount\'s source', dir: w.source }];
+  try {
+    const config = loadMountFile(w.policy as string);
+    return config.backend.type === 'local' ? [{ what: 'the mount\'s backend', dir: config.backend.path }] : [];
+  } catch {
+    return [];
   }
 }
 
@@ -187,10 +234,19 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
   const problem = atProblem(o.at);
   if (problem) fail(problem);
 
+  const user = sandboxUser(o);
+  // no sandbox without its seccomp filter, unless asked for the old, privileged one
+  let filter: Buffer | null = null;
+  if (user) {
+    const f = sandboxFilter();
+    if (typeof f === 'string') fail(`${f}; or, to run the program with the caller's privileges and no filter, --privileged`);
+    filter = f;
+  }
+
   let bwrap: string;
   try {
     bwrap = findBwrap();
-    checkNamespaces(bwrap, o.network === true);
+    checkNamespaces(bwrap, o.network === true, user);
   } catch (err) {
     if (err instanceof SandboxError) fail(err.message);
     throw err;
@@ -242,15 +298,31 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
     if (pending) return exitCodeOf(null, pending);
     announce(ws, ws.daemon !== null);
 
+    // the program never reaches the journal or the backend, a running mount's included
+    if (ws.daemon === null) {
+      const theirs = [...(ws.stateDir ? [{ what: 'the mount\'s journal', dir: ws.stateDir }] : []), ...runningMountGuarded(ws.stateDir)];
+      checkReadOnlyPaths(o.ro, theirs);
+      guarded.push(...theirs);
+    }
+    const hidden = guarded.map((g) => g.dir);
     let args: string[];
     try {
-      args = bwrapArgs({ workspace: ws.mountpoint, at: o.at, network: o.network === true, readOnly: o.ro, command });
+      args = bwrapArgs({
+        workspace: ws.mountpoint, at: o.at, network: o.network === true, readOnly: o.ro, command,
+        user, ...(filter ? { seccompFd: SECCOMP_FD } : {}), hidden,
+      });
     } catch (err) {
       if (err instanceof SandboxError) fail(err.message);
       throw err;
     }
-    // its own process group: a Ctrl-C at the terminal reaches us, and we hand it to the program
-    const child = spawn(bwrap, args, { stdio: 'inherit', detached: true });
+    // its own process group: a Ctrl-C at the terminal reaches us, and we hand it to the program.
+    // bwrap reads the seccomp program from its fd 3 up to the end, and closes it.
+    const child = spawn(bwrap, args, { stdio: ['inherit', 'inherit', 'inherit', filter ? 'pipe' : 'ignore'], detached: true });
+    const filterPipe = child.stdio[SECCOMP_FD] as Writable | null;
+    if (filter && filterPipe) {
+      filterPipe.on('error', () => undefined); // bwrap failed before reading: its exit code tells
+      filterPipe.end(filter);
+    }
     sandbox = child;
     const done = new Promise<number>((resolve) => {
       child.once('exit', (code, signal) => resolve(exitCodeOf(code, signal)));

@@ -19,6 +19,9 @@ export function registerRunCommand(program: Command): void {
         .argParser((v: string, all: string[]) => [...all, v])
         .default([], 'none'),
     )
+    .option('--uid <n>', `the program's uid in its user namespace (default: yours; when root runs this, ${DEFAULTS.run.rootUser.uid}); even 0 there has no capabilities`)
+    .option('--gid <n>', `the program's gid (default: yours; when root runs this, ${DEFAULTS.run.rootUser.gid}; with --uid alone, the same number)`)
+    .option('--privileged', 'no user namespace, capabilities or seccomp filter: the program runs as you (as root: real root). Only for programs you trust')
     .option('--mount <mountpoint>', 'use this running `ledgerfs mount` instead of mounting (left mounted; its session is the mount\'s)')
     .option('--allow-other', 'mount with allow_other (other users and containers may use the mount too)')
     .addOption(new Option('--binding <name>', `kernel binding of the mount, as for \`ledgerfs mount\` (default: ${DEFAULTS.binding})`).choices(BINDING_NAMES as string[]))
@@ -29,8 +32,19 @@ export function registerRunCommand(program: Command): void {
 The program sees: the workspace read-write at --at (its working directory, and
 $LEDGERFS_WORKSPACE), the host's /usr, /etc, /opt read-only, a private /tmp (HOME is
 /tmp/home), its own /proc and /dev, no network unless --network, and nothing else of the host:
-the rest of the sandbox's root is read-only. It runs in new PID/IPC/UTS namespaces and a new
+the rest of the sandbox's root is read-only, and the journal and the backend are covered even
+where they lie below /usr, /etc or /opt. It runs in new user/PID/IPC/UTS namespaces and a new
 session, with an environment cleared down to ${DEFAULTS.run.passEnv.slice(0, 4).join(', ')}, ... (see the README).
+
+Whom it runs as: an ordinary uid in its own user namespace (yours, or ${DEFAULTS.run.rootUser.uid}:${DEFAULTS.run.rootUser.gid} when
+root runs ledgerfs; --uid/--gid choose), without capabilities or new privileges (setuid
+programs do not raise it), and under a seccomp filter that refuses mount, umount, pivot_root,
+chroot, unshare, setns, keyctl, ptrace, bpf, open_by_handle_at, module loading, reboot and
+kexec with EPERM. So even --uid 0 is root only in name: it cannot remount anything writable.
+Files it creates belong on the backend to the user who started the run. --privileged
+is the old way back (the program runs as you, as root with every capability): only for a
+program you trust as much as yourself. Without the filter (libseccomp-dev not installed when
+ledgerfs was built) run refuses unless --privileged.
 stdin, stdout and stderr are the program's; the run exits with the program's exit code (128+N
 if a signal N killed it; ${RUN_FAILED} if ledgerfs run itself failed: bwrap missing, no user
 namespaces, the workspace could not be mounted). Ctrl-C, SIGTERM and SIGHUP are passed to the

@@ -82,6 +82,8 @@ export const DEFAULTS = {
     daemonExitExtraSec: 10,
     /** a daemon whose `run` died looks for sandboxes still on its mount at these delays */
     orphanSweepMs: [100, 300, 1000, 3000],
+    /** whom the program runs as (in its user namespace, without capabilities) when root started `run` and --uid/--gid do not say */
+    rootUser: { uid: 1000, gid: 1000 },
     /** variables passed from the caller's environment into the sandbox (everything else is cleared) */
     passEnv: ['PATH', 'TERM', 'LANG', 'LANGUAGE', 'LC_ALL', 'LC_CTYPE', 'LC_MESSAGES', 'TZ', 'USER', 'LOGNAME'],
   },

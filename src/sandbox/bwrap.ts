@@ -12,6 +12,35 @@ export interface SandboxSpec {
   /** host paths bound read-only at the same path */
   readOnly: string[];
   command: string[];
+  /**
+   * Whom the program runs as: that uid/gid in a new user namespace, with no capabilities, no new
+   * privileges and the seccomp filter at `seccompFd`; null (--privileged) is the caller itself,
+   * capabilities and all.
+   */
+  user: SandboxUser | null;
+  /** bwrap's descriptor that holds the seccomp program (needed unless user is null) */
+  seccompFd?: number;
+  /**
+   * Host paths the program must never reach (the journal, the backend): where a read-only bind
+   * would show one, an empty read-only tmpfs covers it.
+   */
+  hidden: string[];
+}
+
+export interface SandboxUser {
+  uid: number;
+  gid: number;
+}
+
+/**
+ * Whom the program runs as unless --uid/--gid say otherwise: the caller's own ids, or, when root
+ * started `run`, DEFAULTS.run.rootUser (an ordinary user, not nobody: nobody is also how every
+ * file of an unmapped owner shows inside, and the program would take those for its own).
+ */
+export function defaultSandboxUser(): SandboxUser {
+  const uid = process.getuid?.() ?? 0;
+  if (uid !== 0) return { uid, gid: process.getgid?.() ?? uid };
+  return { ...DEFAULTS.run.rootUser };
 }
 
 /** Host system directories the program may read (never write); missing ones are skipped. */
@@ -43,15 +72,20 @@ export function findBwrap(): string {
   throw new SandboxError('bubblewrap (bwrap) is not installed or not on PATH: apt-get install -y bubblewrap');
 }
 
-/** The namespaces a sandbox gets; the probe asks for exactly these. */
-function namespaceArgs(network: boolean): string[] {
-  return ['--unshare-pid', '--unshare-ipc', '--unshare-uts', ...(network ? [] : ['--unshare-net'])];
+/**
+ * The namespaces a sandbox gets; the probe asks for exactly these. A user namespace unless
+ * privileged (in which the program's uid is its own, and no user namespace can be made again:
+ * there it would get every capability back).
+ */
+function namespaceArgs(network: boolean, user: SandboxUser | null): string[] {
+  const userArgs = user ? ['--unshare-user', '--disable-userns', '--uid', String(user.uid), '--gid', String(user.gid), '--cap-drop', 'ALL'] : [];
+  return [...userArgs, '--unshare-pid', '--unshare-ipc', '--unshare-uts', ...(network ? [] : ['--unshare-net'])];
 }
 
 /** bwrap needs new namespaces; as non-root it needs unprivileged user namespaces. */
-export function checkNamespaces(bwrap: string, network = false): void {
+export function checkNamespaces(bwrap: string, network = false, user: SandboxUser | null = defaultSandboxUser()): void {
   try {
-    execFileSync(bwrap, [...namespaceArgs(network), '--ro-bind', '/', '/', '--', 'true'], { stdio: 'pipe' });
+    execFileSync(bwrap, [...namespaceArgs(network, user), '--ro-bind', '/', '/', '--', 'true'], { stdio: 'pipe' });
   } catch (err) {
     const msg = ((err as { stderr?: Buffer }).stderr?.toString() ?? String(err)).trim();
     throw new SandboxError(
@@ -72,15 +106,53 @@ export function atProblem(at: string): string | null {
 }
 
 /** A system path that is a symlink on the host (merged /usr: /bin -> usr/bin) is recreated. */
-function systemLink(host: string, args: string[]): void {
+function systemLink(host: string, args: string[], bound: string[]): void {
   let st: fs.Stats;
   try {
     st = fs.lstatSync(host);
   } catch {
     return;
   }
-  if (st.isSymbolicLink()) args.push('--symlink', fs.readlinkSync(host), host);
-  else args.push('--ro-bind', host, host);
+  if (st.isSymbolicLink()) {
+    args.push('--symlink', fs.readlinkSync(host), host);
+  } else {
+    args.push('--ro-bind', host, host);
+    bound.push(host);
+  }
+}
+
+const realish = (p: string): string => {
+  try {
+    return fs.realpathSync(p);
+  } catch {
+    return path.resolve(p);
+  }
+};
+const inside = (p: string, dir: string): boolean => dir === '/' || p === dir || p.startsWith(`${dir}/`);
+
+/**
+ * The journal and the backend may lie below a directory the sandbox shows read-only (a source in
+ * /opt, a state dir in /etc): cover each with an empty read-only tmpfs, so the program reads
+ * nothing there past the policy. One that holds such a directory cannot be covered without
+ * taking the system away: refuse.
+ */
+function coverArgs(hidden: string[], bound: string[]): string[] {
+  const out: string[] = [];
+  const binds = bound.map((b) => ({ at: b, real: realish(b) }));
+  for (const h of hidden) {
+    const real = realish(h);
+    for (const b of binds) {
+      if (inside(b.real, real)) {
+        throw new SandboxError(`${h} holds ${b.at}, which the sandbox shows the program read-only: move it out of ${b.at} (or run it as a --source of its own)`);
+      }
+      if (inside(real, b.real)) {
+        // the same path inside the sandbox as on the host, whatever link led there
+        const at = path.join(b.at, path.relative(b.real, real));
+        out.push('--tmpfs', at, '--remount-ro', at);
+      }
+    }
+  }
+  return out;
 }
 
 /**
@@ -120,16 +192,29 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   const problem = atProblem(spec.at);
   if (problem) throw new SandboxError(problem);
   const at = path.resolve(spec.at);
-  const args = ['--die-with-parent', '--new-session', ...namespaceArgs(spec.network), '--hostname', 'ledgerfs-sandbox', '--clearenv'];
-  for (const d of SYSTEM_DIRS) if (fs.existsSync(d)) args.push('--ro-bind', d, d);
-  for (const l of LINK_DIRS) systemLink(l, args);
-  if (spec.network) args.push(...resolverArgs());
+  if (spec.user && spec.seccompFd === undefined) throw new SandboxError('internal: a sandbox without --privileged needs its seccomp filter');
+  const args = ['--die-with-parent', '--new-session', ...namespaceArgs(spec.network, spec.user), '--hostname', 'ledgerfs-sandbox', '--clearenv'];
+  if (spec.user) args.push('--seccomp', String(spec.seccompFd));
+  const bound: string[] = [];
+  for (const d of SYSTEM_DIRS) {
+    if (!fs.existsSync(d)) continue;
+    args.push('--ro-bind', d, d);
+    bound.push(d);
+  }
+  for (const l of LINK_DIRS) systemLink(l, args, bound);
+  if (spec.network) {
+    const resolver = resolverArgs();
+    args.push(...resolver);
+    if (resolver.length) bound.push(resolver[1] as string);
+  }
   args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--dir', HOME);
   for (const p of spec.readOnly) {
     const abs = path.resolve(p);
     if (!fs.existsSync(abs)) throw new SandboxError(`--ro ${p}: no such file or directory on the host`);
     args.push('--ro-bind', abs, abs);
+    bound.push(abs);
   }
+  args.push(...coverArgs(spec.hidden, bound));
   args.push('--bind', spec.workspace, at, '--remount-ro', '/', '--chdir', at, ...sandboxEnv(spec));
   args.push('--', ...spec.command);
   return args;

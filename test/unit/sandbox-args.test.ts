@@ -1,0 +1,52 @@
+import fs from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { bwrapArgs, sandboxFilter, type SandboxSpec } from '../../src/sandbox/index.js';
+
+const spec = (over: Partial<SandboxSpec>): SandboxSpec => ({
+  workspace: '/tmp/ws', at: '/workspace', network: false, readOnly: [], command: ['true'],
+  user: { uid: 1000, gid: 1000 }, seccompFd: 3, hidden: [], ...over,
+});
+
+/** the argument after each occurrence of `flag` */
+const after = (args: string[], flag: string) => args.flatMap((a, i) => (a === flag ? [args[i + 1]] : []));
+
+describe('bwrapArgs: who the program is and what it cannot see', () => {
+  it('an unprivileged sandbox: its own user namespace, its uid/gid, no capabilities, the seccomp filter', () => {
+    const args = bwrapArgs(spec({ user: { uid: 4242, gid: 4343 } }));
+    for (const f of ['--unshare-user', '--disable-userns']) expect(args).toContain(f);
+    expect(after(args, '--uid')).toEqual(['4242']);
+    expect(after(args, '--gid')).toEqual(['4343']);
+    expect(after(args, '--cap-drop')).toEqual(['ALL']);
+    expect(after(args, '--seccomp')).toEqual(['3']);
+    // options come before the command
+    expect(args.indexOf('--seccomp')).toBeLessThan(args.indexOf('--'));
+  });
+
+  it('--privileged: none of that', () => {
+    const args = bwrapArgs(spec({ user: null, seccompFd: undefined }));
+    for (const f of ['--unshare-user', '--disable-userns', '--uid', '--gid', '--cap-drop', '--seccomp']) expect(args).not.toContain(f);
+  });
+
+  it('never an unprivileged sandbox without its filter', () => {
+    expect(() => bwrapArgs(spec({ seccompFd: undefined }))).toThrow(/seccomp/);
+  });
+
+  it('a journal or backend below a read-only bind is covered by a read-only tmpfs; one holding a bound directory is refused', () => {
+    const dir = fs.existsSync('/opt') ? '/opt' : '/usr';
+    const args = bwrapArgs(spec({ hidden: [`${dir}/some-state`, '/var/tmp/elsewhere'] }));
+    expect(after(args, '--tmpfs')).toEqual(['/tmp', `${dir}/some-state`]);
+    expect(after(args, '--remount-ro')).toEqual([`${dir}/some-state`, '/']);
+    // the cover comes after the bind it covers
+    expect(args.indexOf(`${dir}/some-state`)).toBeGreaterThan(args.lastIndexOf(dir));
+    expect(() => bwrapArgs(spec({ hidden: ['/'] }))).toThrow(/holds \/usr, which the sandbox shows the program read-only/);
+    expect(after(bwrapArgs(spec({ hidden: ['/var/tmp/x'], readOnly: ['/var/tmp'] })), '--tmpfs')).toEqual(['/tmp', '/var/tmp/x']);
+    expect(() => bwrapArgs(spec({ hidden: ['/var'], readOnly: ['/var/tmp'] }))).toThrow(/^\/var holds \/var\/(lib\/dpkg|tmp), which the sandbox shows the program read-only/);
+  });
+
+  it('the filter is a BPF program from libseccomp (a whole number of 8-byte instructions)', () => {
+    const f = sandboxFilter();
+    expect(typeof f, String(f)).not.toBe('string');
+    expect((f as Buffer).length % 8).toBe(0);
+    expect((f as Buffer).length).toBeGreaterThan(8 * 20);
+  });
+});
