@@ -6,7 +6,7 @@
  *   *        any characters except '/' (dot files included)
  *   ?        one character except '/'
  *   [abc] [a-z] [!abc]   one character of / not of a set (never '/')
- *   {a,b}    alternatives (within one path component)
+ *   {a,b}    alternatives (within one path component); `{a}`, with no comma, is literal
  *   **       as a whole component: zero or more components
  *   \x       the character x itself
  * A pattern without '/' (other than a trailing one) matches at any depth: `*.pem` is `**\/*.pem`.
@@ -73,6 +73,11 @@ function componentToRe(seg: string, pattern: string): string {
       }
       if (j >= seg.length) throw new Error(`glob ${JSON.stringify(pattern)} has a "{" without a closing "}"`);
       alts.push(seg.slice(start, j));
+      if (alts.length === 1) {
+        // as in sh, gitignore and picomatch: braces without a comma are the characters themselves
+        re += escapeRe('{');
+        continue;
+      }
       re += '(?:' + alts.map((a) => componentToRe(a, pattern)).join('|') + ')';
       i = j;
     } else {

@@ -73,7 +73,15 @@ export class PolicyView implements Backend {
     this.location = inner.location;
     this.capabilities = inner.capabilities;
     if (!inner.keepCopy) this.keepCopy = undefined;
+    if (!inner.copyOut) this.copyOut = undefined;
   }
+
+  /**
+   * Not offered through the view: the vfs above lists with readdir, and the metadata caches that
+   * use these sit below the view. Declared so that the exhaustiveness check below holds.
+   */
+  readonly readdirPlus: undefined = undefined;
+  readonly readdirTree: undefined = undefined;
 
   // ---- synthesized nodes ---------------------------------------------------------------------
 
@@ -160,6 +168,21 @@ export class PolicyView implements Backend {
     return this.fileAttr(this.snapshot(loc.name, true).length, loc.ino);
   }
 
+  /** stat without the cost of an exception for what is absent (the journal asks before every create). */
+  async tryStat(path: string): Promise<Attr | null> {
+    const loc = this.policy.locate(path);
+    if (loc?.kind !== 'root') return loc === null ? null : this.stat(path);
+    if (loc.isHidden(path)) return null;
+    const b = loc.toBackend(path);
+    const attr = this.inner.tryStat ? await this.inner.tryStat(b) : await this.inner.stat(b).catch((err: unknown) => {
+      if (err instanceof VfsError && (err.code === 'ENOENT' || err.code === 'ENOTDIR')) return null;
+      throw err;
+    });
+    if (attr === null) this.missing = path;
+    else if (this.missing === path) this.missing = null; // it appeared beside the mount
+    return attr;
+  }
+
   async readdir(path: string): Promise<DirEntry[]> {
     const loc = this.policy.locate(path);
     if (loc === null) throw new VfsError('ENOENT', `${path} does not exist in this view`);
@@ -196,6 +219,13 @@ export class PolicyView implements Backend {
     const loc = this.policy.locate(path);
     if (loc?.kind !== 'root' || loc.isHidden(path)) return Promise.resolve(null);
     return (this.inner.keepCopy as NonNullable<Backend['keepCopy']>).call(this.inner, loc.toBackend(path), size);
+  }
+
+  /** Before-images copied by the store (a reflink on the local backend), for a file in a root. */
+  copyOut?(path: string, hostFile: string): Promise<void> {
+    const loc = this.policy.locate(path);
+    if (loc?.kind !== 'root' || loc.isHidden(path)) return Promise.reject(new VfsError('ENOENT', `${path} does not exist in this view`));
+    return (this.inner.copyOut as NonNullable<Backend['copyOut']>).call(this.inner, loc.toBackend(path), hostFile);
   }
 
   async open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
@@ -410,3 +440,12 @@ export class PolicyView implements Backend {
     return this.inner.close();
   }
 }
+
+/**
+ * Every Backend method, optional ones included, is translated by PolicyView or declared absent on
+ * purpose: a method added to Backend fails to compile here until the view says what it means.
+ * (A forwarding base would pass an unlisted method through with view paths and hidden names.)
+ */
+export type PolicyViewCoversBackend = Exclude<keyof Backend, keyof PolicyView> extends never ? true : never;
+const covers: PolicyViewCoversBackend = true;
+void covers;

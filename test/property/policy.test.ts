@@ -312,8 +312,10 @@ function usageOf(nodes: Map<string, Node>, root: CompiledRoot): { bytes: number;
   return { bytes, files };
 }
 
+const RUNS = Number(process.env.LEDGERFS_PROPERTY_RUNS ?? 150);
+
 describe('property: policy', () => {
-  it('random operations under random policies never leave a forbidden change, and usage equals a fresh recount', async () => {
+  it(`random operations under random policies never leave a forbidden change, and usage equals a fresh recount (${RUNS} cases)`, async () => {
     await fc.assert(
       fc.asyncProperty(policyArb.chain((spec) => opsArb(spec).map((ops) => ({ spec, ops }))), async ({ spec, ops }) => {
         const fx = await policyFixture(policyYaml(spec), (src) => putFiles(src, INITIAL));
@@ -351,7 +353,7 @@ describe('property: policy', () => {
         }
       }),
       {
-        numRuns: Number(process.env.LEDGERFS_PROPERTY_RUNS ?? 150),
+        numRuns: RUNS,
         ...(process.env.LEDGERFS_PROPERTY_SEED ? { seed: Number(process.env.LEDGERFS_PROPERTY_SEED), path: process.env.LEDGERFS_PROPERTY_PATH } : {}),
       },
     );

@@ -160,7 +160,7 @@ describe('property: rollback to any point restores it exactly, and is itself und
     return daemonRequest<RollbackResult>(d, { cmd: 'rollback', request: req });
   };
 
-  it('random operation sequences', async () => {
+  it(`random operation sequences (${RUNS} cases)`, async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(opArb, { minLength: 5, maxLength: 40, size: 'large' }), fc.array(fc.nat(), { minLength: 3, maxLength: 3 }), async (ops, picks) => {
         const dir = `run-${++run}`;

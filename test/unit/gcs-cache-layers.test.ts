@@ -7,6 +7,7 @@ import { MetadataCacheLayer } from '../../src/backend/layers/metadata-cache.js';
 import { ReadCacheLayer } from '../../src/backend/layers/read-cache.js';
 import { ForwardingLayer } from '../../src/backend/layers/forward.js';
 import type { Backend, BackendFile, OpenMode } from '../../src/core/backend.js';
+import { FakeClock } from '../../src/core/clock.js';
 import { gcsBackendPerTest } from '../helpers/gcs-emulator.js';
 import { expectCode } from '../helpers/tmp.js';
 
@@ -55,8 +56,10 @@ async function walked(c: MetadataCacheLayer, pages = 1): Promise<void> {
 
 describe('MetadataCacheLayer', () => {
   let c: MetadataCacheLayer;
+  let clock: FakeClock;
   beforeEach(() => {
-    c = new MetadataCacheLayer(gcs, { ttlMs: 400, maxEntries: 1000, maxListings: 100 });
+    clock = new FakeClock();
+    c = new MetadataCacheLayer(gcs, { ttlMs: 400, maxEntries: 1000, maxListings: 100, clock });
   });
 
   it('answers a repeated stat, and a repeated miss, without asking GCS', async () => {
@@ -147,7 +150,10 @@ describe('MetadataCacheLayer', () => {
     await put('other', 'x');
     expect((await c.stat('/o.txt')).size).toBe(3);
     await expectCode(c.stat('/other'), 'ENOENT');
-    await new Promise((r) => setTimeout(r, 450));
+    clock.advance(399);
+    expect((await c.stat('/o.txt')).size).toBe(3);
+    await expectCode(c.stat('/other'), 'ENOENT');
+    clock.advance(2);
     expect((await c.stat('/o.txt')).size).toBe(5);
     expect((await c.stat('/other')).size).toBe(1);
   });
@@ -168,7 +174,7 @@ describe('MetadataCacheLayer', () => {
     // the TTL holds for what a walk filled as for any listing
     await put('w/a/new', 'n');
     expect((await c.readdir('/w/a')).map((e) => e.name).sort()).toEqual(['1', '2']);
-    await new Promise((r) => setTimeout(r, 450));
+    clock.advance(401);
     expect((await c.readdir('/w/a')).map((e) => e.name).sort()).toEqual(['1', '2', 'new']);
   });
 

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import fc from 'fast-check';
@@ -42,6 +43,27 @@ describe('unified diff', () => {
       }),
       { numRuns: 300, seed: 7 },
     );
+  });
+
+  it('is read by GNU patch, with and without a final newline (property)', () => {
+    const dir = makeTemp('textdiff');
+    try {
+      const body = fc.array(fc.constantFrom('a', 'b', 'c', 'dd', ''), { maxLength: 20 }).map((l) => l.join('\n'));
+      const text = fc.tuple(body, fc.boolean()).map(([b, nl]) => (b === '' ? b : nl ? `${b}\n` : b));
+      fc.assert(
+        fc.property(text, text, (x, y) => {
+          const d = unifiedDiff(x, y, 'a/f', 'b/f');
+          if (d === null) return x === y;
+          const f = path.join(dir, 'f');
+          fs.writeFileSync(f, x);
+          execFileSync('patch', ['--quiet', '--force', f], { input: d, stdio: ['pipe', 'ignore', 'pipe'] });
+          return fs.readFileSync(f, 'utf8') === y;
+        }),
+        { numRuns: 60, seed: 11 },
+      );
+    } finally {
+      rmTemp(dir);
+    }
   });
 
   it('looks like diff -u', () => {

@@ -61,4 +61,27 @@ describe('journal with a policy', () => {
     expect(fx.usage(0)).toEqual(later);
     expect(fx.usage(0)).toEqual(await fx.recount(0));
   });
+  it('takes large before-images through the store\'s copy (reflink), not by streaming through the view', async () => {
+    const big = Buffer.alloc(3 << 20, 7);
+    fx = await policyFixture('roots:\n  - path: /work\n    mode: rw\n', (src) => {
+      fs.mkdirSync(path.join(src, 'work'));
+      fs.writeFileSync(path.join(src, 'work/big.bin'), big);
+    });
+    const store = fx.ws.store;
+    const copyOut = store.copyOut?.bind(store);
+    expect(copyOut).toBeDefined();
+    const copied: string[] = [];
+    store.copyOut = (p, host) => {
+      copied.push(p);
+      return (copyOut as NonNullable<typeof copyOut>)(p, host);
+    };
+    svc = await JournalService.open({
+      stateDir: path.join(fx.dir, 'state'), backend: fx.ws.backend, source: fx.src, session: 's', actor: 'a', role: 'test', log: silentLogger,
+    });
+    const vfs = svc.attachDirect(fx.ws.stages);
+    await write(vfs, '/work/big.bin', 'small now');
+    expect(copied).toEqual(['/work/big.bin']);
+    await svc.rollback({ toSeq: 0 });
+    expect(fs.readFileSync(path.join(fx.src, 'work/big.bin')).equals(big)).toBe(true);
+  });
 });

@@ -21,6 +21,8 @@ describe('policy globs', () => {
     ['a/**/c', '/a/x/y/c', true],
     ['{a,b}.txt', '/x/b.txt', true],
     ['{a,b}.txt', '/x/c.txt', false],
+    ['{a}.txt', '/x/{a}.txt', true], // no comma: the braces are literal, as in sh and gitignore
+    ['{a}.txt', '/x/a.txt', false],
     ['[!a]x', '/bx', true],
     ['[!a]x', '/ax', false],
     ['[a-c]x', '/bx', true],

@@ -1,6 +1,6 @@
 import { DEFAULTS } from '../../config/index.js';
 import { LRUCache } from 'lru-cache';
-import { type Attr, type Backend, type BackendFile, type DirEntry, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, VfsError } from '../../core/index.js';
+import { type Attr, type Backend, type BackendFile, type Clock, type DirEntry, systemClock, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, VfsError } from '../../core/index.js';
 import { ForwardingFile, ForwardingLayer } from './forward.js';
 
 export interface MetadataCacheOptions {
@@ -11,6 +11,8 @@ export interface MetadataCacheOptions {
   maxListings: number;
   /** tree walks remembered at once */
   maxWalks?: number;
+  /** what the TTL is measured with (tests move a FakeClock instead of sleeping) */
+  clock?: Clock;
 }
 
 /** A writable handle open through the layer: its path follows renames; gone once unlinked. */
@@ -60,10 +62,12 @@ export class MetadataCacheLayer extends ForwardingLayer {
 
   constructor(inner: Backend, opts: MetadataCacheOptions) {
     super(inner);
-    const ttl = Math.max(1, opts.ttlMs);
-    this.nodes = new LRUCache({ max: opts.maxEntries, ttl, updateAgeOnGet: false });
-    this.lists = new LRUCache({ max: opts.maxListings, ttl, updateAgeOnGet: false });
-    this.walks = new LRUCache({ max: opts.maxWalks ?? DEFAULTS.gcsCache.metadataMaxWalks, ttl, updateAgeOnGet: false });
+    const clock = opts.clock ?? systemClock;
+    // an injected clock is read every time: lru-cache's 1 ms memo of now() would hide its moves
+    const timing = { ttl: Math.max(1, opts.ttlMs), updateAgeOnGet: false, perf: clock, ...(clock === systemClock ? {} : { ttlResolution: 0 }) };
+    this.nodes = new LRUCache({ max: opts.maxEntries, ...timing });
+    this.lists = new LRUCache({ max: opts.maxListings, ...timing });
+    this.walks = new LRUCache({ max: opts.maxWalks ?? DEFAULTS.gcsCache.metadataMaxWalks, ...timing });
     if (opts.ttlMs <= 0) this.enabled = false;
     const { setxattr, removexattr } = inner;
     if (setxattr) this.setxattr = (p, n, v, f) => this.change([p], false, () => setxattr.call(inner, p, n, v, f));
