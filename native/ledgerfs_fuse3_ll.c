@@ -477,7 +477,8 @@ static const struct fuse_lowlevel_ops ll_ops = {
 /* ---- replies (JS thread, any time after the request) -------------------------------------- */
 
 /* Pack names[off..] into one readdir reply of at most s->size bytes; records (128 bytes each, as
- * the scratch) describe names[off], names[off + 1], ... as far as they go. Returns how many
+ * the scratch) describe names[off], names[off + 1], ... as far as they go (plain readdir reads
+ * only their mode and inode; nodeid 0 in a readdirplus record: no lookup, inode and type only). Returns how many
  * entries went out, or -errno. */
 static int reply_readdir(napi_env env, struct slot *s, napi_value list, napi_value attrs) {
   bool is_array = false;
@@ -511,6 +512,8 @@ static int reply_readdir(napi_env env, struct slot *s, napi_value list, napi_val
       memset(&e, 0, sizeof e);
       if (r && ((const double *)r)[0] != 0) {
         fill_entry(s->m, &e, r);
+        /* no node ('.', '..', a parent gone): the entry still names its inode and type */
+        if (!e.ino) { e.attr.st_ino = (ino_t)((const double *)r)[4]; e.attr.st_mode = (mode_t)((const double *)r)[0]; }
       } else {
         e.attr.st_ino = UNKNOWN_INO;
       }

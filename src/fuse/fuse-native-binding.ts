@@ -70,7 +70,16 @@ function toNativeOps(ops: FsOps): Record<string, unknown> {
     fgetattr: (path: string | undefined, fh: number, cb: Cb) => value(() => ops.fgetattr(c, path ?? null, fh), cb, stat),
     access: (path: string, mode: number, cb: Cb) => done(() => ops.access(c, path, mode), cb),
     statfs: (path: string, cb: Cb) => value(() => ops.statfs(c, path), cb, statfs),
-    readdir: (path: string, cb: Cb) => value(() => ops.readdir(c, path), cb),
+    // With stats (use_ino), libfuse 2 gives each entry its d_ino; an entry without attributes
+    // (vanished meanwhile) gets an empty stat, since the stats must match the names one to one.
+    readdir: (path: string, cb: Cb) => {
+      const plus = ops.readdirPlus;
+      if (!plus) return value(() => ops.readdir(c, path), cb);
+      start(() => plus(c, path)).then(
+        (entries) => cb(0, entries.map((e) => e.name), entries.map((e) => (e.attr ? stat(e.attr) : undefined))),
+        (e) => cb(kernelErrno(e)),
+      );
+    },
     readlink: (path: string, cb: Cb) => value(() => ops.readlink(c, path), cb),
     open: (path: string, flags: number, cb: Cb) => value(() => ops.open(c, path, flags), cb),
     create: (path: string, mode: number, flags: number | Cb, cb?: Cb) => {

@@ -89,6 +89,8 @@ function plusRecords(n: number): { buf: ArrayBuffer; f: Float64Array; t: BigInt6
 }
 /** the smallest readdirplus entry: fuse_entry_out (128) + fuse_dirent (24) + an 8-byte name */
 const MIN_PLUS_ENTRY = 160;
+/** the smallest readdir entry: fuse_dirent (24) + an 8-byte name */
+const MIN_ENTRY = 32;
 
 /** A directory handle: one listing, taken when the kernel reads from offset 0. */
 interface DirHandle {
@@ -254,9 +256,12 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
     try {
       const d = dirs.get(fh);
       if (!d) return void reply(id, EBADF);
-      if (off === 0 || !d.names || (plus && !d.attrs && ops.readdirPlus)) {
+      // Every entry's attributes, plain readdir too: d_ino must be the inode stat shows (find,
+      // du, rsync -H and git rely on it). The kernel asks readdirplus at offset 0 (then plain
+      // readdir for the rest of a big directory), so the listing costs no more than before.
+      if (off === 0 || !d.names || (!d.attrs && ops.readdirPlus)) {
         const p = need(nodes.path(d.ino));
-        if (plus && ops.readdirPlus) {
+        if (ops.readdirPlus) {
           const entries: DirEntryAttr[] = await ops.readdirPlus(c, p);
           d.names = entries.map((e) => e.name);
           d.attrs = entries.map((e) => e.attr);
@@ -265,7 +270,18 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
           d.attrs = null;
         }
       }
-      if (!plus || !d.attrs) return void reply(id, 0, d.names);
+      if (!d.attrs) return void reply(id, 0, d.names);
+      if (!plus) {
+        // inode and type of the entries this reply may hold (nodeid 0: no lookup implied)
+        const n = Math.min(d.names.length - off, Math.floor(size / MIN_ENTRY) + 1);
+        const { buf, f, t } = plusRecords(Math.max(n, 0));
+        for (let k = 0; k < n; k++) {
+          const a = d.attrs[off + k];
+          if (a) writeRecord(f, t, k * 16, a, 0);
+          else f[k * 16] = 0;
+        }
+        return void reply(id, 0, d.names, buf);
+      }
       // ids for the entries this reply may hold; each one sent is a lookup, the rest are dropped
       const n = Math.min(d.names.length - off, Math.floor(size / MIN_PLUS_ENTRY) + 1);
       const { buf, f, t } = plusRecords(Math.max(n, 0));
@@ -273,9 +289,10 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       for (let k = 0; k < n; k++) {
         const name = d.names[off + k] as string;
         const a = d.attrs[off + k];
+        // '.' and '..' carry their inode but no node: the kernel never looks them up from here
         const node = a && name !== '.' && name !== '..' ? nodes.ref(d.ino, name, 0) : undefined;
         offered.push(node);
-        if (a && node) writeRecord(f, t, k * 16, a, node.id);
+        if (a) writeRecord(f, t, k * 16, a, node ? node.id : 0);
         else f[k * 16] = 0;
       }
       const sent = reply(id, 0, d.names, buf);

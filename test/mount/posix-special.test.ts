@@ -30,4 +30,32 @@ describe('mount: POSIX modes, inodes and special files', () => {
     // a directory made in a setgid directory stays setgid
     expect(sh(`chmod 2775 d; umask 0; mkdir d/sub; stat -c '%a' d/sub`, m.mnt)).toBe('2777\n');
   });
+
+  it('readdir gives every entry its d_ino: 2,000 files, 2,000 distinct inodes, each what stat shows', () => {
+    const out = py(
+      `
+import os, json, subprocess
+os.mkdir('big')
+for i in range(2000):
+    open('big/f%04d' % i, 'w').close()
+def check(d):
+    ents = list(os.scandir(d))
+    inos = [e.inode() for e in ents]
+    wrong = sum(1 for e in ents if e.inode() != os.lstat(e.path).st_ino)
+    return dict(n=len(ents), distinct=len(set(inos)), wrong=wrong)
+first = check('big')
+# a second listing, now that the kernel knows every entry (plain readdir, no readdirplus)
+again = check('big')
+# '.' and '..' too (ls -ai reads d_ino), on the root and below it
+lines = [l.split() for l in subprocess.run(['ls', '-a1i', 'big'], capture_output=True, text=True).stdout.splitlines()]
+dots = [int(l[0]) for l in lines if l[1] in ('.', '..')]
+print(json.dumps(dict(first=first, again=again, dots=dots, st=[os.lstat('big').st_ino, os.lstat('.').st_ino])))
+`,
+      m.mnt,
+    );
+    const r = JSON.parse(out) as { first: unknown; again: unknown; dots: number[]; st: number[] };
+    expect(r.first).toEqual({ n: 2000, distinct: 2000, wrong: 0 });
+    expect(r.again).toEqual({ n: 2000, distinct: 2000, wrong: 0 });
+    expect(r.dots).toEqual(r.st);
+  });
 });
