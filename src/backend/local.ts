@@ -29,12 +29,17 @@ export function attrFromStats(st: fs.BigIntStats): Attr {
     atimeNs: st.atimeNs,
     mtimeNs: st.mtimeNs,
     ctimeNs: st.ctimeNs,
+    ...(st.isFIFO() || st.isSocket() || st.isCharacterDevice() || st.isBlockDevice() ? { rdev: Number(st.rdev) } : {}),
   };
 }
 
 function typeOf(st: fs.BigIntStats | fs.Dirent): NodeType {
   if (st.isDirectory()) return 'dir';
   if (st.isSymbolicLink()) return 'symlink';
+  if (st.isFIFO()) return 'fifo';
+  if (st.isSocket()) return 'socket';
+  if (st.isCharacterDevice()) return 'chardev';
+  if (st.isBlockDevice()) return 'blockdev';
   return 'file';
 }
 
@@ -692,6 +697,20 @@ export class LocalBackend implements Backend {
   async symlink(target: string, path: string): Promise<void> {
     const p = this.host(path);
     sys(`symlink ${path}`, () => fs.symlinkSync(target, p));
+  }
+
+  /** FIFOs, sockets and device nodes (mknodat beneath the root; needs the local addon) */
+  async mknod(path: string, mode: number, rdev: number): Promise<void> {
+    if (!this.beneath) throw new VfsError('EPERM', `mknod ${path}: special files need the local addon (native/, not built here)`);
+    checkPath(path);
+    const [parent, name] = LocalBackend.split(path);
+    const r = this.beneath.mknod(this.rootFd, parent, name, mode, rdev);
+    if (r < 0) throw fromNodeError(this.nativeFailure(path, r), `mknod ${path}`);
+    // the daemon's umask is not the caller's (see DAEMON_UMASK)
+    if ((mode & 0o777 & DAEMON_UMASK) !== 0) {
+      const p = this.host(path);
+      sys(`chmod ${path}`, () => fs.chmodSync(p, mode & 0o7777));
+    }
   }
 
   async link(existing: string, newPath: string): Promise<void> {

@@ -74,6 +74,7 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters()): FsOp
     unlink: (c, path) => t('unlink', path, vfs.unlink(path, c)),
     rename: (c, from, to) => t('rename', from, vfs.rename(from, to, c)),
     symlink: (c, target, path) => t('symlink', path, vfs.symlink(target, path, c)),
+    mknod: (c, path, mode, rdev) => t('mknod', path, vfs.mknod(path, mode, rdev, c)),
     link: (c, existing, newPath) => t('link', newPath, vfs.link(existing, newPath, c)),
     chmod: (c, path, mode) => t('chmod', path, vfs.chmod(path, mode, c)),
     chown: (c, path, uid, gid) => t('chown', path, vfs.chown(path, uid, gid, c)),

@@ -40,6 +40,8 @@ export interface FsOps {
   rename(caller: Caller, from: string, to: string): Promise<void>;
   symlink(caller: Caller, target: string, path: string): Promise<void>;
   link(caller: Caller, existing: string, newPath: string): Promise<void>;
+  /** mknod(2): `mode` with its S_IFMT bits (a FIFO, socket, device node; or a regular file) */
+  mknod(caller: Caller, path: string, mode: number, rdev: number): Promise<void>;
   chmod(caller: Caller, path: string, mode: number): Promise<void>;
   chown(caller: Caller, path: string, uid: number, gid: number): Promise<void>;
   utimens(caller: Caller, path: string, times: TimeSpec): Promise<void>;

@@ -52,7 +52,7 @@ const enum Op {
   UNLINK, RMDIR, SYMLINK, RENAME, LINK, OPEN, READ, WRITE, FLUSH,
   RELEASE, FSYNC, OPENDIR, READDIR, RELEASEDIR, STATFS, SETXATTR,
   GETXATTR, LISTXATTR, REMOVEXATTR, ACCESS, CREATE,
-  FALLOCATE, COPY_FILE_RANGE, LSEEK,
+  FALLOCATE, COPY_FILE_RANGE, LSEEK, MKNOD,
 }
 const CLOSED = -1;
 
@@ -186,11 +186,12 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       reply(id, kernelErrno(e));
     }
   }
-  /** mkdir, symlink (`other`: the target) or link (`other`: the existing path), then its entry */
-  async function made(id: number, c: Caller, op: Op, parent: number, name: string, mode: number, other: string | null) {
+  /** mkdir, mknod (`rdev`), symlink (`other`: the target) or link (`other`: the existing path), then its entry */
+  async function made(id: number, c: Caller, op: Op, parent: number, name: string, mode: number, other: string | null, rdev = 0) {
     try {
       const p = need(nodes.childPath(parent, name));
       if (op === Op.MKDIR) await ops.mkdir(c, p, mode);
+      else if (op === Op.MKNOD) await ops.mknod(c, p, mode, rdev);
       else if (op === Op.SYMLINK) await ops.symlink(c, other as string, p);
       else await ops.link(c, other as string, p);
       entry(id, parent, name, await ops.getattr(c, p));
@@ -342,6 +343,8 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         case Op.READLINK: return void value(id, ops.readlink(who, need(nodes.path(ino))));
         case Op.MKDIR: return void made(id, who, Op.MKDIR, ino, nm, a, null);
         case Op.SYMLINK: return void made(id, who, Op.SYMLINK, ino, nm, 0, name2);
+        // a: the mode (with S_IFMT), b: the device number
+        case Op.MKNOD: return void made(id, who, Op.MKNOD, ino, nm, a, null, b);
         case Op.LINK: return void made(id, who, Op.LINK, a, nm, 0, need(nodes.path(ino)));
         case Op.UNLINK: return void removed(id, who, ino, nm, false);
         case Op.RMDIR: return void removed(id, who, ino, nm, true);

@@ -1,7 +1,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { onGcs, py, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, onGcs, py, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { startJournaledMount, type JournaledMount } from '../helpers/journaled-mount.js';
+import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
 /**
  * POSIX as a local disk (issue 15): creation modes, readdir inodes, special files, privileged
@@ -59,3 +61,111 @@ print(json.dumps(dict(first=first, again=again, dots=dots, st=[os.lstat('big').s
     expect(r.dots).toEqual(r.st);
   });
 });
+
+describe.skipIf(onGcs)('mount: special files (mknod), journaled and rolled back', () => {
+  let j: JournaledMount;
+  beforeEach(async () => {
+    j = await startJournaledMount('special');
+  });
+  afterEach(async () => {
+    expect(await j.finish(), 'the daemon logged errors').toEqual([]);
+  });
+
+  const rollback = (to: number) => sh(`node ${CLI} rollback --state ${j.state} --source ${j.m.src} --to ${to}`, j.m.dir);
+
+  it('mkfifo passes bytes between two processes; sockets too; device nodes refused; rollback undoes and recreates them', async () => {
+    const { mnt, src } = j.m;
+    sh('mkfifo -m 620 p', mnt);
+    // a writer and a reader, two processes meeting at the FIFO on the mount
+    expect(sh('(printf "through the pipe" > p &) ; cat p', mnt)).toBe('through the pipe');
+    py(`import os, stat\nos.mknod('s', stat.S_IFSOCK | 0o600)\nos.mknod('plain', 0o640)\n`, mnt);
+    expect(sh("stat -c '%n %F %a' p s plain", mnt)).toBe('p fifo 620\ns socket 600\nplain regular empty file 640\n');
+    expect(fs.lstatSync(path.join(src, 'p')).isFIFO()).toBe(true);
+    expect(fs.lstatSync(path.join(src, 's')).isSocket()).toBe(true);
+    // a device node: refused (no mount file grants it), with a denial line
+    const dev = run('mknod c c 1 3', mnt);
+    expect(dev.status).not.toBe(0);
+    expect(dev.stderr).toMatch(/Operation not permitted/);
+    expect(fs.existsSync(path.join(src, 'c'))).toBe(false);
+    // the daemon's log reaches this process while it waits
+    await new Promise((r) => setTimeout(r, 300));
+    expect(j.m.logs()).toMatch(/"op":"mknod","path":"\/c","errno":"EPERM".*denied by policy/);
+    // journaled as mknods: #1 p, #2 s, #3 plain (a create); then the FIFO goes away
+    sh('rm p', mnt);
+    const log = sh(`node ${CLI} log --state ${j.state} --source ${src}`, j.m.dir);
+    expect(log).toMatch(/mknod \/p \(fifo\)/);
+    expect(log).toMatch(/mknod \/s \(socket\)/);
+    expect(log).toMatch(/unlink \/p \(fifo\)/);
+    rollback(3);
+    expect(fs.lstatSync(path.join(src, 'p')).isFIFO()).toBe(true);
+    expect(sh("stat -c '%F %a' p", mnt)).toBe('fifo 620\n');
+    rollback(0);
+    expect(fs.readdirSync(src)).toEqual([]);
+  });
+});
+
+describe.skipIf(onGcs)('mount --policy: privileged changes (setid bits, chown to others, device nodes)', () => {
+  const mountWith = async (privileges: string) => {
+    const dir = makeTemp('privileges');
+    const src = path.join(dir, 'src');
+    fs.mkdirSync(src);
+    fs.writeFileSync(path.join(src, 'mine'), 'x');
+    fs.writeFileSync(path.join(src, 'sbit'), 'x');
+    fs.chmodSync(path.join(src, 'sbit'), 0o4755);
+    const file = path.join(dir, 'policy.yaml');
+    fs.writeFileSync(file, `backend: { type: local, path: ./src }\nroots:\n  - path: /\n    mode: rw\n${privileges}`);
+    const m = await startMount({ args: ['--policy', file], omitSource: true, src });
+    return { m, src, done: async () => { const e = m.errors(); await m.stop(); rmTemp(dir); expect(e).toEqual([]); } };
+  };
+  /** the denial lines so far (the kernel caches the file's size for the attribute timeout: wait it out) */
+  const denials = async (mnt: string) => {
+    await new Promise((r) => setTimeout(r, 1100));
+    return sh('cat .ledgerfs/denials', mnt);
+  };
+
+  it('refused by default, each with a denial line; taking bits away is never refused', async () => {
+    const { m, src, done } = await mountWith('');
+    try {
+      const tries = [
+        'chmod 4755 mine', 'chmod g+s mine', 'chown 1234 mine', 'chgrp 5678 mine', 'mknod c c 1 3',
+        `python3 -c "import os; os.close(os.open('suid', os.O_CREAT|os.O_WRONLY, 0o4755))"`,
+      ];
+      for (const t of tries) {
+        const r = run(t, m.mnt);
+        expect(r.status, t).not.toBe(0);
+        expect(r.stderr, t).toMatch(/Operation not permitted|PermissionError/);
+      }
+      const st = fs.statSync(path.join(src, 'mine'));
+      expect([st.mode & 0o7777, st.uid, st.gid]).toEqual([0o644, 0, 0]);
+      expect(fs.existsSync(path.join(src, 'c'))).toBe(false);
+      expect(fs.existsSync(path.join(src, 'suid'))).toBe(false);
+      const text = await denials(m.mnt);
+      for (const what of ['chmod /mine', 'chown /mine', 'mknod /c', 'create /suid']) expect(text).toContain(what);
+      expect(text).toMatch(/setuid\/setgid bits are not allowed/);
+      expect(text).toMatch(/another user or group/);
+      expect(text).toMatch(/device nodes is not allowed/);
+      // what stays allowed: setgid on a directory, chown to oneself, ordinary modes, removing setid bits
+      sh('mkdir shared && chmod g+s shared && chown 0:0 mine && chmod 600 mine && chmod u-s sbit', m.mnt);
+      expect(sh("stat -c '%a' shared mine sbit", m.mnt)).toBe('2755\n600\n755\n');
+    } finally {
+      await done();
+    }
+  });
+
+  it('granted by the mount file: privileges {setid, chown, devices}', async () => {
+    const { m, src, done } = await mountWith('privileges: { setid: true, chown: true, devices: true }\n');
+    try {
+      sh(`chown 1234:5678 mine && chmod 4755 mine && mknod c c 1 3 && umask 0 && python3 -c "import os; os.close(os.open('suid', os.O_CREAT|os.O_WRONLY, 0o4777))"`, m.mnt);
+      expect(sh("stat -c '%n %a %u %g' mine suid", m.mnt)).toBe('mine 4755 1234 5678\nsuid 4777 0 0\n');
+      expect(sh("stat -c '%F %t %T' c", m.mnt)).toBe('character special file 1 3\n');
+      const st = fs.lstatSync(path.join(src, 'c'));
+      expect(st.isCharacterDevice()).toBe(true);
+      // the kernel clears setuid on a chown, and the store does it too
+      sh('chown 4321 mine', m.mnt);
+      expect(sh("stat -c '%a %u' mine", m.mnt)).toBe('755 4321\n');
+    } finally {
+      await done();
+    }
+  });
+});
+
