@@ -169,3 +169,39 @@ describe.skipIf(onGcs)('mount --policy: privileged changes (setid bits, chown to
   });
 });
 
+describe.skipIf(onGcs)('mount: setuid/setgid cleared as the kernel expects (--allow-other)', () => {
+  const NOBODY = 65534;
+  const asNobody = (cmd: string, cwd: string) =>
+    run(`env -u BASH_ENV HOME=/ setpriv --reuid ${NOBODY} --regid ${NOBODY} --clear-groups -- /bin/sh -c ${JSON.stringify(cmd)}`, cwd);
+  let m: TestMount;
+  beforeEach(async () => {
+    m = await startMount({
+      args: ['--allow-other'],
+      populate: (src) => {
+        for (const [n, mode] of [['suid', 0o4777], ['sgid', 0o2777], ['both', 0o6777]] as const) {
+          fs.writeFileSync(path.join(src, n), '#!/bin/sh\n');
+          fs.chmodSync(path.join(src, n), mode);
+        }
+      },
+    });
+    // the temp dir is private (mkdtemp 0700); another user must reach the mount point
+    fs.chmodSync(m.dir, 0o755);
+  });
+  afterEach(async () => {
+    const errors = m.errors();
+    await m.stop();
+    expect(errors, 'the daemon logged errors').toEqual([]);
+  });
+
+  it('a write by another user clears S_ISUID and S_ISGID, in the mount and in the backend; chown clears them too', () => {
+    const r = asNobody('echo more >> suid && echo more >> sgid', m.mnt);
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    expect(sh("stat -c '%n %a' suid sgid", m.mnt)).toBe('suid 777\nsgid 777\n');
+    for (const n of ['suid', 'sgid']) expect((fs.statSync(path.join(m.src, n)).mode & 0o7777).toString(8)).toBe('777');
+    // chown (here by root, on a workspace without a mount file) clears both as well
+    sh('chown 1234 both', m.mnt);
+    expect(sh("stat -c '%a %u' both", m.mnt)).toBe('777 1234\n');
+  });
+});
+
