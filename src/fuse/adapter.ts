@@ -80,6 +80,8 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters()): FsOp
     chown: (c, path, uid, gid) => t('chown', path, vfs.chown(path, uid, gid, c)),
     utimens: (c, path, times) => t('utimens', path, vfs.utimens(path, times, c)),
   };
+  // a store with hard links has real inode numbers (GCS derives them from paths)
+  if (vfs.backend.capabilities.hardLinks) ops.inodesNameNodes = true;
   if (vfs.backend.capabilities.xattrs) {
     ops.xattr = {
       get: (_c, path, name) => t('getxattr', path, vfs.getxattr(path, name)),

@@ -46,6 +46,10 @@ export interface FsOps {
   chown(caller: Caller, path: string, uid: number, gid: number): Promise<void>;
   utimens(caller: Caller, path: string, times: TimeSpec): Promise<void>;
 
+  /** the store's inode numbers name its nodes for the life of the mount (hard links share
+   * one): the binding may then give all names of an inode one kernel node */
+  inodesNameNodes?: boolean;
+
   /** Present only when the filesystem stores xattrs; absent ops answer ENOSYS once and the
    * kernel stops asking (it otherwise asks for security.capability on every write). */
   xattr?: {

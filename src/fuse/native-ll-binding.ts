@@ -2,7 +2,7 @@ import path from 'node:path';
 import { type Attr, type Caller, errnoOf, kernelErrno, type TimeSpec, VfsError } from '../core/index.js';
 import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
 import { loadAddon, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-session.js';
-import { NodeTable, type Node } from './node-table.js';
+import { NodeTable, type Node, type NodeIdentity } from './node-table.js';
 
 /*
  * The low-level libfuse3 binding (native/ledgerfs_fuse3_ll.c, see native/README.md): requests
@@ -108,7 +108,9 @@ const gone = () => new VfsError('ENOENT', 'the node has no path any more (unlink
 
 function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   const reply = addon.reply;
-  const nodes = new NodeTable();
+  // hard links share one kernel node where the store's inode numbers name its nodes (local)
+  const nodes = new NodeTable(ops.inodesNameNodes === true);
+  const identity = (a: Attr): NodeIdentity => ({ ino: a.ino, nlink: a.nlink, dir: a.type === 'dir' });
   /** the node of each open file handle (release closes it there) */
   const fhNode = new Map<number, Node>();
   const dirs = new Map<number, DirHandle>();
@@ -117,7 +119,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
 
   /** answer an entry reply for `name` in `parent` with `attr`; the kernel holds one reference more */
   function entry(id: number, parent: number, name: string, attr: Attr, fh = -1): void {
-    const node = nodes.ref(parent, name);
+    const node = nodes.ref(parent, name, 1, identity(attr));
     if (!node) return void reply(id, ENOENT);
     writeRecord(f64, i64, 0, attr, node.id);
     if (fh >= 0) {
@@ -291,7 +293,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         const name = d.names[off + k] as string;
         const a = d.attrs[off + k];
         // '.' and '..' carry their inode but no node: the kernel never looks them up from here
-        const node = a && name !== '.' && name !== '..' ? nodes.ref(d.ino, name, 0) : undefined;
+        const node = a && name !== '.' && name !== '..' ? nodes.ref(d.ino, name, 0, identity(a)) : undefined;
         offered.push(node);
         if (a) writeRecord(f, t, k * 16, a, node ? node.id : 0);
         else f[k * 16] = 0;

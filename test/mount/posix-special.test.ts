@@ -33,6 +33,19 @@ describe('mount: POSIX modes, inodes and special files', () => {
     expect(sh(`chmod 2775 d; umask 0; mkdir d/sub; stat -c '%a' d/sub`, m.mnt)).toBe('2777\n');
   });
 
+  it.skipIf(onGcs)('hard links are one node: nlink, mode and inode show through every name at once', () => {
+    // the attribute timeout (1 s) would otherwise keep showing the other name's old values
+    const out = sh(
+      `printf data > a && stat -c %h a >/dev/null && ln a b && stat -c '%h' a && chmod 600 b && stat -c '%a' a && ` +
+      `[ "$(stat -c %i a)" = "$(stat -c %i b)" ] && echo same && ln b c && stat -c %h a && rm a && stat -c '%h %a' b && ` +
+      `mv c d && cat d && echo && stat -c %h d && rm b && stat -c %h d && ls`,
+      m.mnt,
+    );
+    expect(out).toBe('2\n600\nsame\n3\n2 600\ndata\n2\n1\nd\n');
+    // python sees the same through fstat of one name after a chmod of the other
+    expect(py(`import os\nos.link('d', 'e')\nf = os.open('d', os.O_RDONLY)\nos.chmod('e', 0o640)\nst = os.fstat(f)\nprint(oct(st.st_mode & 0o777), st.st_nlink)\n`, m.mnt)).toBe('0o640 2\n');
+  });
+
   it('readdir gives every entry its d_ino: 2,000 files, 2,000 distinct inodes, each what stat shows', () => {
     const out = py(
       `
