@@ -33,6 +33,13 @@ describe('mount: POSIX modes, inodes and special files', () => {
     expect(sh(`chmod 2775 d; umask 0; mkdir d/sub; stat -c '%a' d/sub`, m.mnt)).toBe('2777\n');
   });
 
+  it.runIf(onGcs)('GCS keeps no special files: mkfifo and a socket answer EPERM, nothing is made', () => {
+    const r = run(`mkfifo p; python3 -c "import os, stat; os.mknod('s', stat.S_IFSOCK | 0o600)"`, m.mnt);
+    expect(r.stderr).toMatch(/mkfifo: cannot create fifo 'p': Operation not permitted/);
+    expect(r.stderr).toMatch(/PermissionError/);
+    expect(sh('ls -A', m.mnt)).toBe('');
+  });
+
   it.skipIf(onGcs)('hard links are one node: nlink, mode and inode show through every name at once', () => {
     // the attribute timeout (1 s) would otherwise keep showing the other name's old values
     const out = sh(
