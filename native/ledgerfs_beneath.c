@@ -34,7 +34,9 @@
 #define PATH_BYTES 4096
 #define NAME_BYTES 257 /* NAME_MAX + 1 + one more to see a longer name */
 
-/* stat record shared with JS: 7 doubles (mode size nlink uid gid ino blocks), 3 int64 ns times */
+/* stat record shared with JS: 7 doubles (mode size nlink uid gid ino blocks), 3 int64 ns times,
+ * then rdev as a double (at byte 80) */
+#define REC_BYTES 88
 static char *rec;
 static napi_ref rec_ref;
 
@@ -144,6 +146,7 @@ static napi_value js_lstat(napi_env env, napi_callback_info info) {
   t[0] = (int64_t)st.st_atim.tv_sec * 1000000000 + st.st_atim.tv_nsec;
   t[1] = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
   t[2] = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+  ((double *)rec)[10] = (double)st.st_rdev;
   return result(env, 0);
 }
 
@@ -156,9 +159,23 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   return result(env, open_node(ints[0], parent, name, ints[1], (mode_t)ints[2]));
 }
 
-/* setRecord(arrayBuffer): where lstat writes (at least 80 bytes) */
+/* mknod(rootFd, parent, name, mode, dev): mknodat in the verified parent (the daemon's umask
+ * applies; the caller sets the exact mode after) */
+static napi_value js_mknod(napi_env env, napi_callback_info info) {
+  int32_t ints[3];
+  char parent[PATH_BYTES], name[NAME_BYTES];
+  int e = args(env, info, 5, ints, parent, name);
+  if (e) return result(env, -e);
+  int p = open_parent(ints[0], parent);
+  if (p < 0) return result(env, p);
+  int r = mknodat(p, name, (mode_t)ints[1], (dev_t)(uint32_t)ints[2]) == 0 ? 0 : -errno;
+  close_parent(ints[0], p);
+  return result(env, r);
+}
+
+/* setRecord(arrayBuffer): where lstat writes (at least REC_BYTES) */
 static napi_value js_set_record(napi_env env, napi_callback_info info) {
-  char *data = keep_scratch(env, info, 80, &rec_ref, "setRecord");
+  char *data = keep_scratch(env, info, REC_BYTES, &rec_ref, "setRecord");
   if (data) rec = data;
   return NULL;
 }
@@ -169,6 +186,7 @@ void ledgerfs_beneath_register(napi_env env, napi_value exports) {
     {"check", NULL, js_check, NULL, NULL, NULL, napi_default, NULL},
     {"lstat", NULL, js_lstat, NULL, NULL, NULL, napi_default, NULL},
     {"open", NULL, js_open, NULL, NULL, NULL, napi_default, NULL},
+    {"mknod", NULL, js_mknod, NULL, NULL, NULL, napi_default, NULL},
     {"setRecord", NULL, js_set_record, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_value parent_bit;

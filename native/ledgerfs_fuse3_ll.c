@@ -40,7 +40,7 @@ enum op {
   OP_UNLINK, OP_RMDIR, OP_SYMLINK, OP_RENAME, OP_LINK, OP_OPEN, OP_READ, OP_WRITE, OP_FLUSH,
   OP_RELEASE, OP_FSYNC, OP_OPENDIR, OP_READDIR, OP_RELEASEDIR, OP_STATFS, OP_SETXATTR,
   OP_GETXATTR, OP_LISTXATTR, OP_REMOVEXATTR, OP_ACCESS, OP_CREATE,
-  OP_FALLOCATE, OP_COPY_FILE_RANGE, OP_LSEEK,
+  OP_FALLOCATE, OP_COPY_FILE_RANGE, OP_LSEEK, OP_MKNOD,
 };
 /* the handler gets this op when the session has ended (unmounted, by us or from outside) */
 #define OP_CLOSED (-1)
@@ -285,6 +285,10 @@ static void ll_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
   START(OP_MKDIR);
   call_js(m, i, OP_MKDIR, req, (double)parent, mode, 0, 0, name, NULL, NULL);
 }
+static void ll_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
+  START(OP_MKNOD);
+  call_js(m, i, OP_MKNOD, req, (double)parent, mode, (double)rdev, 0, name, NULL, NULL);
+}
 static void ll_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
   START(OP_UNLINK);
   call_js(m, i, OP_UNLINK, req, (double)parent, 0, 0, 0, name, NULL, NULL);
@@ -465,7 +469,7 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn) {
  * local to this mount (README, "Semantics and limits"). */
 static const struct fuse_lowlevel_ops ll_ops = {
   .init = ll_init, .lookup = ll_lookup, .forget = ll_forget, .forget_multi = ll_forget_multi,
-  .getattr = ll_getattr, .setattr = ll_setattr, .readlink = ll_readlink, .mkdir = ll_mkdir,
+  .getattr = ll_getattr, .setattr = ll_setattr, .readlink = ll_readlink, .mkdir = ll_mkdir, .mknod = ll_mknod,
   .unlink = ll_unlink, .rmdir = ll_rmdir, .symlink = ll_symlink, .rename = ll_rename,
   .link = ll_link, .open = ll_open, .read = ll_read, .write = ll_write, .flush = ll_flush,
   .release = ll_release, .fsync = ll_fsync, .opendir = ll_opendir, .readdir = ll_readdir,
@@ -477,7 +481,8 @@ static const struct fuse_lowlevel_ops ll_ops = {
 /* ---- replies (JS thread, any time after the request) -------------------------------------- */
 
 /* Pack names[off..] into one readdir reply of at most s->size bytes; records (128 bytes each, as
- * the scratch) describe names[off], names[off + 1], ... as far as they go. Returns how many
+ * the scratch) describe names[off], names[off + 1], ... as far as they go (plain readdir reads
+ * only their mode and inode; nodeid 0 in a readdirplus record: no lookup, inode and type only). Returns how many
  * entries went out, or -errno. */
 static int reply_readdir(napi_env env, struct slot *s, napi_value list, napi_value attrs) {
   bool is_array = false;
@@ -511,6 +516,8 @@ static int reply_readdir(napi_env env, struct slot *s, napi_value list, napi_val
       memset(&e, 0, sizeof e);
       if (r && ((const double *)r)[0] != 0) {
         fill_entry(s->m, &e, r);
+        /* no node ('.', '..', a parent gone): the entry still names its inode and type */
+        if (!e.ino) { e.attr.st_ino = (ino_t)((const double *)r)[4]; e.attr.st_mode = (mode_t)((const double *)r)[0]; }
       } else {
         e.attr.st_ino = UNKNOWN_INO;
       }
@@ -617,7 +624,7 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
     }
   } else {
     switch (s->op) {
-      case OP_LOOKUP: case OP_MKDIR: case OP_SYMLINK: case OP_LINK: {
+      case OP_LOOKUP: case OP_MKDIR: case OP_MKNOD: case OP_SYMLINK: case OP_LINK: {
         struct fuse_entry_param e;
         fill_entry(m, &e, scratch);
         fuse_reply_entry(req, &e);

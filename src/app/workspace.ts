@@ -4,7 +4,7 @@ import { type GcsConflict, LocalBackend, openGcsStack } from '../backend/index.j
 import { type BackendConfig, ConfigError, DEFAULTS, defaultStateDir, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, type WorkspaceFlags } from '../config/index.js';
 import { checkStateDir, type JournalRemote, realish, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { type Backend, isWithin, type Logger, type MutationStage, VfsError } from '../core/index.js';
-import { CompiledPolicy, DenialLog, PolicyStage, PolicyView, UsageTable } from '../policy/index.js';
+import { CompiledPolicy, DenialLog, PolicyStage, PolicyView, PrivilegeStage, UsageTable } from '../policy/index.js';
 
 export interface Workspace {
   backend: Backend;
@@ -152,7 +152,8 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
 
 /**
  * Open a workspace from the flags every command shares. `--source DIR` (or nothing: the demo
- * workspace) is today's pass-through: no policy, no stages, no cost. `--policy FILE` loads the
+ * workspace) is today's pass-through: no policy, and of its rules only the refusal of device
+ * nodes (PrivilegeStage, which lets every other mutation through untouched). `--policy FILE` loads the
  * mount file, opens its backend, compiles the policy, counts usage and returns the PolicyView
  * with the policy stage.
  */
@@ -175,7 +176,11 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
         throw err;
       }
     }
-    return { ...ws, store: ws.backend, stages: [], ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
+    // no policy, but never device nodes in the operator's directory (policy/privileges.ts)
+    const store = ws.backend;
+    const stat = (p: string) => (store.tryStat ? store.tryStat(p) : store.stat(p));
+    const privileges = new PrivilegeStage(POLICY_DEFAULTS.sourcePrivileges, stat, new DenialLog(POLICY_DEFAULTS.denialRingSize, opts.log));
+    return { ...ws, store, stages: [privileges], ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   let config: MountConfig;
   try {

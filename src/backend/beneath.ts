@@ -1,4 +1,4 @@
-import { type Attr, errnoName, errnoOf } from '../core/index.js';
+import { type Attr, errnoName, errnoOf, isSpecial, typeOfMode } from '../core/index.js';
 import { localAddon } from './local-addon.js';
 
 /*
@@ -15,6 +15,7 @@ interface Addon {
   check(root: number, parent: string): number;
   lstat(root: number, parent: string, name: string): number;
   open(root: number, parent: string, name: string, flags: number, mode: number): number;
+  mknod(root: number, parent: string, name: string, mode: number, dev: number): number;
   setRecord(buf: ArrayBuffer): void;
   PARENT: number;
 }
@@ -25,9 +26,9 @@ export interface BeneathFailure {
   parent: boolean;
 }
 
-// mode size nlink uid gid ino blocks as doubles, then atime mtime ctime as int64 ns
-const record = new ArrayBuffer(80);
-const nums = new Float64Array(record, 0, 7);
+// mode size nlink uid gid ino blocks as doubles, then atime mtime ctime as int64 ns, then rdev
+const record = new ArrayBuffer(88);
+const nums = new Float64Array(record, 0, 11);
 const times = new BigInt64Array(record, 56, 3);
 
 const NO_ENTRY = -errnoOf('ENOENT');
@@ -54,9 +55,9 @@ export class Beneath {
     if (r === NO_ENTRY) return undefined; // the node (or its parent) is not there
     if (r < 0) return r;
     const mode = nums[0] as number;
-    const fmt = mode & 0o170000;
-    return {
-      type: fmt === 0o040000 ? 'dir' : fmt === 0o120000 ? 'symlink' : 'file',
+    const type = typeOfMode(mode);
+    const a: Attr = {
+      type,
       mode,
       size: nums[1] as number,
       nlink: nums[2] as number,
@@ -68,6 +69,13 @@ export class Beneath {
       mtimeNs: times[1] as bigint,
       ctimeNs: times[2] as bigint,
     };
+    if (isSpecial(type)) a.rdev = nums[10] as number;
+    return a;
+  }
+
+  /** 0, or a negative result for failure() */
+  mknod(rootFd: number, parent: string, name: string, mode: number, dev: number): number {
+    return this.addon.mknod(rootFd, parent, name, mode, dev);
   }
 
   /** a descriptor (O_NOFOLLOW, O_CLOEXEC added), or a negative result for failure() */

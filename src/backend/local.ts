@@ -29,12 +29,17 @@ export function attrFromStats(st: fs.BigIntStats): Attr {
     atimeNs: st.atimeNs,
     mtimeNs: st.mtimeNs,
     ctimeNs: st.ctimeNs,
+    ...(st.isFIFO() || st.isSocket() || st.isCharacterDevice() || st.isBlockDevice() ? { rdev: Number(st.rdev) } : {}),
   };
 }
 
 function typeOf(st: fs.BigIntStats | fs.Dirent): NodeType {
   if (st.isDirectory()) return 'dir';
   if (st.isSymbolicLink()) return 'symlink';
+  if (st.isFIFO()) return 'fifo';
+  if (st.isSocket()) return 'socket';
+  if (st.isCharacterDevice()) return 'chardev';
+  if (st.isBlockDevice()) return 'blockdev';
   return 'file';
 }
 
@@ -48,6 +53,24 @@ function nsToSeconds(ns: bigint): number | string {
   // Node turns a negative number into "now"; a numeric string is taken as is (pre-1970 times).
   return sec < 0 ? String(sec) : sec;
 }
+
+/**
+ * The daemon's own umask, read once. The kernel has already applied the caller's umask to
+ * every creation mode it sends (libfuse does not ask for FUSE_CAP_DONT_MASK), so the store must
+ * not apply another: a create whose mode has bits this mask would drop sets them explicitly
+ * (fchmod/chmod after making the node). The daemon keeps its umask for its own files (journal,
+ * staging), which must never come out world-writable.
+ */
+function daemonUmask(): number {
+  try {
+    const m = /^Umask:\s*([0-7]+)/m.exec(fs.readFileSync('/proc/self/status', 'utf8'));
+    if (m) return parseInt(m[1] as string, 8);
+  } catch {
+    /* no /proc: ask the process */
+  }
+  return process.umask();
+}
+const DAEMON_UMASK = daemonUmask();
 
 /** Wrap a sync fs call, converting Node errors to VfsErrors that keep their errno. */
 function sys<T>(what: string, fn: () => T): T {
@@ -590,7 +613,8 @@ export class LocalBackend implements Backend {
     if (mode.truncate) flags |= O_TRUNC;
     try {
       this.slot(`open ${path}`);
-      const f = new LocalFile(this, this.openNode(path, flags, createMode), mode.write, path);
+      const fd = mode.create && (createMode & DAEMON_UMASK) !== 0 ? this.createExact(path, flags, createMode) : this.openNode(path, flags, createMode);
+      const f = new LocalFile(this, fd, mode.write, path);
       this.pool.add(f);
       this.index(f);
       return f;
@@ -601,9 +625,42 @@ export class LocalBackend implements Backend {
     }
   }
 
+  /**
+   * O_CREAT with a mode the daemon's umask would cut: the node gets exactly `createMode` when
+   * this call makes it, and an existing file keeps its own. Whether we made it is known only
+   * from O_EXCL, so a plain O_CREAT tries an exclusive create first, then opens what is there
+   * (and tries again if that went away meanwhile).
+   */
+  private createExact(path: string, flags: number, createMode: number): number {
+    for (;;) {
+      try {
+        const fd = this.openNode(path, flags | O_EXCL, createMode);
+        try {
+          fs.fchmodSync(fd, createMode & 0o7777);
+        } catch (err) {
+          fs.closeSync(fd);
+          throw err;
+        }
+        return fd;
+      } catch (err) {
+        if ((flags & O_EXCL) !== 0 || (err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+      try {
+        return this.openNode(path, flags & ~O_CREAT);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
+    }
+  }
+
   async mkdir(path: string, mode: number): Promise<void> {
     const p = this.host(path);
     sys(`mkdir ${path}`, () => fs.mkdirSync(p, { mode }));
+    // mkdir(2) keeps only the permission and sticky bits of its mode; a setgid parent adds S_ISGID
+    const want = mode & 0o1777;
+    if ((want & DAEMON_UMASK) === 0) return;
+    const inherited = sys(`stat ${path}`, () => fs.lstatSync(p)).mode & 0o2000;
+    sys(`chmod ${path}`, () => fs.chmodSync(p, want | inherited));
   }
 
   async rmdir(path: string): Promise<void> {
@@ -640,6 +697,20 @@ export class LocalBackend implements Backend {
   async symlink(target: string, path: string): Promise<void> {
     const p = this.host(path);
     sys(`symlink ${path}`, () => fs.symlinkSync(target, p));
+  }
+
+  /** FIFOs, sockets and device nodes (mknodat beneath the root; needs the local addon) */
+  async mknod(path: string, mode: number, rdev: number): Promise<void> {
+    if (!this.beneath) throw new VfsError('EPERM', `mknod ${path}: special files need the local addon (native/, not built here)`);
+    checkPath(path);
+    const [parent, name] = LocalBackend.split(path);
+    const r = this.beneath.mknod(this.rootFd, parent, name, mode, rdev);
+    if (r < 0) throw fromNodeError(this.nativeFailure(path, r), `mknod ${path}`);
+    // the daemon's umask is not the caller's (see DAEMON_UMASK)
+    if ((mode & 0o777 & DAEMON_UMASK) !== 0) {
+      const p = this.host(path);
+      sys(`chmod ${path}`, () => fs.chmodSync(p, mode & 0o7777));
+    }
   }
 
   async link(existing: string, newPath: string): Promise<void> {

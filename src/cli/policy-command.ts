@@ -25,6 +25,10 @@ The file (YAML or JSON):
   defaults: { mode: ro, quota: {bytes: 1GiB} }   # for roots that do not say
   state: ./journal                  # journal directory (passed to the journal)
   session: run-42
+  privileges:                       # what only an operator should do; all refused (EPERM) unless true
+    setid: false                    # set S_ISUID, or S_ISGID on a file (chmod, create, mknod)
+    chown: false                    # chown/chgrp to another user or group than the caller's
+    devices: false                  # make character/block device nodes (local backend only)
 Sizes: 1024, 512K, 50MiB, 2GiB (binary), 2GB (decimal); null or "unlimited" lifts a limit.
 Globs: * ? [a-z] {a,b} and ** (any depth); a pattern without "/" matches at any depth;
 a pattern matching a directory covers everything below it.

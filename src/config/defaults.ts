@@ -222,7 +222,27 @@ export const POLICY_DEFAULTS = {
    * and comes back when its name is made again (src/policy/view.ts): the program never learns
    * that hidden names were there, and nothing hidden is deleted. */
   keptPrefix: '.ledgerfs-kept.',
+  /**
+   * What a program under a policy may do that only an operator should, unless the mount file's
+   * `privileges` grants it: set setuid/setgid bits (S_ISUID; S_ISGID on a file), give a node to
+   * another user or group, make device nodes. Refused with EPERM and a denial line.
+   */
+  privileges: { setid: false, chown: false, devices: false } as Privileges,
+  /**
+   * The same for a workspace without a mount file (`--source DIR`: the operator's own
+   * directory, used as a local disk, where the kernel's checks on who may chown or set setuid
+   * apply as usual): only device nodes are refused, since they would appear in the host
+   * directory.
+   */
+  sourcePrivileges: { setid: true, chown: true, devices: false } as Privileges,
 } as const;
+
+/** Privileged changes a policy may grant (see POLICY_DEFAULTS.privileges). */
+export interface Privileges {
+  setid: boolean;
+  chown: boolean;
+  devices: boolean;
+}
 
 /** Names that hold credentials in common tools; hidden by the `sandboxed` and `readonly` presets. */
 export const SECRET_GLOBS: readonly string[] = [

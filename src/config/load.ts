@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import type * as z from 'zod';
-import { POLICY_DEFAULTS, POLICY_PRESETS, type PolicyPreset, type PresetName } from './defaults.js';
+import { POLICY_DEFAULTS, POLICY_PRESETS, type PolicyPreset, type PresetName, type Privileges } from './defaults.js';
 import { mountFileSchema, type MountFile, type RootFile } from './schema.js';
 import { describeValue } from './sizes.js';
 
@@ -67,6 +67,8 @@ export interface MountConfig {
   /** journal directory (absolute), passed through for the journal */
   state?: string;
   session?: string;
+  /** absent: POLICY_DEFAULTS.privileges */
+  privileges?: Privileges;
 }
 
 // ---- error formatting ----------------------------------------------------------------------
@@ -266,6 +268,7 @@ export function parseMountFile(text: string, label: string, baseDir: string): Mo
   if (file.preset) config.preset = file.preset as PresetName;
   if (file.state !== undefined) config.state = path.resolve(baseDir, file.state);
   if (file.session !== undefined) config.session = file.session;
+  if (file.privileges !== undefined) config.privileges = { ...POLICY_DEFAULTS.privileges, ...file.privileges };
   return config;
 }
 

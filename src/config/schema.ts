@@ -155,6 +155,15 @@ export const mountFileSchema = strict({
   state: nonEmpty('a directory path').optional(),
   /** session name for the journal */
   session: nonEmpty('a session name').optional(),
+  /** what programs may do that only the operator should (default: none of it) */
+  privileges: strict({
+    /** set S_ISUID (anything) or S_ISGID (on a file) by chmod, create or mknod */
+    setid: z.boolean().optional(),
+    /** give a node to another user or group than the caller's own */
+    chown: z.boolean().optional(),
+    /** make character and block device nodes (mknod; the local backend only) */
+    devices: z.boolean().optional(),
+  }).optional(),
 });
 
 export type MountFile = z.output<typeof mountFileSchema>;

@@ -4,7 +4,23 @@
  * around it, never inside it. Every method rejects with a VfsError.
  */
 
-export type NodeType = 'file' | 'dir' | 'symlink';
+export type NodeType = 'file' | 'dir' | 'symlink' | SpecialType;
+/** FIFOs, sockets and device nodes (mknod): no content through the store, only a name and a mode */
+export type SpecialType = 'fifo' | 'socket' | 'chardev' | 'blockdev';
+
+// S_IFMT and the file types (sys/stat.h), as modes carry them
+export const S_IFMT = 0o170000;
+const FORMATS: Record<number, NodeType> = {
+  0o100000: 'file', 0o040000: 'dir', 0o120000: 'symlink',
+  0o010000: 'fifo', 0o140000: 'socket', 0o020000: 'chardev', 0o060000: 'blockdev',
+};
+/** The node type a mode's S_IFMT bits name (a mode without them is a regular file, as mknod(2) takes it). */
+export function typeOfMode(mode: number): NodeType {
+  return FORMATS[mode & S_IFMT] ?? 'file';
+}
+export function isSpecial(t: NodeType): t is SpecialType {
+  return t === 'fifo' || t === 'socket' || t === 'chardev' || t === 'blockdev';
+}
 
 /** Node attributes. Times are nanoseconds since the epoch; `mode` includes the S_IFMT bits. */
 export interface Attr {
@@ -19,6 +35,8 @@ export interface Attr {
   atimeNs: bigint;
   mtimeNs: bigint;
   ctimeNs: bigint;
+  /** device number of a character or block device node */
+  rdev?: number;
 }
 
 export interface DirEntry {
@@ -180,6 +198,11 @@ export interface Backend {
   /** POSIX rename: replaces a file, or an empty directory, at `to`. */
   rename(from: string, to: string): Promise<void>;
   symlink(target: string, path: string): Promise<void>;
+  /**
+   * Optional: make a FIFO, socket or device node (`mode` carries S_IFMT; `rdev` the device).
+   * Absent: such nodes cannot be made here (EPERM, as a file system without them answers).
+   */
+  mknod?(path: string, mode: number, rdev: number): Promise<void>;
   link(existing: string, newPath: string): Promise<void>;
   chmod(path: string, mode: number): Promise<void>;
   chown(path: string, uid: number, gid: number): Promise<void>;

@@ -33,7 +33,7 @@ export interface Caller {
 }
 
 export type MutationOp =
-  | 'create' | 'write' | 'truncate' | 'unlink' | 'mkdir' | 'rmdir' | 'rename' | 'symlink' | 'link'
+  | 'create' | 'write' | 'truncate' | 'unlink' | 'mkdir' | 'rmdir' | 'rename' | 'symlink' | 'link' | 'mknod'
   | 'chmod' | 'chown' | 'utimens' | 'setxattr' | 'removexattr';
 
 /**
@@ -49,7 +49,10 @@ export interface Mutation {
   /** bytes a write adds at `offset` */
   length?: number;
   offset?: number;
+  /** create/mkdir/chmod: the new mode; mknod: with its S_IFMT bits */
   mode?: number;
+  /** mknod of a device: its number */
+  rdev?: number;
   uid?: number;
   gid?: number;
   xattr?: string;

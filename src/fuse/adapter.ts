@@ -1,4 +1,4 @@
-import { joinPath, type Logger, VfsError } from '../core/index.js';
+import { joinPath, type Logger, parentOf, VfsError } from '../core/index.js';
 import type { Vfs } from '../vfs/index.js';
 import type { FsOps } from './binding.js';
 
@@ -50,10 +50,12 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters()): FsOp
     statfs: (_c, path) => t('statfs', path, vfs.statfs(path)),
     readdir: (_c, path) => t('readdir', path, vfs.readdir(path).then((names) => ['.', '..', ...names])),
     // An entry that vanished (or cannot be stat'ed) between the listing and its getattr goes out
-    // without attributes: the kernel then looks it up itself, as after a plain readdir.
+    // without attributes: the kernel then looks it up itself, as after a plain readdir. '.' and
+    // '..' get theirs too, so every entry's d_ino is the inode stat shows.
     readdirPlus: (_c, path) => t('readdirplus', path, vfs.readdir(path).then((names) => {
-      return Promise.all(names.map((name) => vfs.getattr(joinPath(path, name)).then((attr) => ({ name, attr }), () => ({ name, attr: null }))));
-    }).then((entries) => [{ name: '.', attr: null }, { name: '..', attr: null }, ...entries])),
+      const attrOf = (name: string, p: string) => vfs.getattr(p).then((attr) => ({ name, attr }), () => ({ name, attr: null }));
+      return Promise.all([attrOf('.', path), attrOf('..', parentOf(path)), ...names.map((name) => attrOf(name, joinPath(path, name)))]);
+    })),
     readlink: (_c, path) => t('readlink', path, vfs.readlink(path)),
     open: (c, path, flags) => t('open', path, vfs.open(path, flags, c)),
     create: (c, path, mode, flags) => t('create', path, vfs.create(path, mode, flags, c)),
@@ -72,11 +74,14 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters()): FsOp
     unlink: (c, path) => t('unlink', path, vfs.unlink(path, c)),
     rename: (c, from, to) => t('rename', from, vfs.rename(from, to, c)),
     symlink: (c, target, path) => t('symlink', path, vfs.symlink(target, path, c)),
+    mknod: (c, path, mode, rdev) => t('mknod', path, vfs.mknod(path, mode, rdev, c)),
     link: (c, existing, newPath) => t('link', newPath, vfs.link(existing, newPath, c)),
     chmod: (c, path, mode) => t('chmod', path, vfs.chmod(path, mode, c)),
     chown: (c, path, uid, gid) => t('chown', path, vfs.chown(path, uid, gid, c)),
     utimens: (c, path, times) => t('utimens', path, vfs.utimens(path, times, c)),
   };
+  // a store with hard links has real inode numbers (GCS derives them from paths)
+  if (vfs.backend.capabilities.hardLinks) ops.inodesNameNodes = true;
   if (vfs.backend.capabilities.xattrs) {
     ops.xattr = {
       get: (_c, path, name) => t('getxattr', path, vfs.getxattr(path, name)),

@@ -40,9 +40,15 @@ export interface FsOps {
   rename(caller: Caller, from: string, to: string): Promise<void>;
   symlink(caller: Caller, target: string, path: string): Promise<void>;
   link(caller: Caller, existing: string, newPath: string): Promise<void>;
+  /** mknod(2): `mode` with its S_IFMT bits (a FIFO, socket, device node; or a regular file) */
+  mknod(caller: Caller, path: string, mode: number, rdev: number): Promise<void>;
   chmod(caller: Caller, path: string, mode: number): Promise<void>;
   chown(caller: Caller, path: string, uid: number, gid: number): Promise<void>;
   utimens(caller: Caller, path: string, times: TimeSpec): Promise<void>;
+
+  /** the store's inode numbers name its nodes for the life of the mount (hard links share
+   * one): the binding may then give all names of an inode one kernel node */
+  inodesNameNodes?: boolean;
 
   /** Present only when the filesystem stores xattrs; absent ops answer ENOSYS once and the
    * kernel stops asking (it otherwise asks for security.capability on every write). */

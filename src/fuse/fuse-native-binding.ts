@@ -25,7 +25,7 @@ function stat(a: Attr) {
     // (fstat after ftruncate/write showed nlink 1). A numeric string is truthy and still lands
     // as 0 in the Uint32Array. Harmless once fuse-native uses `?? 1`.
     nlink: a.nlink === 0 ? '0' : a.nlink,
-    blocks: a.blocks, blksize: 4096, dev: 0, rdev: 0,
+    blocks: a.blocks, blksize: 4096, dev: 0, rdev: a.rdev ?? 0,
     atimeNs: a.atimeNs, mtimeNs: a.mtimeNs, ctimeNs: a.ctimeNs,
     // Unpatched fuse-native reads milliseconds from atime/mtime/ctime and, without them,
     // reports the current time for every file.
@@ -70,7 +70,16 @@ function toNativeOps(ops: FsOps): Record<string, unknown> {
     fgetattr: (path: string | undefined, fh: number, cb: Cb) => value(() => ops.fgetattr(c, path ?? null, fh), cb, stat),
     access: (path: string, mode: number, cb: Cb) => done(() => ops.access(c, path, mode), cb),
     statfs: (path: string, cb: Cb) => value(() => ops.statfs(c, path), cb, statfs),
-    readdir: (path: string, cb: Cb) => value(() => ops.readdir(c, path), cb),
+    // With stats (use_ino), libfuse 2 gives each entry its d_ino; an entry without attributes
+    // (vanished meanwhile) gets an empty stat, since the stats must match the names one to one.
+    readdir: (path: string, cb: Cb) => {
+      const plus = ops.readdirPlus;
+      if (!plus) return value(() => ops.readdir(c, path), cb);
+      start(() => plus(c, path)).then(
+        (entries) => cb(0, entries.map((e) => e.name), entries.map((e) => (e.attr ? stat(e.attr) : undefined))),
+        (e) => cb(kernelErrno(e)),
+      );
+    },
     readlink: (path: string, cb: Cb) => value(() => ops.readlink(c, path), cb),
     open: (path: string, flags: number, cb: Cb) => value(() => ops.open(c, path, flags), cb),
     create: (path: string, mode: number, flags: number | Cb, cb?: Cb) => {
@@ -92,6 +101,7 @@ function toNativeOps(ops: FsOps): Record<string, unknown> {
     unlink: (path: string, cb: Cb) => done(() => ops.unlink(c, path), cb),
     rename: (from: string, to: string, cb: Cb) => done(() => ops.rename(c, from, to), cb),
     symlink: (target: string, path: string, cb: Cb) => done(() => ops.symlink(c, target, path), cb),
+    mknod: (path: string, mode: number, dev: number, cb: Cb) => done(() => ops.mknod(c, path, mode, dev), cb),
     link: (existing: string, newPath: string, cb: Cb) => done(() => ops.link(c, existing, newPath), cb),
     chmod: (path: string, mode: number, cb: Cb) => done(() => ops.chmod(c, path, mode), cb),
     chown: (path: string, uid: number, gid: number, cb: Cb) => done(() => ops.chown(c, path, uid, gid), cb),

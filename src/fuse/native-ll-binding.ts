@@ -2,7 +2,7 @@ import path from 'node:path';
 import { type Attr, type Caller, errnoOf, kernelErrno, type TimeSpec, VfsError } from '../core/index.js';
 import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
 import { loadAddon, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-session.js';
-import { NodeTable, type Node } from './node-table.js';
+import { NodeTable, type Node, type NodeIdentity } from './node-table.js';
 
 /*
  * The low-level libfuse3 binding (native/ledgerfs_fuse3_ll.c, see native/README.md): requests
@@ -52,7 +52,7 @@ const enum Op {
   UNLINK, RMDIR, SYMLINK, RENAME, LINK, OPEN, READ, WRITE, FLUSH,
   RELEASE, FSYNC, OPENDIR, READDIR, RELEASEDIR, STATFS, SETXATTR,
   GETXATTR, LISTXATTR, REMOVEXATTR, ACCESS, CREATE,
-  FALLOCATE, COPY_FILE_RANGE, LSEEK,
+  FALLOCATE, COPY_FILE_RANGE, LSEEK, MKNOD,
 }
 const CLOSED = -1;
 
@@ -89,6 +89,8 @@ function plusRecords(n: number): { buf: ArrayBuffer; f: Float64Array; t: BigInt6
 }
 /** the smallest readdirplus entry: fuse_entry_out (128) + fuse_dirent (24) + an 8-byte name */
 const MIN_PLUS_ENTRY = 160;
+/** the smallest readdir entry: fuse_dirent (24) + an 8-byte name */
+const MIN_ENTRY = 32;
 
 /** A directory handle: one listing, taken when the kernel reads from offset 0. */
 interface DirHandle {
@@ -106,7 +108,9 @@ const gone = () => new VfsError('ENOENT', 'the node has no path any more (unlink
 
 function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   const reply = addon.reply;
-  const nodes = new NodeTable();
+  // hard links share one kernel node where the store's inode numbers name its nodes (local)
+  const nodes = new NodeTable(ops.inodesNameNodes === true);
+  const identity = (a: Attr): NodeIdentity => ({ ino: a.ino, nlink: a.nlink, dir: a.type === 'dir' });
   /** the node of each open file handle (release closes it there) */
   const fhNode = new Map<number, Node>();
   const dirs = new Map<number, DirHandle>();
@@ -115,7 +119,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
 
   /** answer an entry reply for `name` in `parent` with `attr`; the kernel holds one reference more */
   function entry(id: number, parent: number, name: string, attr: Attr, fh = -1): void {
-    const node = nodes.ref(parent, name);
+    const node = nodes.ref(parent, name, 1, identity(attr));
     if (!node) return void reply(id, ENOENT);
     writeRecord(f64, i64, 0, attr, node.id);
     if (fh >= 0) {
@@ -184,11 +188,12 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       reply(id, kernelErrno(e));
     }
   }
-  /** mkdir, symlink (`other`: the target) or link (`other`: the existing path), then its entry */
-  async function made(id: number, c: Caller, op: Op, parent: number, name: string, mode: number, other: string | null) {
+  /** mkdir, mknod (`rdev`), symlink (`other`: the target) or link (`other`: the existing path), then its entry */
+  async function made(id: number, c: Caller, op: Op, parent: number, name: string, mode: number, other: string | null, rdev = 0) {
     try {
       const p = need(nodes.childPath(parent, name));
       if (op === Op.MKDIR) await ops.mkdir(c, p, mode);
+      else if (op === Op.MKNOD) await ops.mknod(c, p, mode, rdev);
       else if (op === Op.SYMLINK) await ops.symlink(c, other as string, p);
       else await ops.link(c, other as string, p);
       entry(id, parent, name, await ops.getattr(c, p));
@@ -254,9 +259,12 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
     try {
       const d = dirs.get(fh);
       if (!d) return void reply(id, EBADF);
-      if (off === 0 || !d.names || (plus && !d.attrs && ops.readdirPlus)) {
+      // Every entry's attributes, plain readdir too: d_ino must be the inode stat shows (find,
+      // du, rsync -H and git rely on it). The kernel asks readdirplus at offset 0 (then plain
+      // readdir for the rest of a big directory), so the listing costs no more than before.
+      if (off === 0 || !d.names || (!d.attrs && ops.readdirPlus)) {
         const p = need(nodes.path(d.ino));
-        if (plus && ops.readdirPlus) {
+        if (ops.readdirPlus) {
           const entries: DirEntryAttr[] = await ops.readdirPlus(c, p);
           d.names = entries.map((e) => e.name);
           d.attrs = entries.map((e) => e.attr);
@@ -265,7 +273,18 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
           d.attrs = null;
         }
       }
-      if (!plus || !d.attrs) return void reply(id, 0, d.names);
+      if (!d.attrs) return void reply(id, 0, d.names);
+      if (!plus) {
+        // inode and type of the entries this reply may hold (nodeid 0: no lookup implied)
+        const n = Math.min(d.names.length - off, Math.floor(size / MIN_ENTRY) + 1);
+        const { buf, f, t } = plusRecords(Math.max(n, 0));
+        for (let k = 0; k < n; k++) {
+          const a = d.attrs[off + k];
+          if (a) writeRecord(f, t, k * 16, a, 0);
+          else f[k * 16] = 0;
+        }
+        return void reply(id, 0, d.names, buf);
+      }
       // ids for the entries this reply may hold; each one sent is a lookup, the rest are dropped
       const n = Math.min(d.names.length - off, Math.floor(size / MIN_PLUS_ENTRY) + 1);
       const { buf, f, t } = plusRecords(Math.max(n, 0));
@@ -273,9 +292,10 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       for (let k = 0; k < n; k++) {
         const name = d.names[off + k] as string;
         const a = d.attrs[off + k];
-        const node = a && name !== '.' && name !== '..' ? nodes.ref(d.ino, name, 0) : undefined;
+        // '.' and '..' carry their inode but no node: the kernel never looks them up from here
+        const node = a && name !== '.' && name !== '..' ? nodes.ref(d.ino, name, 0, identity(a)) : undefined;
         offered.push(node);
-        if (a && node) writeRecord(f, t, k * 16, a, node.id);
+        if (a) writeRecord(f, t, k * 16, a, node ? node.id : 0);
         else f[k * 16] = 0;
       }
       const sent = reply(id, 0, d.names, buf);
@@ -325,6 +345,8 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         case Op.READLINK: return void value(id, ops.readlink(who, need(nodes.path(ino))));
         case Op.MKDIR: return void made(id, who, Op.MKDIR, ino, nm, a, null);
         case Op.SYMLINK: return void made(id, who, Op.SYMLINK, ino, nm, 0, name2);
+        // a: the mode (with S_IFMT), b: the device number
+        case Op.MKNOD: return void made(id, who, Op.MKNOD, ino, nm, a, null, b);
         case Op.LINK: return void made(id, who, Op.LINK, a, nm, 0, need(nodes.path(ino)));
         case Op.UNLINK: return void removed(id, who, ino, nm, false);
         case Op.RMDIR: return void removed(id, who, ino, nm, true);

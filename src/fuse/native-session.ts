@@ -30,7 +30,7 @@ export function loadAddon<A extends { setScratch(b: ArrayBuffer): void }>(file: 
 /** mode uid gid size ino nlink blocks blksize rdev at f[o..o+8], the 3 ns times at t[to..to+2] */
 export function writeAttr(f: Float64Array, o: number, t: BigInt64Array, to: number, a: Attr): void {
   f[o] = a.mode; f[o + 1] = a.uid; f[o + 2] = a.gid; f[o + 3] = a.size; f[o + 4] = a.ino;
-  f[o + 5] = a.nlink; f[o + 6] = a.blocks; f[o + 7] = 4096; f[o + 8] = 0;
+  f[o + 5] = a.nlink; f[o + 6] = a.blocks; f[o + 7] = 4096; f[o + 8] = a.rdev ?? 0;
   t[to] = a.atimeNs; t[to + 1] = a.mtimeNs; t[to + 2] = a.ctimeNs;
 }
 /** statfs as the addons read it: bsize frsize blocks bfree bavail files ffree favail namemax */

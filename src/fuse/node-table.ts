@@ -8,9 +8,15 @@ import { joinPath } from '../core/index.js';
  * count reaches zero and no remembered child hangs below it. Ids are never reused (2^53 of
  * them), so the generation is always 0. Root is 1 and never forgotten.
  *
- * A hard link's second name gets its own id, as with libfuse's high-level API. An unlinked (or
- * renamed-over) entry is detached: the kernel may still use its id (an open file), but it has no
- * path any more; `openHandles` lets getattr fall back to an open handle then.
+ * With `byInode` (a store whose inode numbers name its nodes: the local backend), a hard link's
+ * other names share the id of the node the table already has for that inode, as libfuse's
+ * passthrough_ll does: the kernel then has one inode for all of them, so nlink, mode and ctime
+ * show through every name at once. The node keeps one name as its path (`parent`/`name`) and
+ * the others in `aliases`; unlinking its name promotes another. Without it (GCS: inode numbers
+ * from paths) every name is its own id, as with libfuse's high-level API. An unlinked (or
+ * renamed-over) entry that was a node's last name is detached: the kernel may still use its id
+ * (an open file), but it has no path any more; `openHandles` lets getattr fall back to an open
+ * handle then.
  */
 export const ROOT_ID = 1;
 
@@ -26,6 +32,17 @@ export interface Node {
   /** its path as last computed, valid while the table's epoch is `pathEpoch` */
   path: string | null;
   pathEpoch: number;
+  /** the store's inode number of a non-directory (byInode tables) */
+  ino?: number;
+  /** its other names (hard links), when it has some */
+  aliases?: Array<{ parent: Node; name: string }>;
+}
+
+/** What an entry reply knows of the node behind a name: a hard link is a shared inode. */
+export interface NodeIdentity {
+  ino: number;
+  nlink: number;
+  dir: boolean;
 }
 
 export class NodeTable {
@@ -34,8 +51,10 @@ export class NodeTable {
   private nextId = ROOT_ID + 1;
   /** bumped by every change of a path (rename, unlink): cached paths older than it are recomputed */
   private epoch = 0;
+  /** attached non-directory nodes by store inode (byInode tables only) */
+  private readonly byIno = new Map<number, Node>();
 
-  constructor() {
+  constructor(private readonly byInode = false) {
     this.byId.set(ROOT_ID, this.root);
   }
 
@@ -73,14 +92,37 @@ export class NodeTable {
    * The node of `name` in `parentId`, made if new, with `lookups` more kernel references
    * (0: only an id to offer, see release). undefined when the parent is gone.
    */
-  ref(parentId: number, name: string, lookups = 1): Node | undefined {
+  ref(parentId: number, name: string, lookups = 1, who?: NodeIdentity): Node | undefined {
     const parent = this.byId.get(parentId);
     if (!parent || (parent !== this.root && !parent.parent)) return undefined;
     let node = parent.children?.get(name);
+    const byIno = this.byInode && who !== undefined && !who.dir;
+    if (node && byIno && node.ino !== undefined && node.ino !== who.ino) {
+      // replaced beside the mount (another inode at this name now): the old node loses the name
+      this.dropName(node, parent, name);
+      node = undefined;
+    }
+    if (node && byIno && node.ino === undefined) {
+      node.ino = who.ino;
+      if (!this.byIno.has(who.ino)) this.byIno.set(who.ino, node);
+    }
+    if (!node && byIno && who.nlink > 1) {
+      // another name of an inode the kernel knows: the same node (a hard link)
+      const same = this.byIno.get(who.ino);
+      if (same && same.parent) {
+        (parent.children ??= new Map()).set(name, same);
+        (same.aliases ??= []).push({ parent, name });
+        node = same;
+      }
+    }
     if (!node) {
       node = { id: this.nextId++, parent, name, lookups: 0, children: undefined, openHandles: undefined, path: null, pathEpoch: -1 };
       (parent.children ??= new Map()).set(name, node);
       this.byId.set(node.id, node);
+      if (byIno) {
+        node.ino = who.ino;
+        this.byIno.set(who.ino, node);
+      }
     }
     node.lookups += lookups;
     return node;
@@ -98,6 +140,13 @@ export class NodeTable {
   release(node: Node): void {
     while (node !== this.root && node.lookups <= 0 && !node.children?.size && !node.openHandles?.length) {
       this.byId.delete(node.id);
+      if (node.ino !== undefined && this.byIno.get(node.ino) === node) this.byIno.delete(node.ino);
+      const aliases = node.aliases;
+      node.aliases = undefined;
+      for (const a of aliases ?? []) {
+        if (a.parent.children?.get(a.name) === node) a.parent.children.delete(a.name);
+        this.release(a.parent);
+      }
       const parent = node.parent;
       if (!parent) return;
       if (parent.children?.get(node.name) === node) parent.children.delete(node.name);
@@ -108,8 +157,9 @@ export class NodeTable {
 
   /** `name` in `parentId` was unlinked or removed: its node (if known) loses its path. */
   removed(parentId: number, name: string): void {
-    const node = this.byId.get(parentId)?.children?.get(name);
-    if (node) this.detach(node);
+    const parent = this.byId.get(parentId);
+    const node = parent?.children?.get(name);
+    if (node && parent) this.dropName(node, parent, name);
   }
 
   /** A rename succeeded: the entry (and everything below it) now lives at the new name. */
@@ -119,11 +169,37 @@ export class NodeTable {
     const node = from?.children?.get(name);
     const to = this.byId.get(newParentId);
     const replaced = to?.children?.get(newName);
-    if (replaced && replaced !== node) this.detach(replaced);
+    if (replaced && to && replaced !== node) this.dropName(replaced, to, newName);
     if (!node || !from) return;
+    if (replaced === node && to) {
+      // two names of one inode: rename(2) does nothing
+      return;
+    }
+    const alias = node.aliases?.find((a) => a.parent === from && a.name === name);
+    if (alias) {
+      // one of its other names moved: the node's path stays
+      from.children?.delete(name);
+      if (!to || (to !== this.root && !to.parent)) {
+        node.aliases = node.aliases?.filter((a) => a !== alias);
+      } else {
+        alias.parent = to;
+        alias.name = newName;
+        (to.children ??= new Map()).set(newName, node);
+      }
+      this.release(from);
+      return;
+    }
     from.children?.delete(name);
     if (!to || (to !== this.root && !to.parent)) {
       // moved below a directory we no longer know: nothing can reach it by this id's path
+      const next = node.aliases?.shift();
+      if (next) {
+        node.parent = next.parent;
+        node.name = next.name;
+        this.release(from);
+        return;
+      }
+      if (node.ino !== undefined && this.byIno.get(node.ino) === node) this.byIno.delete(node.ino);
       node.parent = null;
       this.release(node);
       this.release(from);
@@ -147,12 +223,22 @@ export class NodeTable {
     this.release(node);
   }
 
-  private detach(node: Node): void {
-    const parent = node.parent;
-    if (!parent) return;
+  /** `name` in `parent` no longer names `node`: another of its names becomes its path, else it is detached */
+  private dropName(node: Node, parent: Node, name: string): void {
     this.epoch++;
-    if (parent.children?.get(node.name) === node) parent.children.delete(node.name);
-    node.parent = null;
+    if (parent.children?.get(name) === node) parent.children.delete(name);
+    if (node.parent === parent && node.name === name) {
+      const next = node.aliases?.shift();
+      if (next) {
+        node.parent = next.parent;
+        node.name = next.name;
+      } else {
+        node.parent = null;
+        if (node.ino !== undefined && this.byIno.get(node.ino) === node) this.byIno.delete(node.ino);
+      }
+    } else if (node.aliases) {
+      node.aliases = node.aliases.filter((a) => !(a.parent === parent && a.name === name));
+    }
     this.release(node);
     this.release(parent);
   }

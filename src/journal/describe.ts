@@ -27,6 +27,8 @@ export function summarize(op: Operation): string {
     }
     case 'symlink':
       return `symlink ${p0} -> ${op.args?.target ?? a0?.target ?? '?'}`;
+    case 'mknod':
+      return `mknod ${p0} (${a0?.type ?? 'special file'}${op.args?.rdev ? `, device ${op.args.rdev}` : ''})`;
     case 'link':
       return `link ${p0} (to ${p1})`;
     case 'chmod':
@@ -36,7 +38,7 @@ export function summarize(op: Operation): string {
     case 'utimens':
       return `set times of ${p0}`;
     case 'unlink':
-      return `unlink ${p0}${b0 ? ` (${b0.type === 'symlink' ? `symlink to ${b0.target}` : `${bytes(b0.size)}`})` : ''}`;
+      return `unlink ${p0}${b0 ? ` (${b0.type === 'symlink' ? `symlink to ${b0.target}` : b0.type === 'file' ? `${bytes(b0.size)}` : b0.type})` : ''}`;
     case 'setxattr':
     case 'removexattr':
       return `${op.op} ${op.args?.xattr ?? ''} ${p0}`;

@@ -2,7 +2,7 @@ import { type Backend, isWithin, rebase } from '../core/index.js';
 import type { BlobStore } from './blobs.js';
 import type { Operation } from './history.js';
 import { mismatch, stateOf } from './node-state.js';
-import type { State } from './record.js';
+import type { NodeState, State } from './record.js';
 import { unifiedDiff } from './text-diff.js';
 
 export type ChangeKind = 'added' | 'modified' | 'deleted' | 'renamed';
@@ -13,7 +13,7 @@ export interface Change {
   path: string;
   /** renamed: where it was at the start of the range */
   from?: string;
-  type: 'file' | 'dir' | 'symlink';
+  type: NodeState['type'];
   before: State;
   after: State;
   /** what changed, in words: "content 120 -> 340 bytes", "mode 644 -> 600" */

@@ -20,6 +20,7 @@ export function stateFromAttr(a: Attr, target?: string): NodeState {
     nlink: a.nlink,
   };
   if (target !== undefined) s.target = target;
+  if (a.rdev !== undefined && (a.type === 'chardev' || a.type === 'blockdev')) s.rdev = a.rdev;
   return s;
 }
 

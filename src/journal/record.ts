@@ -24,7 +24,7 @@ export const RECORD_VERSION = 1;
 
 export const MUTATION_OPS = [
   'create', 'write', 'truncate', 'unlink', 'mkdir', 'rmdir', 'rename', 'symlink', 'link',
-  'chmod', 'chown', 'utimens', 'setxattr', 'removexattr',
+  'mknod', 'chmod', 'chown', 'utimens', 'setxattr', 'removexattr',
 ] as const;
 export type JournalOp = (typeof MUTATION_OPS)[number];
 
@@ -38,7 +38,7 @@ export const keptByBackend = (ref: string): boolean => ref.startsWith('gcs-');
 
 /** A node as the journal remembers it. `null` (see State) means "no node at this path". */
 export const NodeStateSchema = z.object({
-  type: z.enum(['file', 'dir', 'symlink']),
+  type: z.enum(['file', 'dir', 'symlink', 'fifo', 'socket', 'chardev', 'blockdev']),
   /** permission bits only (mode & 0o7777) */
   mode: z.number().int(),
   uid: z.number().int(),
@@ -52,6 +52,8 @@ export const NodeStateSchema = z.object({
   nlink: z.number().int(),
   /** symlink text */
   target: z.string().optional(),
+  /** a device node's number */
+  rdev: z.number().int().optional(),
   /** the content's before-image, when it was kept (BLOB_REF) */
   blob: z.string().regex(BLOB_REF).optional(),
 });
@@ -66,6 +68,8 @@ export const OpArgsSchema = z.object({
   gid: z.number().int().optional(),
   /** symlink text of a symlink op */
   target: z.string().optional(),
+  /** mknod of a device: its number (the mode, with its S_IFMT bits, is in `mode`) */
+  rdev: z.number().int().optional(),
   xattr: z.string().optional(),
   /** the xattr value before a setxattr/removexattr, base64; null if it was absent */
   xattrBefore: z.string().nullable().optional(),

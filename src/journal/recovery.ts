@@ -38,6 +38,7 @@ function reached(op: Operation, now: State[]): boolean {
     case 'create':
     case 'mkdir':
     case 'symlink':
+    case 'mknod':
     case 'link':
       return b0 !== null || n0 !== null;
     case 'unlink':

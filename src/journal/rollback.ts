@@ -1,11 +1,14 @@
 import { constants as C } from 'node:fs';
-import { type Backend, type Caller, isWithin, rebase, VfsError } from '../core/index.js';
+import { type Backend, type Caller, isSpecial, isWithin, rebase, type SpecialType, VfsError } from '../core/index.js';
 import type { Vfs } from '../vfs/index.js';
 import type { BlobStore } from './blobs.js';
 import { effective, undoneSeqs, type History, type Operation } from './history.js';
 import { mismatch, stateOf, type Aspect } from './node-state.js';
 import type { JournalOp, NodeState, State } from './record.js';
 import type { JournalStage } from './stage.js';
+
+/** S_IFMT of the special files a rollback brings back with mknod */
+const SPECIAL_IFMT: Record<SpecialType, number> = { fifo: C.S_IFIFO, socket: C.S_IFSOCK, chardev: C.S_IFCHR, blockdev: C.S_IFBLK };
 
 /** What to roll back. Filters combine (an operation must match all that are given). */
 export interface RollbackSelection {
@@ -106,13 +109,14 @@ export function describeUndo(op: Operation): string {
     case 'truncate':
       return `restore the content of ${p0} (${b0?.size ?? 0} bytes)`;
     case 'unlink':
-      return `recreate ${p0} (${b0?.type === 'symlink' ? `symlink to ${b0.target}` : `${b0?.size ?? 0} bytes`})`;
+      return `recreate ${p0} (${b0?.type === 'symlink' ? `symlink to ${b0.target}` : b0 && b0.type !== 'file' ? b0.type : `${b0?.size ?? 0} bytes`})`;
     case 'rmdir':
       return `recreate directory ${p0}`;
     case 'mkdir':
       return `remove directory ${p0}`;
     case 'symlink':
     case 'link':
+    case 'mknod':
       return `remove ${p0}`;
     case 'rename':
       return `move ${p1} back to ${p0}${op.before[1] ? `, recreate the ${op.before[1].type} it replaced at ${p1}` : ''}`;
@@ -143,6 +147,8 @@ function expectation(op: Operation, i: number): { expected: State; aspects: Aspe
     case 'truncate':
     case 'symlink':
       return i === 0 ? { expected: a, aspects: ['content'] } : null;
+    case 'mknod':
+      return i === 0 ? { expected: a, aspects: ['kind'] } : null;
     case 'link':
       return i === 0 ? { expected: a, aspects: ['content'] } : null;
     case 'unlink':
@@ -366,6 +372,7 @@ class Undoer {
         return this.vfs.rmdir(p0, caller);
       case 'symlink':
       case 'link':
+      case 'mknod':
         return this.vfs.unlink(p0, caller);
       case 'rename': {
         if (op.after && (op.after[0] ?? null) !== null) return;
@@ -433,6 +440,8 @@ class Undoer {
       await this.vfs.mkdir(path, st.mode, caller);
     } else if (st.type === 'symlink') {
       await this.vfs.symlink(st.target ?? '', path, caller);
+    } else if (isSpecial(st.type)) {
+      await this.vfs.mknod(path, SPECIAL_IFMT[st.type] | st.mode, st.rdev ?? 0, caller);
     } else {
       if (await this.relink(path, st, op, caller)) return;
       if (st.size > 0 && !st.blob) throw new VfsError('EIO', `no before-image of ${path} was kept`);

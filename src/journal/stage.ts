@@ -218,6 +218,8 @@ export class JournalStage implements MutationStage {
         return { uid: m.uid ?? -1, gid: m.gid ?? -1 };
       case 'symlink':
         return { target: m.target ?? '' };
+      case 'mknod':
+        return { mode: m.mode ?? 0, ...(m.rdev ? { rdev: m.rdev } : {}) };
       case 'setxattr':
       case 'removexattr': {
         let old: string | null = null;

@@ -1,4 +1,4 @@
-import { compileGlobs, formatSize, isBasenameOnly, type Mode, type MountConfig, POLICY_DEFAULTS, type Quota, type RootConfig } from '../config/index.js';
+import { compileGlobs, formatSize, isBasenameOnly, type Mode, type MountConfig, POLICY_DEFAULTS, type Privileges, type Quota, type RootConfig } from '../config/index.js';
 import { isWithin } from '../core/index.js';
 
 /**
@@ -168,7 +168,11 @@ export class CompiledPolicy {
   readonly writableText: string;
   readonly metaDir = META_DIR;
 
+  /** what programs may do that only the operator should (see policy/privileges.ts) */
+  readonly privileges: Privileges;
+
   constructor(readonly config: MountConfig) {
+    this.privileges = config.privileges ?? POLICY_DEFAULTS.privileges;
     this.roots = config.roots.map((r, i) => new CompiledRoot(i, r, config.hide, config.readonly));
     const single = this.roots.length === 1 && this.roots[0]?.path === '/' ? this.roots[0] : undefined;
     if (single) {

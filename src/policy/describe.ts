@@ -48,6 +48,12 @@ export function describePolicy(p: CompiledPolicy, audience: Audience = 'operator
   lines.push('  EDQUOT  a root\'s quota (bytes or files) would be exceeded; df on the root shows it');
   lines.push('  EFBIG   a file would grow past the root\'s largest file size');
   lines.push('  EXDEV   rename or hard link between roots; mv falls back to copy + delete');
+  const withheld = [
+    ...(p.privileges.setid ? [] : ['setting setuid/setgid bits']),
+    ...(p.privileges.chown ? [] : ['giving a file to another user or group']),
+    ...(p.privileges.devices ? [] : ['making device nodes']),
+  ];
+  if (withheld.length) lines.push(`  EPERM   ${withheld.join(', ')}`);
   lines.push(`${p.metaDir}/ (read-only): policy (this text), usage (per root), denials (latest refusals, newest last)`);
   return lines.join('\n') + '\n';
 }

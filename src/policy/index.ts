@@ -5,3 +5,4 @@ export * from './describe.js';
 export * from './stage.js';
 export * from './usage.js';
 export * from './view.js';
+export * from './privileges.js';

@@ -3,6 +3,7 @@ import { formatSize, POLICY_DEFAULTS } from '../config/index.js';
 import type { CompiledPolicy, CompiledRoot } from './compile.js';
 import { rules, sameRoot, whereChange, whereCreate } from './decide.js';
 import type { DenialLog } from './denials.js';
+import { mayNeedPrivilege, needsCurrent, privilegeRefusal } from './privileges.js';
 import { chargeOf, type Usage, type UsageTable } from './usage.js';
 import type { PolicyView } from './view.js';
 
@@ -55,6 +56,19 @@ export class PolicyStage implements MutationStage {
   ) {}
 
   run<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    if (mayNeedPrivilege(m, this.policy.privileges)) return this.privileged(m, apply);
+    return this.decide(m, apply);
+  }
+
+  /** setid bits, chown to others, device nodes: refused unless the policy grants them */
+  private async privileged<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    const current = needsCurrent(m) ? await this.statOrNull(m.path) : null;
+    const e = privilegeRefusal(m, this.policy.privileges, current);
+    if (e) throw this.deny(m, m.path, e);
+    return this.decide(m, apply);
+  }
+
+  private decide<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
     switch (m.op) {
       case 'write':
         return this.write(m, apply);
@@ -74,6 +88,8 @@ export class PolicyStage implements MutationStage {
         return this.symlink(m, apply);
       case 'link':
         return this.link(m, apply);
+      case 'mknod':
+        return this.mknod(m, apply);
       default:
         return this.metadata(m, apply);
     }
@@ -422,6 +438,21 @@ export class PolicyStage implements MutationStage {
     const u = this.usage.of(root);
     if (u === null) return apply();
     this.checkFiles(m, m.path, 'make directory', root, u);
+    u.files += 1;
+    try {
+      return await apply();
+    } catch (err) {
+      u.files -= 1;
+      throw err;
+    }
+  }
+
+  /** a FIFO, socket or (granted) device node: a new name, counted as a file */
+  private async mknod<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    const root = this.creating(m, m.path, 'create', true);
+    const u = this.usage.of(root);
+    if (u === null) return apply();
+    this.checkFiles(m, m.path, 'create', root, u);
     u.files += 1;
     try {
       return await apply();

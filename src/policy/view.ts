@@ -374,6 +374,13 @@ export class PolicyView implements Backend {
     return this.inner.symlink(target, this.create(path, 'create symlink', false));
   }
 
+  async mknod(path: string, mode: number, rdev: number): Promise<void> {
+    const inner = this.inner;
+    if (!inner.mknod) throw new VfsError('EPERM', `the ${inner.kind} backend cannot keep special files`);
+    this.made(path);
+    return inner.mknod(this.create(path, 'create', false), mode, rdev);
+  }
+
   async link(existing: string, newPath: string): Promise<void> {
     const a = whereChange(this.policy, existing, 'link', false);
     if (a instanceof VfsError) throw a;

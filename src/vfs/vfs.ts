@@ -1,5 +1,5 @@
 import { constants as C } from 'node:fs';
-import { type AllocateMode, type Attr, type Backend, type BackendFile, type Caller, checkPath, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, type FsStats, isWithin, type Mutation, parentOf, SEEK_DATA, SEEK_HOLE, type TimeSpec, VfsError } from '../core/index.js';
+import { type AllocateMode, type Attr, isSpecial, typeOfMode, type Backend, type BackendFile, type Caller, checkPath, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, type FsStats, isWithin, type Mutation, parentOf, SEEK_DATA, SEEK_HOLE, type TimeSpec, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { OpenFile, OpenFileTable, isFuseHiddenName } from './open-files.js';
 import { MutationPipeline } from './pipeline.js';
@@ -473,6 +473,31 @@ export class Vfs {
     checkPath(path);
     await this.mutate({ op: 'symlink', path, target, caller }, async () => {
       await this.backend.symlink(target, path);
+      await this.giveToCaller(path, caller);
+    });
+  }
+
+  /**
+   * mknod(2): a regular file (what the kernel sends for mknod of S_IFREG) is an exclusive
+   * create; a FIFO, socket or device node is a mutation of its own, judged by the policy
+   * (device nodes need its permission) and journaled like a create. A store that cannot keep
+   * them answers EPERM, as a file system without them does.
+   */
+  async mknod(path: string, mode: number, rdev: number, caller: Caller = NO_CALLER): Promise<void> {
+    checkPath(path);
+    const type = typeOfMode(mode);
+    if (type === 'file') {
+      const fh = await this.create(path, mode & 0o7777, C.O_WRONLY | C.O_CREAT | C.O_EXCL, caller);
+      await this.release(fh, caller);
+      return;
+    }
+    if (!isSpecial(type)) throw new VfsError('EINVAL', `mknod ${path}: mode 0${mode.toString(8)} is not a special file`);
+    const b = this.backend;
+    const mknod = b.mknod;
+    if (!mknod) throw new VfsError('EPERM', `the ${b.kind} backend cannot keep ${type === 'fifo' ? 'FIFOs' : type === 'socket' ? 'sockets' : 'device nodes'}`);
+    const dev = type === 'chardev' || type === 'blockdev' ? rdev : 0;
+    await this.mutate({ op: 'mknod', path, mode, rdev: dev, caller }, async () => {
+      await mknod.call(b, path, mode, dev);
       await this.giveToCaller(path, caller);
     });
   }

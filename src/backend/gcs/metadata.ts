@@ -110,7 +110,7 @@ export function nodeMetaEntries(n: NodeMeta): Record<string, string> {
   return out;
 }
 
-export function typeOfObject(info: ObjectInfo): NodeType {
+export function typeOfObject(info: ObjectInfo): 'file' | 'symlink' {
   return info.metadata[META.symlinkTarget] !== undefined ? 'symlink' : 'file';
 }
 
@@ -123,7 +123,11 @@ export interface AttrDefaults {
   implicitTimeNs: bigint;
 }
 
-const IFMT: Record<NodeType, number> = { file: C.S_IFREG, dir: C.S_IFDIR, symlink: C.S_IFLNK };
+const IFMT: Record<NodeType, number> = {
+  file: C.S_IFREG, dir: C.S_IFDIR, symlink: C.S_IFLNK,
+  // no object is one of these (the store has no mknod); here for the type's sake
+  fifo: C.S_IFIFO, socket: C.S_IFSOCK, chardev: C.S_IFCHR, blockdev: C.S_IFBLK,
+};
 
 /**
  * Attributes of a node from its object (file, symlink, directory placeholder) or, for an
