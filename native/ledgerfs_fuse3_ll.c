@@ -34,14 +34,20 @@
 #define ADDON_NAME "ledgerfs_fuse3_ll"
 #include "ledgerfs_common.h"
 
-/* Op codes, in the order of `const enum Op` in src/fuse/native-ll-binding.ts. */
-enum op {
-  OP_LOOKUP, OP_FORGET, OP_BATCH_FORGET, OP_GETATTR, OP_SETATTR, OP_READLINK, OP_MKDIR,
-  OP_UNLINK, OP_RMDIR, OP_SYMLINK, OP_RENAME, OP_LINK, OP_OPEN, OP_READ, OP_WRITE, OP_FLUSH,
-  OP_RELEASE, OP_FSYNC, OP_OPENDIR, OP_READDIR, OP_RELEASEDIR, OP_STATFS, OP_SETXATTR,
-  OP_GETXATTR, OP_LISTXATTR, OP_REMOVEXATTR, OP_ACCESS, OP_CREATE,
-  OP_FALLOCATE, OP_COPY_FILE_RANGE, OP_LSEEK, OP_MKNOD,
-};
+/*
+ * The op codes, once: the enum and the names the addon exports as `opNames`. The TypeScript side
+ * (`const enum Op` and OP_NAMES in src/fuse/native-ll-binding.ts) is checked against `opNames`
+ * when the addon loads, so the two tables cannot drift unnoticed. Add an op at the end.
+ */
+#define LEDGERFS_OPS(X)                                                                          \
+  X(LOOKUP) X(FORGET) X(BATCH_FORGET) X(GETATTR) X(SETATTR) X(READLINK) X(MKDIR) X(UNLINK)      \
+  X(RMDIR) X(SYMLINK) X(RENAME) X(LINK) X(OPEN) X(READ) X(WRITE) X(FLUSH) X(RELEASE) X(FSYNC)   \
+  X(OPENDIR) X(READDIR) X(RELEASEDIR) X(STATFS) X(SETXATTR) X(GETXATTR) X(LISTXATTR)            \
+  X(REMOVEXATTR) X(ACCESS) X(CREATE) X(FALLOCATE) X(COPY_FILE_RANGE) X(LSEEK) X(MKNOD)
+#define OP_ENUM(name) OP_##name,
+#define OP_NAME(name) #name,
+enum op { LEDGERFS_OPS(OP_ENUM) OP_COUNT };
+static const char *const op_names[] = { LEDGERFS_OPS(OP_NAME) };
 /* the handler gets this op when the session has ended (unmounted, by us or from outside) */
 #define OP_CLOSED (-1)
 #define UNKNOWN_INO 0xffffffffu
@@ -953,6 +959,13 @@ static napi_value js_set_scratch(napi_env env, napi_callback_info info) {
 }
 
 static napi_value init(napi_env env, napi_value exports) {
+  napi_value names, name;
+  napi_create_array_with_length(env, OP_COUNT, &names);
+  for (uint32_t k = 0; k < OP_COUNT; k++) {
+    napi_create_string_utf8(env, op_names[k], NAPI_AUTO_LENGTH, &name);
+    napi_set_element(env, names, k, name);
+  }
+  napi_set_named_property(env, exports, "opNames", names);
   return define_exports(env, exports, js_mount, js_destroy, js_reply, js_unref, js_set_scratch);
 }
 

@@ -26,6 +26,8 @@ interface Addon {
   reply(id: number, code: number, payload?: unknown, records?: ArrayBuffer): number;
   setScratch(buf: ArrayBuffer): void;
   libfuseVersion: string;
+  /** its op codes' names, by code (LEDGERFS_OPS) */
+  opNames: string[];
 }
 
 /* Scratch shared with the addon: one 128-byte record (mode uid gid size ino nlink blocks blksize
@@ -43,16 +45,43 @@ const forgets = new Float64Array(scratch, FORGET_AT, FORGET_CHUNK * 2);
 let loaded: Addon | Error | undefined;
 /** The addon, or why it cannot be used (not built: the install said so). */
 export function loadNativeLlAddon(): Addon | Error {
-  return (loaded ??= loadAddon<Addon>(NATIVE_LL_ADDON, 'native-ll', scratch));
+  if (loaded === undefined) {
+    const addon = loadAddon<Addon>(NATIVE_LL_ADDON, 'native-ll', scratch);
+    const problem = addon instanceof Error ? null : opTableProblem(addon.opNames);
+    loaded = problem ? new Error(problem) : addon;
+  }
+  return loaded;
 }
 
 // Op codes: the order of `enum op` in ledgerfs_fuse3_ll.c.
+/**
+ * The addon's op codes (LEDGERFS_OPS in native/ledgerfs_fuse3_ll.c). A const enum keeps the
+ * dispatch switch on constants; OP_NAMES spells the same order, checked against the enum at
+ * compile time (OpNamesInOrder) and against the addon's `opNames` when it loads.
+ */
 const enum Op {
   LOOKUP, FORGET, BATCH_FORGET, GETATTR, SETATTR, READLINK, MKDIR,
   UNLINK, RMDIR, SYMLINK, RENAME, LINK, OPEN, READ, WRITE, FLUSH,
   RELEASE, FSYNC, OPENDIR, READDIR, RELEASEDIR, STATFS, SETXATTR,
   GETXATTR, LISTXATTR, REMOVEXATTR, ACCESS, CREATE,
   FALLOCATE, COPY_FILE_RANGE, LSEEK, MKNOD,
+}
+export const OP_NAMES = [
+  'LOOKUP', 'FORGET', 'BATCH_FORGET', 'GETATTR', 'SETATTR', 'READLINK', 'MKDIR',
+  'UNLINK', 'RMDIR', 'SYMLINK', 'RENAME', 'LINK', 'OPEN', 'READ', 'WRITE', 'FLUSH',
+  'RELEASE', 'FSYNC', 'OPENDIR', 'READDIR', 'RELEASEDIR', 'STATFS', 'SETXATTR',
+  'GETXATTR', 'LISTXATTR', 'REMOVEXATTR', 'ACCESS', 'CREATE',
+  'FALLOCATE', 'COPY_FILE_RANGE', 'LSEEK', 'MKNOD',
+] as const;
+/** The names whose code in Op is not their place in OP_NAMES (never, when the two agree). */
+type OpsOutOfOrder = { [K in keyof typeof Op]: (typeof OP_NAMES)[(typeof Op)[K]] extends K ? never : K }[keyof typeof Op];
+const opsInOrder: [OpsOutOfOrder] extends [never] ? true : OpsOutOfOrder = true;
+void opsInOrder;
+
+/** Why the addon's op table is not ours (an addon built from other sources), or null. */
+export function opTableProblem(addonNames: readonly string[] | undefined): string | null {
+  if (addonNames && addonNames.length === OP_NAMES.length && addonNames.every((n, i) => n === OP_NAMES[i])) return null;
+  return `the native-ll addon's op table (${addonNames?.join(' ') ?? 'none'}) is not this build's (${OP_NAMES.join(' ')}); rebuild it: node scripts/build-native.mjs --force`;
 }
 const CLOSED = -1;
 
