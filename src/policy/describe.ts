@@ -124,6 +124,7 @@ export function policyJson(p: CompiledPolicy): unknown {
     synthesized: synthesizedDirs(p),
     state: c.state,
     session: c.session,
+    privileges: p.privileges,
   };
 }
 

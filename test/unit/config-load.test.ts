@@ -137,3 +137,14 @@ roots:
     );
   });
 });
+
+describe('privileges', () => {
+  it('absent: none granted (the policy defaults); given: merged field by field; a typo names the allowed fields', async () => {
+    const { CompiledPolicy } = await import('../../src/policy/compile.js');
+    expect(new CompiledPolicy(parseMountFile(CASE, 'case.yaml', '/cases')).privileges).toEqual({ setid: false, chown: false, devices: false });
+    const c = parseMountFile(`${CASE}privileges: { devices: true }\n`, 'case.yaml', '/cases');
+    expect(new CompiledPolicy(c).privileges).toEqual({ setid: false, chown: false, devices: true });
+    expect(errorOf(`${CASE}privileges: { setuid: true }\n`)).toMatch(/privileges\.setuid: unknown field \(did you mean "setid"\?\); allowed here: setid, chown, devices/);
+    expect(errorOf(`${CASE}privileges: { chown: yes please }\n`)).toMatch(/privileges\.chown/);
+  });
+});
