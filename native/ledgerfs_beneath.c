@@ -34,7 +34,8 @@
 #define PATH_BYTES 4096
 #define NAME_BYTES 257 /* NAME_MAX + 1 + one more to see a longer name */
 
-/* stat record shared with JS: 7 doubles (mode size nlink uid gid ino blocks), 3 int64 ns times */
+/* stat record shared with JS: 7 doubles (mode size nlink uid gid ino blocks), the 3 times'
+ * int64 seconds, then their int32 nanoseconds at byte 80 (a nanosecond count in 64 bits ends in 2262) */
 static char *rec;
 static napi_ref rec_ref;
 
@@ -141,9 +142,10 @@ static napi_value js_lstat(napi_env env, napi_callback_info info) {
   f[0] = st.st_mode; f[1] = (double)st.st_size; f[2] = (double)st.st_nlink; f[3] = st.st_uid;
   f[4] = st.st_gid; f[5] = (double)st.st_ino; f[6] = (double)st.st_blocks;
   int64_t *t = (int64_t *)rec + 7;
-  t[0] = (int64_t)st.st_atim.tv_sec * 1000000000 + st.st_atim.tv_nsec;
-  t[1] = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-  t[2] = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+  int32_t *ns = (int32_t *)(rec + 80);
+  t[0] = (int64_t)st.st_atim.tv_sec; ns[0] = (int32_t)st.st_atim.tv_nsec;
+  t[1] = (int64_t)st.st_mtim.tv_sec; ns[1] = (int32_t)st.st_mtim.tv_nsec;
+  t[2] = (int64_t)st.st_ctim.tv_sec; ns[2] = (int32_t)st.st_ctim.tv_nsec;
   return result(env, 0);
 }
 
@@ -156,9 +158,9 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   return result(env, open_node(ints[0], parent, name, ints[1], (mode_t)ints[2]));
 }
 
-/* setRecord(arrayBuffer): where lstat writes (at least 80 bytes) */
+/* setRecord(arrayBuffer): where lstat writes (at least 96 bytes) */
 static napi_value js_set_record(napi_env env, napi_callback_info info) {
-  char *data = keep_scratch(env, info, 80, &rec_ref, "setRecord");
+  char *data = keep_scratch(env, info, 96, &rec_ref, "setRecord");
   if (data) rec = data;
   return NULL;
 }

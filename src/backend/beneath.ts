@@ -25,10 +25,13 @@ export interface BeneathFailure {
   parent: boolean;
 }
 
-// mode size nlink uid gid ino blocks as doubles, then atime mtime ctime as int64 ns
-const record = new ArrayBuffer(80);
+// mode size nlink uid gid ino blocks as doubles, atime mtime ctime seconds as int64, then their
+// nanoseconds as int32 (seconds and nanoseconds apart: a 64-bit nanosecond count ends in 2262)
+const record = new ArrayBuffer(96);
 const nums = new Float64Array(record, 0, 7);
 const times = new BigInt64Array(record, 56, 3);
+const nanos = new Int32Array(record, 80, 3);
+const time = (i: number): bigint => (times[i] as bigint) * 1_000_000_000n + BigInt(nanos[i] as number);
 
 const NO_ENTRY = -errnoOf('ENOENT');
 
@@ -64,9 +67,9 @@ export class Beneath {
       gid: nums[4] as number,
       ino: nums[5] as number,
       blocks: nums[6] as number,
-      atimeNs: times[0] as bigint,
-      mtimeNs: times[1] as bigint,
-      ctimeNs: times[2] as bigint,
+      atimeNs: time(0),
+      mtimeNs: time(1),
+      ctimeNs: time(2),
     };
   }
 

@@ -6,7 +6,7 @@ import { loadBeneath, type Beneath } from './beneath.js';
 import { fdLimit } from './fd-limit.js';
 import { fdOps, type FdOps } from './fd-ops.js';
 import { FdPool, type Pooled, poolSize, type PoolSize } from './fd-pool.js';
-import { nodeOps, type NodeOps } from './node-ops.js';
+import { nodeOps, type NodeOps, splitNs, UTIME_NOW, UTIME_OMIT } from './node-ops.js';
 import { checkXattrRead, checkXattrWrite, listableXattr } from './xattr-names.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
@@ -666,6 +666,7 @@ export class LocalBackend implements Backend {
   }
 
   async utimens(path: string, times: TimeSpec): Promise<void> {
+    if (nodeOps()) return this.utimensExact(path, times);
     const p = this.host(path);
     if (times.atimeNs === undefined && times.mtimeNs === undefined) return;
     const cur = sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true }));
@@ -674,6 +675,19 @@ export class LocalBackend implements Backend {
     const at = nsToSeconds(pick(times.atimeNs, cur.atimeNs));
     const mt = nsToSeconds(pick(times.mtimeNs, cur.mtimeNs));
     sys(`utimens ${path}`, () => fs.lutimesSync(p, at, mt));
+  }
+
+  /**
+   * utimensat(2) on the node itself (never following a symlink), with timespecs: exact to the
+   * nanosecond at any time the backing file system keeps (ext4: 1901-12-13 to 2446), and "now"
+   * is the kernel's clock, not a millisecond Date.
+   */
+  private utimensExact(path: string, times: TimeSpec): void {
+    const part = (t: bigint | 'now' | undefined): [bigint, number] => (t === undefined ? [0n, UTIME_OMIT] : t === 'now' ? [0n, UTIME_NOW] : splitNs(t));
+    const [as, ans] = part(times.atimeNs);
+    const [ms, mns] = part(times.mtimeNs);
+    if (ans === UTIME_OMIT && mns === UTIME_OMIT) return;
+    this.onNode(path, `utimens ${path}`, (ops, fd) => ops.utimens(fd, as, ans, ms, mns));
   }
 
   async truncate(path: string, size: number): Promise<void> {

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { type Attr, type Caller, errnoOf, kernelErrno, type TimeSpec, VfsError } from '../core/index.js';
 import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
-import { loadAddon, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-session.js';
+import { loadAddon, readTime, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-session.js';
 import { NodeTable, type Node } from './node-table.js';
 
 /*
@@ -29,15 +29,19 @@ interface Addon {
 }
 
 /* Scratch shared with the addon: one 128-byte record (mode uid gid size ino nlink blocks blksize
- * rdev as doubles, atime/mtime/ctime as int64 ns at slots 9-11, nodeid at 12, generation at 13)
- * for entry/attr/statfs replies and setattr's new values; from byte 256, (nodeid, nlookup)
- * pairs of BATCH_FORGET. */
+ * rdev as doubles, atime/mtime/ctime seconds as int64 at slots 9-11, nodeid at 12, generation at
+ * 13, then the three times' nanoseconds as int32 at byte 112, NSEC_AT in the C file) for
+ * entry/attr/statfs replies and setattr's new values; from byte 256, (nodeid, nlookup) pairs of
+ * BATCH_FORGET. */
 const RECORD = 128;
+/** the nanoseconds' int32 index in a record */
+const NSEC = 112 / 4;
 const FORGET_AT = 256;
 const FORGET_CHUNK = 512;
 const scratch = new ArrayBuffer(FORGET_AT + FORGET_CHUNK * 16);
 const f64 = new Float64Array(scratch, 0, 16);
 const i64 = new BigInt64Array(scratch, 0, 16);
+const i32 = new Int32Array(scratch, 0, 32);
 const forgets = new Float64Array(scratch, FORGET_AT, FORGET_CHUNK * 2);
 
 let loaded: Addon | Error | undefined;
@@ -71,19 +75,19 @@ const ENOENT = -errnoOf('ENOENT');
 const EBADF = -errnoOf('EBADF');
 const EIO = -errnoOf('EIO');
 
-/** mode uid gid size ino nlink blocks blksize rdev, the 3 ns times, nodeid, generation */
-function writeRecord(f: Float64Array, t: BigInt64Array, o: number, a: Attr, nodeid: number): void {
-  writeAttr(f, o, t, o + 9, a);
+/** mode uid gid size ino nlink blocks blksize rdev, the 3 times, nodeid, generation; `o` in doubles */
+function writeRecord(f: Float64Array, t: BigInt64Array, n: Int32Array, o: number, a: Attr, nodeid: number): void {
+  writeAttr(f, o, t, o + 9, n, o * 2 + NSEC, a);
   f[o + 12] = nodeid; f[o + 13] = 0;
 }
 
 /* Readdirplus records for the entries a reply may hold; one growing buffer. */
 const plusArea = (bytes: number) => {
   const buf = new ArrayBuffer(bytes);
-  return { buf, f: new Float64Array(buf), t: new BigInt64Array(buf) };
+  return { buf, f: new Float64Array(buf), t: new BigInt64Array(buf), n: new Int32Array(buf) };
 };
 let plus = plusArea(RECORD * 64);
-function plusRecords(n: number): { buf: ArrayBuffer; f: Float64Array; t: BigInt64Array } {
+function plusRecords(n: number): { buf: ArrayBuffer; f: Float64Array; t: BigInt64Array; n: Int32Array } {
   if (plus.buf.byteLength < n * RECORD) plus = plusArea(n * RECORD * 2);
   return plus;
 }
@@ -117,7 +121,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   function entry(id: number, parent: number, name: string, attr: Attr, fh = -1): void {
     const node = nodes.ref(parent, name);
     if (!node) return void reply(id, ENOENT);
-    writeRecord(f64, i64, 0, attr, node.id);
+    writeRecord(f64, i64, i32, 0, attr, node.id);
     if (fh >= 0) {
       nodes.opened(node, fh);
       fhNode.set(fh, node);
@@ -152,7 +156,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   async function getattr(id: number, c: Caller, ino: number, fh: number) {
     try {
       const a = await attrOf(c, ino, fh);
-      writeRecord(f64, i64, 0, a, ino);
+      writeRecord(f64, i64, i32, 0, a, ino);
       reply(id, 0);
     } catch (e) {
       reply(id, kernelErrno(e));
@@ -161,7 +165,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   async function setattr(id: number, c: Caller, ino: number, valid: number, fh: number) {
     // the new values sit in the scratch only until the next request: read them first
     const mode = f64[0] as number, uid = f64[1] as number, gid = f64[2] as number, size = f64[3] as number;
-    const atime = i64[9] as bigint, mtime = i64[10] as bigint;
+    const atime = readTime(i64, 9, i32, NSEC), mtime = readTime(i64, 10, i32, NSEC + 1);
     try {
       const p = nodes.path(ino);
       if (valid & SET_MODE) await ops.chmod(c, need(p), mode);
@@ -178,7 +182,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       // by path (or a handle of the node when unlinked): a handle passed here may be a
       // directory's, which is not a core file handle
       const a = await attrOf(c, ino, -1);
-      writeRecord(f64, i64, 0, a, ino);
+      writeRecord(f64, i64, i32, 0, a, ino);
       reply(id, 0);
     } catch (e) {
       reply(id, kernelErrno(e));
@@ -268,14 +272,14 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       if (!plus || !d.attrs) return void reply(id, 0, d.names);
       // ids for the entries this reply may hold; each one sent is a lookup, the rest are dropped
       const n = Math.min(d.names.length - off, Math.floor(size / MIN_PLUS_ENTRY) + 1);
-      const { buf, f, t } = plusRecords(Math.max(n, 0));
+      const { buf, f, t, n: ns } = plusRecords(Math.max(n, 0));
       const offered: (Node | undefined)[] = [];
       for (let k = 0; k < n; k++) {
         const name = d.names[off + k] as string;
         const a = d.attrs[off + k];
         const node = a && name !== '.' && name !== '..' ? nodes.ref(d.ino, name, 0) : undefined;
         offered.push(node);
-        if (a && node) writeRecord(f, t, k * 16, a, node.id);
+        if (a && node) writeRecord(f, t, ns, k * 16, a, node.id);
         else f[k * 16] = 0;
       }
       const sent = reply(id, 0, d.names, buf);
