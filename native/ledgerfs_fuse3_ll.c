@@ -410,7 +410,14 @@ static void ll_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
   if (napi_create_buffer_copy(m->env, size, size ? value : "", &copy, &b) != napi_ok) { fuse_reply_err(req, ENOMEM); slot_free(i); return; }
   call_js(m, i, OP_SETXATTR, req, (double)ino, flags, 0, 0, name, NULL, b);
 }
+/*
+ * The kernel asks for security.capability before every write (file_remove_privs: FUSE never
+ * marks an inode S_NOSEC), so with xattrs on, each write would cost a second request through
+ * JS. The mount never reports file capabilities (src/backend/xattr-names.ts: always absent), so
+ * it is answered here, at once.
+ */
 static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
+  if (strcmp(name, "security.capability") == 0) { fuse_reply_err(req, ENODATA); return; }
   START(OP_GETXATTR);
   slots[i].size = size;
   call_js(m, i, OP_GETXATTR, req, (double)ino, (double)size, 0, 0, name, NULL, NULL);

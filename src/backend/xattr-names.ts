@@ -5,12 +5,18 @@ import { VfsError } from '../core/index.js';
  * unprivileged caller whatever the daemon's own privileges (it may run as root, and a program
  * on the mount must not reach what root could):
  *   user.*      read and written (the kernel allows them on files and directories only)
- *   security.*  read and listed (SELinux labels, file capabilities); set or remove: EPERM
+ *   security.*  read and listed (SELinux labels); set or remove: EPERM. security.capability
+ *               is always absent: file capabilities through the mount would grant privileges
+ *               the daemon never decided on, and the kernel asks for it before every write, so
+ *               the bindings answer it themselves (ENODATA) without a trip through the core
  *   trusted.*   invisible: get ENODATA, never listed; set or remove: EPERM
  *   system.*    (POSIX ACLs among them) and unknown prefixes: EOPNOTSUPP, never listed
  */
 
 type Namespace = 'user' | 'security' | 'trusted' | 'unsupported';
+
+/** never reported, never set: see above */
+export const FILE_CAPABILITY = 'security.capability';
 
 function namespaceOf(name: string): Namespace {
   if (name.startsWith('user.')) return 'user';
@@ -26,8 +32,10 @@ const unsupported = (name: string, path: string) =>
 export function checkXattrRead(name: string, path: string): void {
   switch (namespaceOf(name)) {
     case 'user':
-    case 'security':
       return;
+    case 'security':
+      if (name !== FILE_CAPABILITY) return;
+      throw new VfsError('ENODATA', `${path} has no attribute ${name}`);
     case 'trusted':
       throw new VfsError('ENODATA', `${path} has no attribute ${name}`);
     default:
@@ -51,5 +59,5 @@ export function checkXattrWrite(name: string, path: string): void {
 /** The names a listing shows. */
 export function listableXattr(name: string): boolean {
   const ns = namespaceOf(name);
-  return ns === 'user' || ns === 'security';
+  return ns === 'user' || (ns === 'security' && name !== FILE_CAPABILITY);
 }

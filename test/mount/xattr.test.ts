@@ -25,6 +25,8 @@ describe.skipIf(onGcs)('mount: extended attributes (local backend)', () => {
     j = await startJournaledMount('xattr-run', {
       populate: (src) => {
         sh('printf data > f && mkdir d && ln -s f l && setfattr -n user.k -v old f && setfattr -n user.gone -v bye f', src);
+        // a file capability (cap_net_raw) on the store's file: the mount never reports one
+        sh('printf x > capped && setfattr -n security.capability -v 0sAQAAAgAgAAAAAAAAAAAAAAAAAAA= capped', src);
       },
     });
     m = j.m;
@@ -52,6 +54,9 @@ describe.skipIf(onGcs)('mount: extended attributes (local backend)', () => {
     expect(run('setfattr -n trusted.k -v x f', mnt).stderr).toMatch(/Operation not permitted/);
     expect(run('setfattr -n security.k -v x f', mnt).stderr).toMatch(/Operation not permitted/);
     expect(run('getfattr -n system.posix_acl_access f', mnt).stderr).toMatch(/Operation not supported/);
+    expect(attr(m.src, 'capped', 'security.capability')).not.toBeNull();
+    expect(attr(mnt, 'capped', 'security.capability')).toBeNull();
+    expect(sh('getfattr -d -m - --absolute-names capped', mnt)).toBe('');
     // a well-formed ACL (u::rw- g::r-- o::r--), so that the kernel's own parsing lets it through
     expect(run('setfattr -n system.posix_acl_access -v 0sAgAAAAEABgD/////BAAEAP////8gAAQA/////w== f', mnt).stderr).toMatch(/Operation not supported/);
 
