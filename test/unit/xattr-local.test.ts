@@ -24,6 +24,10 @@ describe('local backend: extended attributes', () => {
     expect(await vfs.listxattr(`${W}/notes.md`)).toEqual(['user.k']);
     await vfs.setxattr(`${W}/notes.md`, 'user.empty', Buffer.alloc(0), 0, AGENT);
     expect((await vfs.getxattr(`${W}/notes.md`, 'user.empty')).length).toBe(0);
+    // setxattr(2)'s flags reach the store: XATTR_CREATE (1) on an existing name, XATTR_REPLACE (2) on a missing one
+    await expectCode(vfs.setxattr(`${W}/notes.md`, 'user.k', Buffer.from('v2'), 1, AGENT), 'EEXIST');
+    await expectCode(vfs.setxattr(`${W}/notes.md`, 'user.none', Buffer.from('v2'), 2, AGENT), 'ENODATA');
+    expect((await vfs.getxattr(`${W}/notes.md`, 'user.k')).toString()).toBe('v1');
     await vfs.removexattr(`${W}/notes.md`, 'user.k', AGENT);
     await expectCode(vfs.getxattr(`${W}/notes.md`, 'user.k'), 'ENODATA');
     // read-only by glob, a read-only root: refused before it reaches the store
