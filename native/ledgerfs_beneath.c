@@ -34,9 +34,10 @@
 #define PATH_BYTES 4096
 #define NAME_BYTES 257 /* NAME_MAX + 1 + one more to see a longer name */
 
-/* stat record shared with JS: 7 doubles (mode size nlink uid gid ino blocks), 3 int64 ns times,
- * then rdev as a double (at byte 80) */
-#define REC_BYTES 88
+/* stat record shared with JS: 7 doubles (mode size nlink uid gid ino blocks), the 3 times'
+ * int64 seconds, rdev as a double (at byte 80), then the times' int32 nanoseconds at byte 88
+ * (a nanosecond count in 64 bits ends in 2262) */
+#define REC_BYTES 104
 static char *rec;
 static napi_ref rec_ref;
 
@@ -143,9 +144,10 @@ static napi_value js_lstat(napi_env env, napi_callback_info info) {
   f[0] = st.st_mode; f[1] = (double)st.st_size; f[2] = (double)st.st_nlink; f[3] = st.st_uid;
   f[4] = st.st_gid; f[5] = (double)st.st_ino; f[6] = (double)st.st_blocks;
   int64_t *t = (int64_t *)rec + 7;
-  t[0] = (int64_t)st.st_atim.tv_sec * 1000000000 + st.st_atim.tv_nsec;
-  t[1] = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-  t[2] = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+  int32_t *ns = (int32_t *)(rec + 88);
+  t[0] = (int64_t)st.st_atim.tv_sec; ns[0] = (int32_t)st.st_atim.tv_nsec;
+  t[1] = (int64_t)st.st_mtim.tv_sec; ns[1] = (int32_t)st.st_mtim.tv_nsec;
+  t[2] = (int64_t)st.st_ctim.tv_sec; ns[2] = (int32_t)st.st_ctim.tv_nsec;
   ((double *)rec)[10] = (double)st.st_rdev;
   return result(env, 0);
 }

@@ -110,7 +110,9 @@ static void mount_args_init(napi_env env, napi_value options, unsigned max_read,
 }
 
 /* 9 doubles (mode uid gid size ino nlink blocks blksize rdev) and 3 int64 ns times */
-static void fill_stat_from(struct stat *st, const double *f, const int64_t *t) {
+/* Times are signed 64-bit seconds (`sec`) and nanoseconds (`nsec`) apart: a nanosecond count in
+ * 64 bits ends in 2262 (and starts in 1677), and a file system keeps times far beyond both. */
+static void fill_stat_from(struct stat *st, const double *f, const int64_t *sec, const int32_t *nsec) {
   memset(st, 0, sizeof *st);
   st->st_mode = (mode_t)f[0];
   st->st_uid = (uid_t)f[1];
@@ -123,11 +125,8 @@ static void fill_stat_from(struct stat *st, const double *f, const int64_t *t) {
   st->st_rdev = (dev_t)f[8];
   struct timespec *ts[3] = {&st->st_atim, &st->st_mtim, &st->st_ctim};
   for (int i = 0; i < 3; i++) {
-    int64_t ns = t[i];
-    int64_t sec = ns / 1000000000, rem = ns % 1000000000;
-    if (rem < 0) { rem += 1000000000; sec -= 1; }
-    ts[i]->tv_sec = sec;
-    ts[i]->tv_nsec = rem;
+    ts[i]->tv_sec = (time_t)sec[i];
+    ts[i]->tv_nsec = nsec[i];
   }
 }
 

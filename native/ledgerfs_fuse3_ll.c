@@ -144,10 +144,12 @@ static void slot_free(uint32_t i) {
   freelist[nfree++] = i;
 }
 
-/* Attribute scratch shared with JS (native-ll-binding.ts): one 128-byte record (9 doubles, 3
- * int64 ns times, nodeid, generation) used for entry/attr/statfs replies and setattr input;
- * from byte 256, FORGET_CHUNK (nodeid, nlookup) pairs of doubles for BATCH_FORGET. */
+/* Attribute scratch shared with JS (native-ll-binding.ts): one 128-byte record (9 doubles, the
+ * 3 times' int64 seconds, nodeid, generation as doubles, then the 3 times' int32 nanoseconds at
+ * byte NSEC_AT) used for entry/attr/statfs replies and setattr input; from byte 256,
+ * FORGET_CHUNK (nodeid, nlookup) pairs of doubles for BATCH_FORGET. */
 #define RECORD 128
+#define NSEC_AT 112
 #define FORGET_AT 256
 #define FORGET_CHUNK 512
 static char *scratch;
@@ -172,7 +174,7 @@ static void slot_release_mem(napi_env env, struct slot *s) {
 /* ---- records ------------------------------------------------------------------------------ */
 
 static void fill_stat_rec(struct stat *st, const char *rec) {
-  fill_stat_from(st, (const double *)rec, (const int64_t *)rec + 9);
+  fill_stat_from(st, (const double *)rec, (const int64_t *)rec + 9, (const int32_t *)(rec + NSEC_AT));
 }
 
 /* nodeid 0 = a negative entry (cached for the negative timeout) */
@@ -191,7 +193,8 @@ static void fill_entry(struct mnt *m, struct fuse_entry_param *e, const char *re
 }
 
 static void put_time(char *rec, int i, const struct timespec *ts) {
-  ((int64_t *)rec)[9 + i] = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+  ((int64_t *)rec)[9 + i] = (int64_t)ts->tv_sec;
+  ((int32_t *)(rec + NSEC_AT))[i] = (int32_t)ts->tv_nsec;
 }
 
 /* ---- calls into JS ------------------------------------------------------------------------ */
@@ -274,7 +277,7 @@ static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
   START(OP_GETATTR);
   call_js(m, i, OP_GETATTR, req, (double)ino, fi ? (double)fi->fh : -1, 0, 0, NULL, NULL, NULL);
 }
-/* the new values go through the scratch record (mode uid gid size, atime mtime ns) */
+/* the new values go through the scratch record (mode uid gid size, atime mtime) */
 static void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi) {
   START(OP_SETATTR);
   double *f = (double *)scratch;
@@ -417,7 +420,14 @@ static void ll_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
   if (napi_create_buffer_copy(m->env, size, size ? value : "", &copy, &b) != napi_ok) { fuse_reply_err(req, ENOMEM); slot_free(i); return; }
   call_js(m, i, OP_SETXATTR, req, (double)ino, flags, 0, 0, name, NULL, b);
 }
+/*
+ * The kernel asks for security.capability before every write (file_remove_privs: FUSE never
+ * marks an inode S_NOSEC), so with xattrs on, each write would cost a second request through
+ * JS. The mount never reports file capabilities (src/backend/xattr-names.ts: always absent), so
+ * it is answered here, at once.
+ */
 static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
+  if (strcmp(name, "security.capability") == 0) { fuse_reply_err(req, ENODATA); return; }
   START(OP_GETXATTR);
   slots[i].size = size;
   call_js(m, i, OP_GETXATTR, req, (double)ino, (double)size, 0, 0, name, NULL, NULL);

@@ -26,10 +26,14 @@ export interface BeneathFailure {
   parent: boolean;
 }
 
-// mode size nlink uid gid ino blocks as doubles, then atime mtime ctime as int64 ns, then rdev
-const record = new ArrayBuffer(88);
+// mode size nlink uid gid ino blocks as doubles, atime mtime ctime seconds as int64, rdev as a
+// double, then the times' nanoseconds as int32 (seconds and nanoseconds apart: a 64-bit
+// nanosecond count ends in 2262)
+const record = new ArrayBuffer(104);
 const nums = new Float64Array(record, 0, 11);
 const times = new BigInt64Array(record, 56, 3);
+const nanos = new Int32Array(record, 88, 3);
+const time = (i: number): bigint => (times[i] as bigint) * 1_000_000_000n + BigInt(nanos[i] as number);
 
 const NO_ENTRY = -errnoOf('ENOENT');
 
@@ -65,9 +69,9 @@ export class Beneath {
       gid: nums[4] as number,
       ino: nums[5] as number,
       blocks: nums[6] as number,
-      atimeNs: times[0] as bigint,
-      mtimeNs: times[1] as bigint,
-      ctimeNs: times[2] as bigint,
+      atimeNs: time(0),
+      mtimeNs: time(1),
+      ctimeNs: time(2),
     };
     if (isSpecial(type)) a.rdev = nums[10] as number;
     return a;

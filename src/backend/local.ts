@@ -6,8 +6,12 @@ import { loadBeneath, type Beneath } from './beneath.js';
 import { fdLimit } from './fd-limit.js';
 import { fdOps, type FdOps } from './fd-ops.js';
 import { FdPool, type Pooled, poolSize, type PoolSize } from './fd-pool.js';
+import { nodeOps, type NodeOps, splitNs, UTIME_NOW, UTIME_OMIT } from './node-ops.js';
+import { checkXattrRead, checkXattrWrite, listableXattr } from './xattr-names.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
+/** a descriptor of the node itself, for calls that name it by /proc/self/fd (fs.constants lacks it) */
+const O_PATH = 0o10000000;
 
 /*
  * Why synchronous fs calls: measured on this machine, the libuv thread-pool hop of fs.promises
@@ -293,7 +297,7 @@ function isFdShortage(err: unknown): 'EMFILE' | 'ENFILE' | null {
  */
 export class LocalBackend implements Backend {
   readonly kind = 'local';
-  readonly capabilities: BackendCapabilities = { xattrs: false, hardLinks: true, symlinks: true, owners: true, posixNewNodes: true };
+  readonly capabilities: BackendCapabilities = { xattrs: nodeOps() !== null, hardLinks: true, symlinks: true, owners: true, posixNewNodes: true };
   readonly location: string;
   private readonly root: string;
   /** openat2 beneath `rootFd` when the addon is built; else realpath checks by path */
@@ -733,6 +737,7 @@ export class LocalBackend implements Backend {
   }
 
   async utimens(path: string, times: TimeSpec): Promise<void> {
+    if (nodeOps()) return this.utimensExact(path, times);
     const p = this.host(path);
     if (times.atimeNs === undefined && times.mtimeNs === undefined) return;
     const cur = sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true }));
@@ -741,6 +746,19 @@ export class LocalBackend implements Backend {
     const at = nsToSeconds(pick(times.atimeNs, cur.atimeNs));
     const mt = nsToSeconds(pick(times.mtimeNs, cur.mtimeNs));
     sys(`utimens ${path}`, () => fs.lutimesSync(p, at, mt));
+  }
+
+  /**
+   * utimensat(2) on the node itself (never following a symlink), with timespecs: exact to the
+   * nanosecond at any time the backing file system keeps (ext4: 1901-12-13 to 2446), and "now"
+   * is the kernel's clock, not a millisecond Date.
+   */
+  private utimensExact(path: string, times: TimeSpec): void {
+    const part = (t: bigint | 'now' | undefined): [bigint, number] => (t === undefined ? [0n, UTIME_OMIT] : t === 'now' ? [0n, UTIME_NOW] : splitNs(t));
+    const [as, ans] = part(times.atimeNs);
+    const [ms, mns] = part(times.mtimeNs);
+    if (ans === UTIME_OMIT && mns === UTIME_OMIT) return;
+    this.onNode(path, `utimens ${path}`, (ops, fd) => ops.utimens(fd, as, ans, ms, mns));
   }
 
   async truncate(path: string, size: number): Promise<void> {
@@ -769,6 +787,45 @@ export class LocalBackend implements Backend {
     if (sys(`stat ${path}`, () => fs.lstatSync(p)).isSymbolicLink()) throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
     const s = sys(`statfs ${path}`, () => fs.statfsSync(p));
     return { bsize: s.bsize, blocks: s.blocks, bfree: s.bfree, bavail: s.bavail, files: s.files, ffree: s.ffree, namemax: 255 };
+  }
+
+  // ---- extended attributes (native/ledgerfs_xattr.c; namespaces: xattr-names.ts) ----------
+
+  /** `fn` on an O_PATH descriptor of the node itself, resolved as open resolves it */
+  private onNode<T>(path: string, what: string, fn: (ops: NodeOps, fd: number) => T): T {
+    const ops = nodeOps();
+    if (ops === null) throw new VfsError('EOPNOTSUPP', `${what}: native/ledgerfs_local is not built (node scripts/build-native.mjs)`);
+    let fd: number;
+    try {
+      fd = this.openNode(path, O_PATH);
+    } catch (err) {
+      throw fromNodeError(err, what);
+    }
+    try {
+      return sys(what, () => fn(ops, fd));
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+
+  async getxattr(path: string, name: string): Promise<Buffer> {
+    checkXattrRead(name, path);
+    return this.onNode(path, `getxattr ${name} ${path}`, (ops, fd) => ops.getxattr(fd, name));
+  }
+
+  async listxattr(path: string): Promise<string[]> {
+    const raw = this.onNode(path, `listxattr ${path}`, (ops, fd) => ops.listxattr(fd));
+    return raw.toString('utf8').split('\0').filter((n) => n !== '' && listableXattr(n));
+  }
+
+  async setxattr(path: string, name: string, value: Buffer, flags: number): Promise<void> {
+    checkXattrWrite(name, path);
+    this.onNode(path, `setxattr ${name} ${path}`, (ops, fd) => ops.setxattr(fd, name, value, flags));
+  }
+
+  async removexattr(path: string, name: string): Promise<void> {
+    checkXattrWrite(name, path);
+    this.onNode(path, `removexattr ${name} ${path}`, (ops, fd) => ops.removexattr(fd, name));
   }
 
   async close(): Promise<void> {

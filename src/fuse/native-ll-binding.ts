@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { type Attr, type Caller, errnoOf, kernelErrno, type TimeSpec, VfsError } from '../core/index.js';
 import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
-import { loadAddon, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-session.js';
+import { loadAddon, readTime, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-session.js';
 import { NodeTable, type Node, type NodeIdentity } from './node-table.js';
 
 /*
@@ -31,15 +31,19 @@ interface Addon {
 }
 
 /* Scratch shared with the addon: one 128-byte record (mode uid gid size ino nlink blocks blksize
- * rdev as doubles, atime/mtime/ctime as int64 ns at slots 9-11, nodeid at 12, generation at 13)
- * for entry/attr/statfs replies and setattr's new values; from byte 256, (nodeid, nlookup)
- * pairs of BATCH_FORGET. */
+ * rdev as doubles, atime/mtime/ctime seconds as int64 at slots 9-11, nodeid at 12, generation at
+ * 13, then the three times' nanoseconds as int32 at byte 112, NSEC_AT in the C file) for
+ * entry/attr/statfs replies and setattr's new values; from byte 256, (nodeid, nlookup) pairs of
+ * BATCH_FORGET. */
 const RECORD = 128;
+/** the nanoseconds' int32 index in a record */
+const NSEC = 112 / 4;
 const FORGET_AT = 256;
 const FORGET_CHUNK = 512;
 const scratch = new ArrayBuffer(FORGET_AT + FORGET_CHUNK * 16);
 const f64 = new Float64Array(scratch, 0, 16);
 const i64 = new BigInt64Array(scratch, 0, 16);
+const i32 = new Int32Array(scratch, 0, 32);
 const forgets = new Float64Array(scratch, FORGET_AT, FORGET_CHUNK * 2);
 
 let loaded: Addon | Error | undefined;
@@ -100,19 +104,19 @@ const ENOENT = -errnoOf('ENOENT');
 const EBADF = -errnoOf('EBADF');
 const EIO = -errnoOf('EIO');
 
-/** mode uid gid size ino nlink blocks blksize rdev, the 3 ns times, nodeid, generation */
-function writeRecord(f: Float64Array, t: BigInt64Array, o: number, a: Attr, nodeid: number): void {
-  writeAttr(f, o, t, o + 9, a);
+/** mode uid gid size ino nlink blocks blksize rdev, the 3 times, nodeid, generation; `o` in doubles */
+function writeRecord(f: Float64Array, t: BigInt64Array, n: Int32Array, o: number, a: Attr, nodeid: number): void {
+  writeAttr(f, o, t, o + 9, n, o * 2 + NSEC, a);
   f[o + 12] = nodeid; f[o + 13] = 0;
 }
 
 /* Readdirplus records for the entries a reply may hold; one growing buffer. */
 const plusArea = (bytes: number) => {
   const buf = new ArrayBuffer(bytes);
-  return { buf, f: new Float64Array(buf), t: new BigInt64Array(buf) };
+  return { buf, f: new Float64Array(buf), t: new BigInt64Array(buf), n: new Int32Array(buf) };
 };
 let plus = plusArea(RECORD * 64);
-function plusRecords(n: number): { buf: ArrayBuffer; f: Float64Array; t: BigInt64Array } {
+function plusRecords(n: number): { buf: ArrayBuffer; f: Float64Array; t: BigInt64Array; n: Int32Array } {
   if (plus.buf.byteLength < n * RECORD) plus = plusArea(n * RECORD * 2);
   return plus;
 }
@@ -150,7 +154,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   function entry(id: number, parent: number, name: string, attr: Attr, fh = -1): void {
     const node = nodes.ref(parent, name, 1, identity(attr));
     if (!node) return void reply(id, ENOENT);
-    writeRecord(f64, i64, 0, attr, node.id);
+    writeRecord(f64, i64, i32, 0, attr, node.id);
     if (fh >= 0) {
       nodes.opened(node, fh);
       fhNode.set(fh, node);
@@ -185,7 +189,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   async function getattr(id: number, c: Caller, ino: number, fh: number) {
     try {
       const a = await attrOf(c, ino, fh);
-      writeRecord(f64, i64, 0, a, ino);
+      writeRecord(f64, i64, i32, 0, a, ino);
       reply(id, 0);
     } catch (e) {
       reply(id, kernelErrno(e));
@@ -194,7 +198,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
   async function setattr(id: number, c: Caller, ino: number, valid: number, fh: number) {
     // the new values sit in the scratch only until the next request: read them first
     const mode = f64[0] as number, uid = f64[1] as number, gid = f64[2] as number, size = f64[3] as number;
-    const atime = i64[9] as bigint, mtime = i64[10] as bigint;
+    const atime = readTime(i64, 9, i32, NSEC), mtime = readTime(i64, 10, i32, NSEC + 1);
     try {
       const p = nodes.path(ino);
       if (valid & SET_MODE) await ops.chmod(c, need(p), mode);
@@ -211,7 +215,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       // by path (or a handle of the node when unlinked): a handle passed here may be a
       // directory's, which is not a core file handle
       const a = await attrOf(c, ino, -1);
-      writeRecord(f64, i64, 0, a, ino);
+      writeRecord(f64, i64, i32, 0, a, ino);
       reply(id, 0);
     } catch (e) {
       reply(id, kernelErrno(e));
@@ -306,17 +310,17 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       if (!plus) {
         // inode and type of the entries this reply may hold (nodeid 0: no lookup implied)
         const n = Math.min(d.names.length - off, Math.floor(size / MIN_ENTRY) + 1);
-        const { buf, f, t } = plusRecords(Math.max(n, 0));
+        const { buf, f, t, n: ns } = plusRecords(Math.max(n, 0));
         for (let k = 0; k < n; k++) {
           const a = d.attrs[off + k];
-          if (a) writeRecord(f, t, k * 16, a, 0);
+          if (a) writeRecord(f, t, ns, k * 16, a, 0);
           else f[k * 16] = 0;
         }
         return void reply(id, 0, d.names, buf);
       }
       // ids for the entries this reply may hold; each one sent is a lookup, the rest are dropped
       const n = Math.min(d.names.length - off, Math.floor(size / MIN_PLUS_ENTRY) + 1);
-      const { buf, f, t } = plusRecords(Math.max(n, 0));
+      const { buf, f, t, n: ns } = plusRecords(Math.max(n, 0));
       const offered: (Node | undefined)[] = [];
       for (let k = 0; k < n; k++) {
         const name = d.names[off + k] as string;
@@ -324,7 +328,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
         // '.' and '..' carry their inode but no node: the kernel never looks them up from here
         const node = a && name !== '.' && name !== '..' ? nodes.ref(d.ino, name, 0, identity(a)) : undefined;
         offered.push(node);
-        if (a) writeRecord(f, t, k * 16, a, node ? node.id : 0);
+        if (a) writeRecord(f, t, ns, k * 16, a, node ? node.id : 0);
         else f[k * 16] = 0;
       }
       const sent = reply(id, 0, d.names, buf);

@@ -27,12 +27,33 @@ export function loadAddon<A extends { setScratch(b: ArrayBuffer): void }>(file: 
   }
 }
 
-/** mode uid gid size ino nlink blocks blksize rdev at f[o..o+8], the 3 ns times at t[to..to+2] */
-export function writeAttr(f: Float64Array, o: number, t: BigInt64Array, to: number, a: Attr): void {
+/**
+ * mode uid gid size ino nlink blocks blksize rdev at f[o..o+8], the 3 times' seconds at
+ * t[to..to+2] and their nanoseconds at n[no..no+2]: seconds and nanoseconds apart, since a
+ * nanosecond count overflows 64 bits past 2262 (and before 1677).
+ */
+export function writeAttr(f: Float64Array, o: number, t: BigInt64Array, to: number, n: Int32Array, no: number, a: Attr): void {
   f[o] = a.mode; f[o + 1] = a.uid; f[o + 2] = a.gid; f[o + 3] = a.size; f[o + 4] = a.ino;
   f[o + 5] = a.nlink; f[o + 6] = a.blocks; f[o + 7] = 4096; f[o + 8] = a.rdev ?? 0;
-  t[to] = a.atimeNs; t[to + 1] = a.mtimeNs; t[to + 2] = a.ctimeNs;
+  putTime(t, to, n, no, a.atimeNs);
+  putTime(t, to + 1, n, no + 1, a.mtimeNs);
+  putTime(t, to + 2, n, no + 2, a.ctimeNs);
 }
+function putTime(t: BigInt64Array, ti: number, n: Int32Array, ni: number, ns: bigint): void {
+  let sec = ns / NS_PER_SEC; // toward zero
+  let rem = ns - sec * NS_PER_SEC;
+  if (rem < 0n) {
+    rem += NS_PER_SEC;
+    sec -= 1n;
+  }
+  t[ti] = sec;
+  n[ni] = Number(rem);
+}
+/** the time `t[ti]` seconds + `n[ni]` nanoseconds, in nanoseconds */
+export function readTime(t: BigInt64Array, ti: number, n: Int32Array, ni: number): bigint {
+  return (t[ti] as bigint) * NS_PER_SEC + BigInt(n[ni] as number);
+}
+const NS_PER_SEC = 1_000_000_000n;
 /** statfs as the addons read it: bsize frsize blocks bfree bavail files ffree favail namemax */
 export function writeStatfs(f: Float64Array, s: FsStats): void {
   f[0] = s.bsize; f[1] = s.bsize; f[2] = s.blocks; f[3] = s.bfree; f[4] = s.bavail;

@@ -2,8 +2,8 @@ import { type Attr, type Backend, VfsError } from '../core/index.js';
 import type { NodeState, State } from './record.js';
 
 /**
- * Restored times lose precision on the way back (the local backend sets times in whole
- * microseconds; object stores keep milliseconds), so "the same mtime" means within this.
+ * Restored times may lose precision on the way back (the local backend keeps nanoseconds; object
+ * stores keep milliseconds), so "the same mtime" means within this.
  * An edit beside the mount within a millisecond of the journaled one is not told apart.
  */
 export const MTIME_SLACK_NS = 1_000_000n;

@@ -29,6 +29,8 @@ export const MUTATION_OPS = [
 export type JournalOp = (typeof MUTATION_OPS)[number];
 
 const decimal = z.string().regex(/^\d+$/);
+/** nanoseconds since the epoch: negative before 1970, beyond 64 bits past 2262 */
+const signedDecimal = z.string().regex(/^-?\d+$/);
 export const SHA256_HEX = /^[0-9a-f]{64}$/;
 /** A before-image's reference: the sha256 of a blob in the spool, or one the backend kept itself
  * (REMOTE_BLOB_REF in remote.ts: a GCS server-side copy). */
@@ -44,10 +46,10 @@ export const NodeStateSchema = z.object({
   uid: z.number().int(),
   gid: z.number().int(),
   size: z.number().int().nonnegative(),
-  /** nanoseconds since the epoch, as a decimal string (JSON has no 64-bit integers) */
-  mtimeNs: decimal,
+  /** nanoseconds since the epoch, as a decimal string (JSON has no 64-bit integers; negative before 1970) */
+  mtimeNs: signedDecimal,
   /** recorded only where an undo needs it (utimens) */
-  atimeNs: decimal.optional(),
+  atimeNs: signedDecimal.optional(),
   ino: z.number().int(),
   nlink: z.number().int(),
   /** symlink text */

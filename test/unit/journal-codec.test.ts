@@ -30,6 +30,19 @@ describe('journal codec', () => {
     }
   });
 
+  it('keeps times before 1970 and after 2262 (a clean record is never taken for a torn one)', () => {
+    const state = (mtimeNs: string, atimeNs: string) => ({ type: 'file' as const, mode: 0o644, uid: 0, gid: 0, size: 1, mtimeNs, atimeNs, ino: 5, nlink: 1 });
+    const rec: JournalRecord = {
+      kind: 'op', seq: 1, time: 1, session: 's', actor: 'a', op: 'utimens', paths: ['/f'],
+      before: [state('-2208988799876543211', '-1')], // 1900-01-01 00:00:00.123456789, 1969-12-31 23:59:59.999999999
+    };
+    const done: JournalRecord = { kind: 'done', of: 1, time: 2, after: [state('10413792000000000001', '10413792000000000001')] }; // 2300
+    const scan = scanSegment(Buffer.concat([encodeRecord(rec), encodeRecord(done)]));
+    expect(scan.lines.map((l) => l.record)).toEqual([rec, done]);
+    expect(scan.problems).toEqual([]);
+    expect(scan.tornTail).toBeNull();
+  });
+
   it('round-trips records, one line each', () => {
     const lines = [op(1), op(2), { kind: 'done', of: 1, time: 5, after: [null] } as JournalRecord].map((r) => encodeRecord(r).toString());
     for (const l of lines) expect(l.endsWith('\n') && !l.slice(0, -1).includes('\n')).toBe(true);
