@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { DEFAULTS } from '../config/index.js';
-import { buildHistory, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
+import { buildHistory, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readIntactJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import {
@@ -127,8 +127,9 @@ async function rollbackDirect(o: RollbackOptions, stateDir: string, req: Rollbac
   try {
     if (req.dryRun) {
       // read-only: no lock, nothing written (operations a crash left unresolved show as conflicts)
-      return (await planRollback(buildHistory(readJournal(stateDir).records), req, { backend: ws.backend })).result;
+      return (await planRollback(buildHistory(readIntactJournal(stateDir).records), req, { backend: ws.backend })).result;
     }
+    readIntactJournal(stateDir); // a damaged journal is refused before anything is written
     const session = newSessionId('rollback-');
     const svc = await JournalService.open({
       stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session, actor: o.actor,

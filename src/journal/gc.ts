@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { BlobStore } from './blobs.js';
-import { scanSegment } from './codec.js';
+import { encodeRecord, scanSegment } from './codec.js';
 import { buildHistory, type History, type Operation } from './history.js';
 import { listSegments, stateLayout, syncDir } from './layout.js';
 import { readJournal } from './reader.js';
@@ -49,6 +49,7 @@ function dropPrefix(h: History, cutoff: number): Set<number> {
 }
 
 function keepRecord(r: JournalRecord, drop: Set<number>, cutoff: number): boolean {
+  if (r.kind === 'segment' || r.kind === 'close') return true; // framing: rewritten with the segment
   if (r.kind === 'op') return !drop.has(r.seq);
   if (r.kind === 'start') return r.time >= cutoff;
   // a conflict tied to no operation goes by its time (its bytes stay in conflicts/ with their note)
@@ -72,21 +73,37 @@ export function collectGarbage(stateDir: string, cutoff: number, activeSegment: 
   const kept = h.ops.filter((op) => !drop.has(op.seq));
   result.firstSeq = kept.length ? (kept[0] as Operation).seq : null;
 
+  // Segments go from the start only (a gap after the first one reads as a lost segment); one
+  // after a segment that stays keeps its framing even when no other record is left in it.
+  let leading = true;
   for (const seg of listSegments(layout.journalDir)) {
-    if (activeSegment !== null && seg.index >= activeSegment) continue;
+    if (activeSegment !== null && seg.index >= activeSegment) break;
     const buf = fs.readFileSync(seg.path);
     const scan = scanSegment(buf);
     // never rewrite a damaged segment: verify reports it, and its good records stay readable
-    if (scan.problems.length > 0 || scan.tornTail) continue;
+    if (scan.problems.length > 0 || scan.tornTail) {
+      leading = false;
+      continue;
+    }
     const keep = scan.lines.filter((l) => keepRecord(l.record, drop, cutoff));
-    if (keep.length === scan.lines.length) continue;
-    if (keep.length === 0) {
+    const framing = keep.filter((l) => l.record.kind === 'segment' || l.record.kind === 'close').length;
+    if (leading && keep.length === framing) {
       fs.rmSync(seg.path);
       result.segmentsRemoved++;
       result.bytesFreed += buf.length;
       continue;
     }
-    const out = Buffer.concat(keep.map((l) => buf.subarray(l.offset, l.offset + l.length)));
+    leading = false;
+    if (keep.length === scan.lines.length) continue;
+    const parts: Buffer[] = [];
+    let length = 0;
+    for (const l of keep) {
+      // a close record names the length before it: the rewritten one
+      const part = l.record.kind === 'close' ? encodeRecord({ ...l.record, bytes: length }) : buf.subarray(l.offset, l.offset + l.length);
+      parts.push(part);
+      length += part.length;
+    }
+    const out = Buffer.concat(parts);
     const tmp = `${seg.path}.gc-tmp`;
     const fd = fs.openSync(tmp, 'w', 0o600);
     try {

@@ -80,6 +80,7 @@ export function buildHistory(records: LocatedRecord[]): History {
       starts.push(r);
       continue;
     }
+    if (r.kind === 'segment' || r.kind === 'close') continue; // framing, read by reader.ts
     if (r.kind === 'conflict') {
       conflicts.push(r);
       const of = r.of === undefined ? undefined : bySeq.get(r.of);

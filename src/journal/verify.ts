@@ -1,9 +1,9 @@
 import fs from 'node:fs';
 import { BlobStore, hashFile } from './blobs.js';
 import { buildHistory, type Operation } from './history.js';
-import { stateLayout } from './layout.js';
+import { segmentName, stateLayout } from './layout.js';
 import { JournalLock } from './lock.js';
-import { readJournal } from './reader.js';
+import { describeProblem, readJournal } from './reader.js';
 import { keptByBackend } from './record.js';
 
 export interface VerifyReport {
@@ -44,16 +44,25 @@ export async function verifyJournal(stateDir: string, o: VerifyOptions = {}): Pr
   const live = JournalLock.liveHolder(layout.lockFile) !== null;
   const contents = readJournal(stateDir);
   const h = buildHistory(contents.records);
-  const problems: string[] = contents.problems.map((p) => `${p.segment} at byte ${p.offset}: ${p.reason}`);
+  const problems: string[] = contents.problems.map(describeProblem);
   const notes: string[] = [];
-  if (contents.tornTail) {
-    const t = contents.tornTail;
+  const t = contents.tornTail;
+  if (t) {
     if (live && t.reason === 'incomplete last line') {
       // the writer is mid-append; not damage
     } else if (live) {
       problems.push(`${t.segment} at byte ${t.offset}: ${t.reason} (${t.bytes} bytes) while a writer holds the journal`);
     } else {
-      notes.push(`${t.segment} ends in a torn record (${t.bytes} bytes: ${t.reason}); the next start cuts it`);
+      notes.push(`${t.segment} ends in a torn record (${t.bytes} bytes: ${t.reason}), cut short by a crash while it was written; the next start cuts it`);
+    }
+  }
+  const u = contents.unclosed;
+  if (u && !live) notes.push(`${u.path} was being written when its writer stopped (a crash); the next start closes it`);
+  for (const i of contents.openElsewhere) notes.push(`segment ${segmentName(i)} came from another host's writer that has not closed it (still writing, or stopped)`);
+  for (const c of contents.records) {
+    const r = c.record;
+    if (r.kind === 'close' && r.reason === 'recovered') {
+      notes.push(`segment ${segmentName(r.index)} was closed by the start after a crash${r.cut ? ` (a torn record of ${r.cut} bytes was cut)` : ''}`);
     }
   }
   let prev = 0;

@@ -1,0 +1,188 @@
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { encodeRecord } from '../../src/journal/codec.js';
+import { listSegments, stateLayout } from '../../src/journal/layout.js';
+import { JournalDamagedError, readIntactJournal, readJournal } from '../../src/journal/reader.js';
+import type { JournalRecord } from '../../src/journal/record.js';
+import { asIfKilled, openTestJournal, vfsFs } from '../helpers/journal.js';
+import { CLI } from '../helpers/mount.js';
+import { makeTemp, rmTemp } from '../helpers/tmp.js';
+import { snapshotTree } from '../helpers/tree.js';
+
+/*
+ * A journal read back must be all there or say what is not: damage found later (a flipped byte,
+ * a segment gone, a cut end) is refused by what needs the records, while the torn end of the
+ * segment a crash interrupted is the next start's to cut.
+ */
+
+function ledgerfs(args: string[]): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000 });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+describe('journal integrity', () => {
+  let dir: string;
+  let src: string;
+  let state: string;
+  beforeEach(async () => {
+    dir = makeTemp('journal');
+    src = path.join(dir, 'src');
+    state = path.join(dir, 'state');
+    fs.mkdirSync(src);
+    fs.writeFileSync(path.join(src, 'a.txt'), 'alpha\n');
+    // three writers, three segments: s1 creates /b, s2 overwrites /a and makes /d, s3 writes /c
+    const sessions: [string, (vfs: Awaited<ReturnType<typeof openTestJournal>>['vfs']) => Promise<void>][] = [
+      ['s1', (vfs) => vfsFs.write(vfs, '/b.txt', 'bravo\n')],
+      ['s2', async (vfs) => {
+        await vfsFs.write(vfs, '/a.txt', 'ALPHA!\n');
+        await vfs.mkdir('/d', 0o755);
+      }],
+      ['s3', (vfs) => vfsFs.write(vfs, '/c.txt', 'charlie\n')],
+    ];
+    for (const [session, work] of sessions) {
+      const j = await openTestJournal(src, state, session);
+      await work(j.vfs);
+      await j.close();
+    }
+  });
+  afterEach(() => rmTemp(dir));
+
+  const segs = () => listSegments(stateLayout(state).journalDir);
+  const seg = (n: number) => (segs()[n - 1] as { path: string }).path;
+
+  /** Roll back session s3 on the unmounted workspace, as `ledgerfs rollback` does. */
+  async function rollbackS3(): Promise<unknown> {
+    const j = await openTestJournal(src, state, 'rollback-test');
+    try {
+      return await j.svc.rollback({ session: 's3' });
+    } finally {
+      await j.close();
+    }
+  }
+
+  it('a clean journal: every segment framed and closed, nothing to report', () => {
+    const c = readJournal(state);
+    expect(segs().map((s) => path.basename(s.path))).toEqual(['000001.log', '000002.log', '000003.log']);
+    expect(c.problems).toEqual([]);
+    expect(c.tornTail).toBeNull();
+    expect(c.unclosed).toBeNull();
+    expect(fs.existsSync(path.join(stateLayout(state).journalDir, 'writing.json'))).toBe(false);
+  });
+
+  it('finds every single-byte flip in every segment, and names the records around it', () => {
+    for (const s of segs()) {
+      const orig = fs.readFileSync(s.path);
+      for (let i = 0; i < orig.length; i++) {
+        const bad = Buffer.from(orig);
+        bad[i] = (bad[i] as number) ^ 0x01;
+        fs.writeFileSync(s.path, bad);
+        const c = readJournal(state);
+        expect(c.problems.length, `flip at byte ${i} of ${s.path}`).toBeGreaterThan(0);
+        expect(c.problems[0]?.segment).toBe(s.path);
+        expect(c.tornTail, `flip at byte ${i} of ${s.path} taken for a crash`).toBeNull();
+      }
+      fs.writeFileSync(s.path, orig);
+    }
+    expect(readJournal(state).problems).toEqual([]);
+  });
+
+  it('a flipped record: rollback refuses with the range it cannot read and changes nothing', async () => {
+    const text = fs.readFileSync(seg(2), 'utf8');
+    fs.writeFileSync(seg(2), text.replace('"/d"', '"/e"'));
+    expect(() => readIntactJournal(state)).toThrow(JournalDamagedError);
+    expect(() => readIntactJournal(state)).toThrow(/000002\.log at byte \d+: checksum mismatch \(records after #\d+ and before #\d+\)/);
+    const before = snapshotTree(src);
+    await expect(rollbackS3()).rejects.toThrow(/the journal cannot be read whole, so nothing was done/);
+    expect(snapshotTree(src)).toEqual(before);
+  });
+
+  it('a segment missing in the middle is named, and refused', async () => {
+    fs.rmSync(seg(2));
+    const c = readJournal(state);
+    expect(c.problems.map((p) => p.reason)).toEqual(['segment missing (000001.log and 000003.log exist)']);
+    expect(c.problems[0]?.segment).toMatch(/000002\.log$/);
+    const before = snapshotTree(src);
+    await expect(rollbackS3()).rejects.toThrow(/000002\.log at byte 0: segment missing/);
+    expect(snapshotTree(src)).toEqual(before);
+  });
+
+  it('the last segment cut short after a clean close is damage: not cut again at start, refused', async () => {
+    const last = seg(3);
+    const size = fs.statSync(last).size;
+    // at a line boundary (the close record gone), and in the middle of a record
+    for (const cutTo of [fs.readFileSync(last, 'utf8').slice(0, -1).lastIndexOf('\n') + 1, size - 40]) {
+      fs.truncateSync(last, cutTo);
+      const c = readJournal(state);
+      expect(c.tornTail).toBeNull();
+      expect(c.problems).toHaveLength(1);
+      expect(c.problems[0]?.reason).toMatch(/without its close record: records at its end were cut off \(it was complete: its writer closed the journal\)/);
+      const before = snapshotTree(src);
+      await expect(rollbackS3()).rejects.toThrow(/000003\.log at byte \d+: the segment ends/);
+      expect(snapshotTree(src)).toEqual(before);
+      // the start of the refused rollback did not "repair" the evidence away
+      expect(fs.statSync(last).size).toBe(cutTo);
+      for (const s of segs().slice(3)) fs.rmSync(s.path); // the refused attempt's own segment
+    }
+  });
+
+  it('a middle segment cut at a record boundary is damage (a later segment proves it was complete)', () => {
+    const text = fs.readFileSync(seg(2), 'utf8');
+    const lines = text.split('\n').filter(Boolean);
+    fs.writeFileSync(seg(2), lines.slice(0, -2).join('\n') + '\n'); // its last record and its close record
+    const c = readJournal(state);
+    expect(c.problems.map((p) => p.reason)).toEqual([expect.stringMatching(/without its close record.*a later segment exists/)]);
+    // a record dropped before the close record shows as well
+    fs.writeFileSync(seg(2), [...lines.slice(0, 2), ...lines.slice(3)].join('\n') + '\n');
+    expect(readJournal(state).problems.map((p) => p.reason)).toEqual([expect.stringMatching(/bytes of records missing before the close record/)]);
+  });
+
+  it('the torn end of the segment a crash interrupted is not damage: the next start cuts and closes it', async () => {
+    const last = asIfKilled(state);
+    fs.appendFileSync(last, encodeRecord({ kind: 'op', seq: 99, time: 1, session: 's3', actor: 'x', op: 'mkdir', paths: ['/z'], before: [null] }).subarray(0, 30));
+    let c = readJournal(state);
+    expect(c.problems).toEqual([]);
+    expect(c.tornTail?.path).toBe(last);
+    expect(c.unclosed?.path).toBe(last);
+    const j = await openTestJournal(src, state, 'after-crash');
+    expect(j.svc.startNote).toMatch(/cut a torn record at the end of .*000003\.log \(30 bytes/);
+    expect(j.svc.startNote).toMatch(/closed .*000003\.log, which its writer left open \(a crash\)/);
+    await j.close();
+    c = readJournal(state);
+    expect(c.problems).toEqual([]);
+    expect(c.records.some((r) => r.record.kind === 'close' && r.record.reason === 'recovered' && r.record.cut === 30)).toBe(true);
+    expect(readIntactJournal(state).records.length).toBeGreaterThan(0);
+  });
+
+  it('keeps journals of the first format readable: unframed segments, a torn tail cut as before', async () => {
+    const legacy = path.join(dir, 'legacy');
+    fs.mkdirSync(path.join(legacy, 'journal'), { recursive: true });
+    const op = (seq: number, p: string): JournalRecord => ({ kind: 'op', seq, time: 1_700_000_000_000 + seq, session: 'old', actor: 'mount', op: 'mkdir', paths: [p], before: [null] });
+    const done = (seq: number): JournalRecord => ({ kind: 'done', of: seq, time: 1_700_000_000_000 + seq, after: [null] });
+    fs.writeFileSync(path.join(legacy, 'journal/000001.log'), Buffer.concat([op(1, '/x'), done(1)].map(encodeRecord)));
+    fs.writeFileSync(path.join(legacy, 'journal/000002.log'), Buffer.concat([...[op(2, '/y'), done(2)].map(encodeRecord), Buffer.from('0000 {"kind":"op","se')]));
+    let c = readJournal(legacy);
+    expect(c.problems).toEqual([]);
+    expect(c.tornTail?.path).toMatch(/000002\.log$/);
+    const j = await openTestJournal(src, legacy, 'new');
+    expect(j.svc.startNote).toMatch(/cut a torn record/);
+    await j.close();
+    c = readJournal(legacy);
+    expect(c.problems).toEqual([]);
+    expect(c.records.filter((r) => r.record.kind === 'op').map((r) => (r.record as { seq: number }).seq)).toEqual([1, 2]);
+  });
+
+  it('CLI: rollback, log and diff refuse a damaged journal with a sentence and exit non-zero', () => {
+    fs.writeFileSync(seg(2), fs.readFileSync(seg(2), 'utf8').replace('"/d"', '"/e"'));
+    const before = snapshotTree(src);
+    for (const args of [['rollback', '--session', 's3'], ['rollback', '--session', 's3', '--dry-run'], ['log'], ['diff', '--session', 's2']]) {
+      const r = ledgerfs([...args, '--source', src, '--state', state]);
+      expect(r.status, `${args.join(' ')}: ${r.stderr}`).toBe(1);
+      expect(r.stderr).toMatch(/^ledgerfs: the journal cannot be read whole, so nothing was done: .*000002\.log at byte \d+: checksum mismatch \(records after #\d+ and before #\d+\)/);
+      expect(r.stderr).not.toMatch(/\n\s+at /); // no stack trace
+    }
+    expect(snapshotTree(src)).toEqual(before);
+    expect(segs()).toHaveLength(3); // nothing written to the journal either
+  });
+});
