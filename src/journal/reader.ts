@@ -10,7 +10,15 @@ export interface LocatedRecord {
   offset: number;
 }
 
+/**
+ * record: a line that does not read back (checksum, format); missing: a segment gone; cut: a
+ * segment that lost records at its end or before its close record; framing: records where
+ * they cannot be (after a close record, a segment's records under another number)
+ */
+export type JournalProblemKind = 'record' | 'missing' | 'cut' | 'framing';
+
 export interface JournalProblem {
+  kind: JournalProblemKind;
   /** the segment's path (or the name a missing one would have) */
   segment: string;
   index: number;
@@ -64,12 +72,12 @@ export function readJournal(stateDir: string): JournalContents {
     if (prev) {
       // gc removes segments from the start only: a gap after the first one is a loss
       for (let k = prev.index + 1; k < seg.index; k++) {
-        problems.push({ segment: path.join(layout.journalDir, segmentName(k)), index: k, offset: 0, reason: `segment missing (${segmentName(prev.index)} and ${segmentName(seg.index)} exist)` });
+        problems.push({ kind: 'missing', segment: path.join(layout.journalDir, segmentName(k)), index: k, offset: 0, reason: `segment missing (${segmentName(prev.index)} and ${segmentName(seg.index)} exist)` });
       }
     }
     const buf = fs.readFileSync(seg.path);
     const scan = scanSegment(buf);
-    const at = (offset: number, reason: string): JournalProblem => ({ segment: seg.path, index: seg.index, offset, reason });
+    const at = (offset: number, reason: string, kind: JournalProblemKind = 'record'): JournalProblem => ({ kind, segment: seg.path, index: seg.index, offset, reason });
     for (const l of scan.lines) records.push({ record: l.record, segment: seg.index, offset: l.offset });
     for (const p of scan.problems) problems.push(at(p.offset, p.reason));
     const framed = scan.lines.some((l) => l.record.kind === 'segment' || l.record.kind === 'close') || (scan.lines.length === 0 && buf.length > 0 && seg.index === writing);
@@ -79,12 +87,12 @@ export function readJournal(stateDir: string): JournalContents {
       if (scan.tornTail) {
         const t = scan.tornTail;
         if (isLast) tornTail = { ...at(t.offset, t.reason), bytes: t.bytes, path: seg.path };
-        else problems.push(at(t.offset, `${t.reason} (${t.bytes} bytes) in a closed segment`));
+        else problems.push(at(t.offset, `${t.reason} (${t.bytes} bytes) in a closed segment`, 'cut'));
       }
       return;
     }
     checkFraming(seg, scan, buf.length, { writing: seg.index === writing, imported: imported.has(seg.index), isLast }, {
-      problem: (offset, reason) => problems.push(at(offset, reason)),
+      problem: (offset, reason, kind) => problems.push(at(offset, reason, kind)),
       torn: (t) => (tornTail = { ...at(t.offset, t.reason), bytes: t.bytes, path: seg.path }),
       unclosed: (end) => (unclosed = { path: seg.path, index: seg.index, end }),
       openElsewhere: () => openElsewhere.push(seg.index),
@@ -95,7 +103,7 @@ export function readJournal(stateDir: string): JournalContents {
 }
 
 interface FramingSink {
-  problem(offset: number, reason: string): void;
+  problem(offset: number, reason: string, kind: JournalProblemKind): void;
   torn(t: NonNullable<ScannedSegment['tornTail']>): void;
   unclosed(end: number): void;
   openElsewhere(): void;
@@ -105,21 +113,21 @@ interface FramingSink {
 function checkFraming(seg: SegmentFile, scan: ScannedSegment, size: number, is: { writing: boolean; imported: boolean; isLast: boolean }, out: FramingSink): void {
   const first = scan.lines[0];
   if (first?.record.kind === 'segment' && first.record.index !== seg.index) {
-    out.problem(0, `holds the records of segment ${segmentName(first.record.index)} (renamed or copied over)`);
+    out.problem(0, `holds the records of segment ${segmentName(first.record.index)} (renamed or copied over)`, 'framing');
   }
   const closeAt = scan.lines.findIndex((l) => l.record.kind === 'close');
   const close = closeAt >= 0 ? scan.lines[closeAt] : undefined;
   if (close && close.record.kind === 'close') {
     const after = scan.lines.length - 1 - closeAt;
-    if (after > 0) out.problem(close.offset + close.length, `${after} record(s) after the segment's close record`);
-    else if (scan.tornTail) out.problem(scan.tornTail.offset, `${scan.tornTail.bytes} bytes after the segment's close record`);
+    if (after > 0) out.problem(close.offset + close.length, `${after} record(s) after the segment's close record`, 'framing');
+    else if (scan.tornTail) out.problem(scan.tornTail.offset, `${scan.tornTail.bytes} bytes after the segment's close record`, 'framing');
     if (close.record.bytes !== close.offset) {
       out.problem(close.offset, close.record.bytes > close.offset
         ? `${close.record.bytes - close.offset} bytes of records missing before the close record (it was written at byte ${close.record.bytes})`
-        : `${close.offset - close.record.bytes} bytes more before the close record than when it was written`);
+        : `${close.offset - close.record.bytes} bytes more before the close record than when it was written`, 'cut');
     }
     if (close.record.reason === 'roll' && is.isLast) {
-      out.problem(size, `segment ${segmentName(seg.index + 1)} is missing: this one was closed to go on there`);
+      out.problem(size, `segment ${segmentName(seg.index + 1)} is missing: this one was closed to go on there`, 'missing');
     }
     return;
   }
@@ -131,13 +139,13 @@ function checkFraming(seg: SegmentFile, scan: ScannedSegment, size: number, is: 
   }
   if (is.imported) {
     // another host's writer may still be writing it: its parts arrive whole, so a torn end is damage
-    if (scan.tornTail) out.problem(scan.tornTail.offset, `${scan.tornTail.reason} (${scan.tornTail.bytes} bytes) in a segment imported from another host`);
+    if (scan.tornTail) out.problem(scan.tornTail.offset, `${scan.tornTail.reason} (${scan.tornTail.bytes} bytes) in a segment imported from another host`, 'cut');
     out.openElsewhere();
     return;
   }
   const end = scan.tornTail ? scan.tornTail.offset : size;
   const why = is.isLast ? 'its writer closed the journal' : 'a later segment exists';
-  out.problem(end, `the segment ends at byte ${end}${scan.tornTail ? ` in ${scan.tornTail.bytes} bytes of a damaged record (${scan.tornTail.reason})` : ''} without its close record: records at its end were cut off (it was complete: ${why})`);
+  out.problem(end, `the segment ends at byte ${end}${scan.tornTail ? ` in ${scan.tornTail.bytes} bytes of a damaged record (${scan.tornTail.reason})` : ''} without its close record: records at its end were cut off (it was complete: ${why})`, 'cut');
 }
 
 /** Name the operations around each problem: what a reader cannot know lies between them. */

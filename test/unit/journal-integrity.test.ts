@@ -185,4 +185,74 @@ describe('journal integrity', () => {
     expect(snapshotTree(src)).toEqual(before);
     expect(segs()).toHaveLength(3); // nothing written to the journal either
   });
+
+  describe('ledgerfs verify', () => {
+    interface Damage { kind: string; message: string; segment?: string; blob?: string; seq?: number; afterSeq?: number }
+    const verify = () => {
+      const text = ledgerfs(['verify', '--state', state]);
+      const json = ledgerfs(['verify', '--state', state, '--json']);
+      return { text, json, report: JSON.parse(json.stdout) as { clean: boolean; damage: Damage[]; problems: string[] } };
+    };
+
+    it('clean journal: exit 0', () => {
+      const v = verify();
+      expect([v.text.status, v.json.status, v.report.clean]).toEqual([0, 0, true]);
+      expect(v.text.stdout).toMatch(/^clean$/m);
+    });
+
+    it('the last segment cut short after a clean close: exit 1, naming the segment and the cut', () => {
+      const last = seg(3);
+      fs.truncateSync(last, fs.readFileSync(last, 'utf8').slice(0, -1).lastIndexOf('\n') + 1);
+      const v = verify();
+      expect([v.text.status, v.json.status, v.report.clean]).toEqual([1, 1, false]);
+      expect(v.text.stdout).toMatch(/^PROBLEM \(cut-segment\): .*000003\.log at byte \d+: the segment ends at byte \d+ without its close record/m);
+      expect(v.text.stdout).toMatch(/^1 problem\(s\)$/m);
+      expect(v.report.damage).toEqual([expect.objectContaining({ kind: 'cut-segment', segment: last })]);
+    });
+
+    it('a missing segment: exit 1, naming it', () => {
+      const gone = seg(2);
+      fs.rmSync(gone);
+      const v = verify();
+      expect([v.text.status, v.json.status]).toEqual([1, 1]);
+      expect(v.text.stdout).toMatch(/^PROBLEM \(missing-segment\): .*000002\.log at byte 0: segment missing \(000001\.log and 000003\.log exist\)/m);
+      expect(v.report.damage).toEqual([expect.objectContaining({ kind: 'missing-segment', segment: gone })]);
+    });
+
+    it('a before-image whose bytes no longer match its hash: exit 1, naming the blob and the record', () => {
+      const c = readJournal(state);
+      const capture = c.records.map((r) => r.record).find((r) => r.kind === 'capture');
+      if (capture?.kind !== 'capture') throw new Error('s2 kept no before-image');
+      const blob = path.join(stateLayout(state).blobsDir, capture.blob.slice(0, 2), capture.blob.slice(2));
+      const bytes = fs.readFileSync(blob);
+      bytes[0] = (bytes[0] as number) ^ 0x20;
+      fs.chmodSync(blob, 0o600);
+      fs.writeFileSync(blob, bytes);
+      const v = verify();
+      expect([v.text.status, v.json.status]).toEqual([1, 1]);
+      expect(v.text.stdout).toMatch(new RegExp(`^PROBLEM \\(blob-hash\\): #${capture.of} before-image of /a\\.txt: blob ${capture.blob} does not match its hash`, 'm'));
+      expect(v.report.damage).toEqual([expect.objectContaining({ kind: 'blob-hash', blob: capture.blob, seq: capture.of, path: '/a.txt' })]);
+    });
+
+    it('all at once: each named, the flipped record with the records around it', () => {
+      fs.writeFileSync(seg(2), fs.readFileSync(seg(2), 'utf8').replace('"/d"', '"/e"'));
+      fs.truncateSync(seg(3), fs.statSync(seg(3)).size - 3);
+      const v = verify();
+      expect(v.text.status).toBe(1);
+      // the flipped line was mkdir /d's intent: its outcome record now names an operation not there
+      expect(v.report.damage.map((d) => d.kind).sort()).toEqual(['cut-segment', 'record', 'reference']);
+      const rec = v.report.damage.find((d) => d.kind === 'record');
+      expect(rec?.message).toMatch(/000002\.log at byte \d+: checksum mismatch \(records after #\d+ and before #\d+\)/);
+      expect(rec?.afterSeq).toBeGreaterThan(0);
+    });
+
+    it('a crash\'s torn tail is a note, not damage', () => {
+      const last = asIfKilled(state);
+      fs.appendFileSync(last, '0000 {"kind":"op","se');
+      const v = verify();
+      expect(v.text.status).toBe(0);
+      expect(v.text.stdout).toMatch(/^note: .*000003\.log ends in a torn record \(21 bytes: incomplete last line\)/m);
+      expect(v.text.stdout).toMatch(/^note: .*000003\.log was being written when its writer stopped \(a crash\); the next start closes it$/m);
+    });
+  });
 });
