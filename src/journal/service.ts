@@ -228,7 +228,7 @@ export class JournalService {
       this.writer.appendNow({
         kind: 'start', time: Date.now(), session: this.o.session, actor: this.o.actor, pid: process.pid, source: this.o.source,
         version: RECORD_VERSION, lastSeq: this.writer.lastSeq,
-        note: `gc: dropped ${result.droppedOperations} operation(s) older than ${result.cutoff}, ${result.blobsRemoved} blob(s)`,
+        note: `gc: dropped ${result.droppedSessions.length} whole session(s), ${result.droppedOperations} operation(s) older than ${result.cutoff}, ${result.blobsRemoved} blob(s)`,
       });
       await this.writer.sync();
       return result;

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { encodeRecord } from '../../src/journal/codec.js';
+import { buildHistory } from '../../src/journal/history.js';
 import { listSegments, stateLayout } from '../../src/journal/layout.js';
 import { JournalDamagedError, readIntactJournal, readJournal } from '../../src/journal/reader.js';
 import type { JournalRecord } from '../../src/journal/record.js';
@@ -256,3 +257,159 @@ describe('journal integrity', () => {
     });
   });
 });
+
+describe('gc keeps sessions whole', () => {
+  let dir: string;
+  let src: string;
+  let state: string;
+  /** between the records of s1's first part and those of its second */
+  let mid: number;
+  let afterS0: ReturnType<typeof snapshotTree>;
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  beforeEach(async () => {
+    dir = makeTemp('journal');
+    src = path.join(dir, 'src');
+    state = path.join(dir, 'state');
+    fs.mkdirSync(src);
+    let j = await openTestJournal(src, state, 's0');
+    await vfsFs.write(j.vfs, '/g0.txt', 'old\n');
+    await j.close();
+    afterS0 = snapshotTree(src);
+    // s1 is one long session: it began well before the cutoff and went on well after it
+    j = await openTestJournal(src, state, 's1');
+    await j.vfs.mkdir('/long', 0o755);
+    await vfsFs.write(j.vfs, '/long/a.txt', 'one\n');
+    await sleep(5);
+    mid = Date.now();
+    await sleep(5);
+    await vfsFs.write(j.vfs, '/long/a.txt', 'two\n');
+    await vfsFs.write(j.vfs, '/long/b.txt', 'bee\n');
+    await j.close();
+    j = await openTestJournal(src, state, 's2');
+    await vfsFs.write(j.vfs, '/late.txt', 'late\n');
+    await j.close();
+    // everything before `mid` happened two hours ago, so that a gc keeping 1h cuts at `mid`
+    rewriteJournal(state, (r) => ('time' in r && r.time < mid ? { ...r, time: r.time - 2 * 3_600_000 } : r));
+  });
+  afterEach(() => rmTemp(dir));
+
+  const keepToMid = () => '1h';
+  const ops = () => buildHistory(readJournal(state).records).ops;
+  const cli = (...args: string[]) => ledgerfs([...args, '--source', src, '--state', state]);
+  const stateFiles = () => {
+    const out: Record<string, string> = {};
+    const walk = (d: string) => {
+      for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+        const p = path.join(d, e.name);
+        if (e.isDirectory()) walk(p);
+        else out[path.relative(state, p)] = fs.readFileSync(p).toString('base64');
+      }
+    };
+    walk(state);
+    return out;
+  };
+
+  it('drops only whole sessions: a session that goes on after the cutoff stays whole and rolls back whole', () => {
+    const s1 = ops().filter((o) => o.session === 's1').map((o) => o.seq);
+    const r = cli('gc', '--keep', keepToMid(), '--json');
+    expect(r.status, r.stderr).toBe(0);
+    const gc = JSON.parse(r.stdout) as { droppedSessions: string[]; stoppedAt: { session: string; reason: string } | null; segmentsRemoved: number };
+    expect(gc.droppedSessions).toEqual(['s0']);
+    expect(gc.stoppedAt).toEqual(expect.objectContaining({ session: 's1', reason: expect.stringMatching(/whole sessions only/) }));
+    expect(gc.segmentsRemoved).toBe(1);
+    expect(ops().filter((o) => o.session === 's1').map((o) => o.seq)).toEqual(s1);
+    expect(readJournal(state).problems).toEqual([]);
+    const rb = cli('rollback', '--session', 's1');
+    expect(rb.status, rb.stderr + rb.stdout).toBe(0);
+    expect(snapshotTree(src, ['late.txt'])).toEqual(afterS0);
+  });
+
+  it('a session an older gc split: rollback says so and refuses without --partial', () => {
+    const s1 = ops().filter((o) => o.session === 's1');
+    olderGc(state, (s1[2] as { seq: number }).seq); // as the gc before this one did: s0 and s1's first two mutations gone
+    const before = snapshotTree(src);
+    for (const extra of [[], ['--dry-run']]) {
+      const r = cli('rollback', '--session', 's1', ...extra);
+      expect(r.status).toBe(2);
+      expect(r.stderr).toMatch(/^ledgerfs: session s1 began before the oldest record the journal still holds \(#\d+\): an older gc dropped its start.*--partial undoes that part anyway/);
+    }
+    expect(snapshotTree(src)).toEqual(before);
+    // another session is whole: its rollback is not held up
+    expect(cli('rollback', '--session', 's2', '--dry-run').status).toBe(0);
+    const r = cli('rollback', '--session', 's1', '--partial');
+    expect(r.status, r.stderr + r.stdout).toBe(0);
+    expect(fs.readFileSync(path.join(src, 'long/a.txt'), 'utf8')).toBe('one\n'); // the part that remained, undone
+    expect(fs.existsSync(path.join(src, 'long/b.txt'))).toBe(false);
+  });
+
+  it('gc --dry-run says what would go (sessions, segments, before-images, bytes) and changes nothing', () => {
+    const files = stateFiles();
+    const keep = keepToMid();
+    const text = cli('gc', '--keep', keep, '--dry-run');
+    expect(text.status, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(/^Would drop 1 session\(s\), 1 mutation\(s\) older than .*, 1 segment\(s\) \(0 more to be rewritten\) and 0 before-image\(s\): \d+ bytes to free; \d+ mutation\(s\) kept \(from #\d+\)\.$/m);
+    expect(text.stdout).toMatch(/^ {2}sessions: s0$/m);
+    expect(text.stdout).toMatch(/^ {2}stopped at #\d+ \(session s1\): the session goes on after the cutoff/m);
+    expect(text.stdout).toMatch(/^Nothing was changed \(--dry-run\)\.$/m);
+    const json = cli('gc', '--keep', keep, '--dry-run', '--json');
+    const dry = JSON.parse(json.stdout) as Record<string, unknown>;
+    expect(dry.dryRun).toBe(true);
+    expect(stateFiles()).toEqual(files);
+    const real = JSON.parse(cli('gc', '--keep', keep, '--json').stdout) as Record<string, unknown>;
+    for (const k of ['droppedSessions', 'droppedOperations', 'keptOperations', 'firstSeq', 'segmentsRemoved', 'segmentsRewritten', 'blobsRemoved', 'bytesFreed']) {
+      expect(real[k], k).toEqual(dry[k]);
+    }
+    expect(real.dryRun).toBe(false);
+  });
+
+  it('a damaged journal: gc refuses and changes nothing', () => {
+    const seg = listSegments(stateLayout(state).journalDir)[1]?.path as string;
+    fs.writeFileSync(seg, fs.readFileSync(seg, 'utf8').replace('"/long"', '"/lonG"'));
+    const files = stateFiles();
+    for (const extra of [[], ['--dry-run']]) {
+      const r = cli('gc', '--keep', keepToMid(), ...extra);
+      expect(r.status).toBe(1);
+      expect(r.stderr).toMatch(/^ledgerfs: the journal cannot be read whole, so nothing was done: .*000002\.log/);
+    }
+    expect(stateFiles()).toEqual(files);
+  });
+});
+
+/** Rewrite every segment's records through `fn` (null drops one), keeping segments framed and closed. */
+function rewriteJournal(state: string, fn: (r: JournalRecord, at: { segment: number; offset: number }) => JournalRecord | null): void {
+  const c = readJournal(state);
+  for (const s of listSegments(stateLayout(state).journalDir)) {
+    let bytes = 0;
+    const parts: Buffer[] = [];
+    for (const r of c.records.filter((x) => x.segment === s.index)) {
+      const rec = fn(r.record, r);
+      if (!rec) continue;
+      const b = encodeRecord(rec.kind === 'close' ? { ...rec, bytes } : rec);
+      bytes += b.length;
+      parts.push(b);
+    }
+    fs.writeFileSync(s.path, Buffer.concat(parts));
+  }
+}
+
+/**
+ * What gc did before it kept sessions whole: drop every mutation below `belowSeq` with its
+ * records, and the start records before the first one kept; a segment left with nothing else
+ * than its framing, at the start, goes.
+ */
+function olderGc(state: string, belowSeq: number): void {
+  const c = readJournal(state);
+  const firstKept = c.records.find((r) => r.record.kind === 'op' && r.record.seq >= belowSeq) as { segment: number; offset: number };
+  const before = (r: { segment: number; offset: number }) => r.segment < firstKept.segment || (r.segment === firstKept.segment && r.offset < firstKept.offset);
+  rewriteJournal(state, (rec, at) => {
+    if (rec.kind === 'op') return rec.seq >= belowSeq ? rec : null;
+    if (rec.kind === 'start') return before(at) ? null : rec;
+    if ('of' in rec && rec.of !== undefined) return rec.of >= belowSeq ? rec : null;
+    return rec;
+  });
+  for (const s of listSegments(stateLayout(state).journalDir)) {
+    if (s.index >= firstKept.segment) break;
+    if (readJournal(state).records.filter((r) => r.segment === s.index).every((r) => r.record.kind === 'segment' || r.record.kind === 'close')) fs.rmSync(s.path);
+  }
+  expect(readJournal(state).problems).toEqual([]);
+}
