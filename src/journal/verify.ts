@@ -91,11 +91,10 @@ export async function verifyJournal(stateDir: string, o: VerifyOptions = {}): Pr
   const u = contents.unclosed;
   if (u && !live) notes.push(`${u.path} was being written when its writer stopped (a crash); the next start closes it`);
   for (const i of contents.openElsewhere) notes.push(`segment ${segmentName(i)} came from another host's writer that has not closed it (still writing, or stopped)`);
-  for (const c of contents.records) {
-    const r = c.record;
-    if (r.kind === 'close' && r.reason === 'recovered') {
-      notes.push(`segment ${segmentName(r.index)} was closed by the start after a crash${r.cut ? ` (a torn record of ${r.cut} bytes was cut)` : ''}`);
-    }
+  const recovered = contents.records.flatMap((c) => (c.record.kind === 'close' && c.record.reason === 'recovered' ? [c.record] : []));
+  if (recovered.length > 0) {
+    const named = recovered.slice(-5).map((r) => `${segmentName(r.index)}${r.cut ? ` (a torn record of ${r.cut} bytes cut)` : ''}`);
+    notes.push(`${recovered.length} segment(s) closed by the start after a crash${recovered.length > named.length ? ', the latest' : ''}: ${named.join(', ')}`);
   }
   let prev = 0;
   for (const op of h.ops) {

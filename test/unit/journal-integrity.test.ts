@@ -7,6 +7,7 @@ import { buildHistory } from '../../src/journal/history.js';
 import { listSegments, stateLayout } from '../../src/journal/layout.js';
 import { JournalDamagedError, readIntactJournal, readJournal } from '../../src/journal/reader.js';
 import type { JournalRecord } from '../../src/journal/record.js';
+import { verifyJournal } from '../../src/journal/verify.js';
 import { asIfKilled, openTestJournal, vfsFs } from '../helpers/journal.js';
 import { CLI } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
@@ -154,6 +155,9 @@ describe('journal integrity', () => {
     expect(c.problems).toEqual([]);
     expect(c.records.some((r) => r.record.kind === 'close' && r.record.reason === 'recovered' && r.record.cut === 30)).toBe(true);
     expect(readIntactJournal(state).records.length).toBeGreaterThan(0);
+    const v = await verifyJournal(state);
+    expect(v.problems).toEqual([]);
+    expect(v.notes).toContain('1 segment(s) closed by the start after a crash: 000003.log (a torn record of 30 bytes cut)');
   });
 
   it('keeps journals of the first format readable: unframed segments, a torn tail cut as before', async () => {
