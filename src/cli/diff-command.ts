@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { addTextDiffs, BlobStore, buildHistory, type Change, netChanges, type Operation, readJournal, stateLayout } from '../journal/index.js';
+import { addTextDiffs, BlobStore, buildHistory, type Change, netChanges, type Operation, readIntactJournal, stateLayout } from '../journal/index.js';
 import { createLogger, isWithin } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { addStateFlags, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags, type When } from './journal-flags.js';
@@ -51,7 +51,7 @@ ${STATE_HELP}`,
       }
       const stateDir = await journalStateDir(o, createLogger('warn'), { blobs: o.content === true });
       await syncLiveDaemon(stateDir);
-      const h = buildHistory(readJournal(stateDir).records);
+      const h = buildHistory(readIntactJournal(stateDir).records);
       const from = o.from !== undefined ? parseWhen(o.from) : undefined;
       const to = o.to !== undefined ? parseWhen(o.to) : undefined;
       const prefix = o.path !== undefined ? pathArg(o.path) : undefined;

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { buildHistory, describeConflict, formatTime, type Operation, readJournal, statusNotes, summarize, undoneByMap } from '../journal/index.js';
+import { buildHistory, describeConflict, formatTime, type Operation, readIntactJournal, statusNotes, summarize, undoneByMap } from '../journal/index.js';
 import { createLogger, isWithin } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { addStateFlags, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
@@ -57,7 +57,7 @@ ${STATE_HELP}`,
     .action(async (o: LogOptions) => {
       const stateDir = await journalStateDir(o, createLogger('warn'));
       await syncLiveDaemon(stateDir);
-      const h = buildHistory(readJournal(stateDir).records);
+      const h = buildHistory(readIntactJournal(stateDir).records);
       const since = o.since !== undefined ? parseWhen(o.since) : undefined;
       const prefix = o.path !== undefined ? pathArg(o.path) : undefined;
       const limit = o.limit !== undefined ? Number(o.limit) : Infinity;

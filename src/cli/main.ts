@@ -2,6 +2,7 @@ import { Command, Option } from 'commander';
 import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type BindingName, type LogLevel } from '../config/index.js';
 import { mountAt, unmountPath } from '../fuse/index.js';
 import { serveMount, UserError } from '../app/index.js';
+import { JournalDamagedError } from '../journal/index.js';
 import { registerPolicyCommand } from './policy-command.js';
 import { registerRunCommand } from './run-command.js';
 import { registerLogCommand } from './log-command.js';
@@ -121,6 +122,11 @@ export async function main(argv: string[]): Promise<void> {
     if (err instanceof UserError) {
       process.stderr.write(`ledgerfs: ${err.message}\n`);
       process.exitCode = err.exitCode;
+      return;
+    }
+    if (err instanceof JournalDamagedError) {
+      process.stderr.write(`ledgerfs: ${err.message}\n`);
+      process.exitCode = 1;
       return;
     }
     throw err;

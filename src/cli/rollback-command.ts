@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { DEFAULTS } from '../config/index.js';
-import { buildHistory, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
+import { buildHistory, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readIntactJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import {
@@ -14,6 +14,7 @@ interface RollbackOptions extends StateFlags {
   path?: string;
   dryRun: boolean;
   force: boolean;
+  partial: boolean;
   json: boolean;
   actor: string;
 }
@@ -65,6 +66,7 @@ export function registerRollbackCommand(program: Command): void {
       .option('--path <prefix>', 'only mutations that name this path or something below it')
       .option('--dry-run', 'print the plan and the conflicts visible now; change nothing', false)
       .option('--force', 'restore recorded states even where someone changed them since', false)
+      .option('--partial', 'with --session: undo what remains of a session an older gc cut the start of', false)
       .option('--actor <label>', 'actor label on the rollback\'s own journal records', DEFAULTS.journal.rollbackActor)
       .option('--json', 'print the result as JSON', false),
   )
@@ -76,7 +78,10 @@ no longer is what the journal says a mutation left (changed beside the mount, or
 still writing it), the rollback stops there and names the conflicts; --force overrides.
 On a mounted workspace the request goes to the mount's daemon (open files, quotas and the
 kernel's caches stay right; the command returns once cached attributes have expired); on an
-unmounted one it works on the source directly. Exit status: 0 done, 1 conflicts, 2 usage.
+unmounted one it works on the source directly. A journal that cannot be read whole (see
+'ledgerfs verify') is refused, as is --session of a session whose start an older gc dropped
+(--partial undoes what remains of it). Exit status: 0 done, 1 conflicts or a damaged journal,
+2 usage or a selection refused (a split session, a point gc dropped).
 
 Examples:
   ledgerfs rollback --source ./case-files --to 120 --dry-run
@@ -86,7 +91,7 @@ Examples:
 ${STATE_HELP}`,
     )
     .action(async (o: RollbackOptions) => {
-      const req: RollbackRequest = { dryRun: o.dryRun, force: o.force, actor: o.actor };
+      const req: RollbackRequest = { dryRun: o.dryRun, force: o.force, actor: o.actor, ...(o.partial ? { partial: true } : {}) };
       if (o.to !== undefined) {
         const w = parseWhen(o.to);
         if ('seq' in w) req.toSeq = w.seq;
@@ -112,7 +117,8 @@ ${STATE_HELP}`,
           result = await rollbackDirect(o, stateDir, req, onProgress);
         }
       } catch (err) {
-        if (err instanceof RollbackError) throw new UserError(err.message);
+        // through the daemon a damaged journal arrives as its message: the same exit status as here
+        if (err instanceof RollbackError) throw new UserError(err.message, /^the journal cannot be read whole/.test(err.message) ? 1 : 2);
         throw err;
       } finally {
         progress.finish();
@@ -127,8 +133,9 @@ async function rollbackDirect(o: RollbackOptions, stateDir: string, req: Rollbac
   try {
     if (req.dryRun) {
       // read-only: no lock, nothing written (operations a crash left unresolved show as conflicts)
-      return (await planRollback(buildHistory(readJournal(stateDir).records), req, { backend: ws.backend })).result;
+      return (await planRollback(buildHistory(readIntactJournal(stateDir).records), req, { backend: ws.backend })).result;
     }
+    readIntactJournal(stateDir); // a damaged journal is refused before anything is written
     const session = newSessionId('rollback-');
     const svc = await JournalService.open({
       stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session, actor: o.actor,

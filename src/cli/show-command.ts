@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { buildHistory, describeConflict, describeState, describeUndo, formatTime, readJournal, type State, statusNotes, summarize, undoneByMap } from '../journal/index.js';
+import { buildHistory, describeConflict, describeState, describeUndo, formatTime, readIntactJournal, type State, statusNotes, summarize, undoneByMap } from '../journal/index.js';
 import { createLogger, shellQuote } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { addStateFlags, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
@@ -23,7 +23,7 @@ export function registerShowCommand(program: Command): void {
       if (!Number.isInteger(seq) || seq <= 0) throw new UserError(`not a seq: ${JSON.stringify(seqArg)}`);
       const stateDir = await journalStateDir(o, createLogger('warn'));
       await syncLiveDaemon(stateDir);
-      const h = buildHistory(readJournal(stateDir).records);
+      const h = buildHistory(readIntactJournal(stateDir).records);
       const op = h.bySeq.get(seq);
       if (!op) {
         throw new UserError(seq < h.firstSeq ? `#${seq} is older than the journal's start (#${h.firstSeq}); gc dropped it` : `no #${seq} in the journal (it ends at #${h.lastSeq})`);

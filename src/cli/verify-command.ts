@@ -15,7 +15,17 @@ export function registerVerifyCommand(program: Command): void {
       'after',
       `
 Changes nothing; safe on a mounted workspace. Exit status 0 when clean, 1 when it found damage.
-A torn record at the very end (a crash mid-write) is a note, not damage: the next start cuts it.
+Each problem is one line naming its kind and where it is:
+  record           a record that does not read back (checksum), with the records around it
+  missing-segment  a segment gone from between others (or the one a closed segment went on to)
+  cut-segment      a segment that lost records at its end (no close record) or before its close
+  framing          records where they cannot be (after a close record, under another number)
+  blob-missing, blob-size, blob-hash
+                   a before-image a record needs is gone, has the wrong size or bytes
+  reference        records that name operations the journal does not hold
+--json gives the same as "damage": [{kind, message, segment, offset, afterSeq, beforeSeq, blob,
+seq, path}]. The torn end of the segment a crash interrupted is a note, not damage: the next
+start cuts it and closes the segment.
 
 Examples:
   ledgerfs verify --source ./case-files
@@ -41,7 +51,7 @@ ${STATE_HELP}`,
             `(#${r.firstSeq}..#${r.lastSeq}), ${r.blobsChecked} before-image(s) ${o.hash ? 're-hashed' : 'checked'} (${r.blobBytes} bytes)${r.live ? '; a daemon is writing it' : ''}`,
         );
         for (const n of r.notes) out(`note: ${n}`);
-        for (const p of r.problems) out(`PROBLEM: ${p}`);
+        for (const d of r.damage) out(`PROBLEM (${d.kind}): ${d.message}`);
         out(r.problems.length === 0 ? 'clean' : `${r.problems.length} problem(s)`);
       }
       process.exitCode = r.problems.length === 0 ? 0 : 1;

@@ -103,13 +103,6 @@ export class BucketMirror {
     return this.o.remote.location;
   }
 
-  /** The newest local segment came from another writer: ours must start a new one after it. */
-  lastSegmentImported(): boolean {
-    const segs = listSegments(this.o.layout.journalDir);
-    const last = segs[segs.length - 1];
-    return last !== undefined && this.state.imported[String(last.index)] !== undefined;
-  }
-
   /**
    * Bring the segments other writers put in the bucket into the spool: new ones whole, and
    * the rest of ones imported before that grew since. Our own segments are never pulled: the

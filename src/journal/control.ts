@@ -6,6 +6,7 @@ import path from 'node:path';
 import type { Logger } from '../core/index.js';
 import { stateLayout } from './layout.js';
 import { JournalLock } from './lock.js';
+import { JournalDamagedError } from './reader.js';
 import { RollbackError } from './rollback.js';
 import type { JournalService, RollbackRequest } from './service.js';
 
@@ -99,7 +100,7 @@ function handle(conn: net.Socket, service: JournalService, o: ControlServerOptio
     void serve(req, service, o, send).then(
       () => conn.end(),
       (err: unknown) => {
-        if (!(err instanceof RollbackError)) o.log.error({ err: (err as Error).stack ?? String(err), cmd: req.cmd }, 'control request failed');
+        if (!(err instanceof RollbackError) && !(err instanceof JournalDamagedError)) o.log.error({ err: (err as Error).stack ?? String(err), cmd: req.cmd }, 'control request failed');
         send({ type: 'error', message: (err as Error).message });
         conn.end();
       },

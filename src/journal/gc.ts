@@ -1,13 +1,17 @@
 import fs from 'node:fs';
 import { BlobStore } from './blobs.js';
-import { scanSegment } from './codec.js';
+import { encodeRecord, scanSegment } from './codec.js';
 import { buildHistory, type History, type Operation } from './history.js';
 import { listSegments, stateLayout, syncDir } from './layout.js';
-import { readJournal } from './reader.js';
+import { type LocatedRecord, readIntactJournal } from './reader.js';
 import type { JournalRecord } from './record.js';
 
 export interface GcResult {
+  /** nothing was changed: what a gc would remove */
+  dryRun: boolean;
   cutoff: string;
+  /** sessions dropped, each whole (gc never drops part of one) */
+  droppedSessions: string[];
   droppedOperations: number;
   keptOperations: number;
   /** the oldest seq still in the journal: the furthest a rollback can go back to is one before it */
@@ -16,6 +20,8 @@ export interface GcResult {
   segmentsRewritten: number;
   blobsRemoved: number;
   bytesFreed: number;
+  /** where dropping stopped short of the cutoff, and why (a session that goes on after it) */
+  stoppedAt: { seq: number; session: string; reason: string } | null;
 }
 
 /** Every blob the operations refer to. */
@@ -36,57 +42,122 @@ function lastTime(op: Operation): number {
 
 /**
  * The operations to drop: the longest run from the start of the journal that ended before the
- * cutoff. Always a prefix, so what remains is a contiguous history that rolls back correctly to
- * any point after its start. Unresolved operations are never dropped.
+ * cutoff, made of whole sessions only (a session part of which is kept keeps all of it, so a
+ * rollback of a session undoes all of it or says why not). Always a prefix, so what remains is a
+ * contiguous history that rolls back correctly to any point after its start. Unresolved
+ * operations are never dropped.
  */
-function dropPrefix(h: History, cutoff: number): Set<number> {
-  const drop = new Set<number>();
+function dropPrefix(h: History, cutoff: number): { drop: Set<number>; stoppedAt: GcResult['stoppedAt'] } {
+  let end = 0;
+  let stoppedAt: GcResult['stoppedAt'] = null;
   for (const op of h.ops) {
-    if (lastTime(op) >= cutoff || op.status === 'open' || op.status === 'pending') break;
+    if (lastTime(op) >= cutoff || op.status === 'open' || op.status === 'pending') {
+      if (lastTime(op) < cutoff) stoppedAt = { seq: op.seq, session: op.session, reason: 'not finished' };
+      break;
+    }
+    end++;
+  }
+  // a session with an operation past the end goes on after it: keep all of it
+  const goesOn = new Set(h.ops.slice(end).map((op) => op.session));
+  const drop = new Set<number>();
+  for (const op of h.ops.slice(0, end)) {
+    if (goesOn.has(op.session)) {
+      stoppedAt = { seq: op.seq, session: op.session, reason: 'the session goes on after the cutoff; gc drops whole sessions only' };
+      break;
+    }
     drop.add(op.seq);
   }
-  return drop;
+  return { drop, stoppedAt };
 }
 
-function keepRecord(r: JournalRecord, drop: Set<number>, cutoff: number): boolean {
+function keepRecord(r: JournalRecord, drop: Set<number>, cutoff: number, startKept: boolean): boolean {
+  if (r.kind === 'segment' || r.kind === 'close') return true; // framing: rewritten with the segment
   if (r.kind === 'op') return !drop.has(r.seq);
-  if (r.kind === 'start') return r.time >= cutoff;
+  if (r.kind === 'start') return r.time >= cutoff || startKept;
   // a conflict tied to no operation goes by its time (its bytes stay in conflicts/ with their note)
   if (r.of === undefined) return r.time >= cutoff;
   return !drop.has(r.of);
 }
 
 /**
- * Drop records (whole operations) older than the cutoff, and blobs no remaining record refers
+ * The start records that stay although older than the cutoff: those of kept sessions, and the
+ * last one before the first kept operation. A start record before a session's first operation is
+ * what tells a whole session from one an older gc split (history.ts possiblySplit).
+ */
+function startsToKeep(records: LocatedRecord[], drop: Set<number>): Set<string> {
+  const keep = new Set<string>();
+  const keptSessions = new Set<string>();
+  let lastStart: string | null = null;
+  let firstKeptSeen = false;
+  for (const { record: r, segment, offset } of records) {
+    if (r.kind === 'start') lastStart = `${segment}:${offset}`;
+    if (r.kind === 'op' && !drop.has(r.seq)) {
+      keptSessions.add(r.session);
+      if (!firstKeptSeen && lastStart) keep.add(lastStart);
+      firstKeptSeen = true;
+    }
+  }
+  for (const { record: r, segment, offset } of records) if (r.kind === 'start' && keptSessions.has(r.session)) keep.add(`${segment}:${offset}`);
+  return keep;
+}
+
+/**
+ * Drop records (whole sessions) older than the cutoff, and blobs no remaining record refers
  * to that are older than it too. Only closed segments are rewritten; the writer of the journal
  * (if any) rolls to a fresh segment first, so the caller holds the journal lock or is the daemon.
+ * A damaged journal is refused (JournalDamagedError). With `dryRun`, nothing is changed: the result says what would be removed.
  */
-export function collectGarbage(stateDir: string, cutoff: number, activeSegment: number | null): GcResult {
+export function collectGarbage(stateDir: string, cutoff: number, activeSegment: number | null, o: { dryRun?: boolean } = {}): GcResult {
+  const dryRun = o.dryRun === true;
   const layout = stateLayout(stateDir);
-  const h = buildHistory(readJournal(stateDir).records);
-  const drop = dropPrefix(h, cutoff);
+  // on a damaged journal what is a whole session cannot be told: change nothing
+  const contents = readIntactJournal(stateDir);
+  const h = buildHistory(contents.records);
+  const { drop, stoppedAt } = dropPrefix(h, cutoff);
+  const keptStarts = startsToKeep(contents.records, drop);
+  const dropped = h.ops.filter((op) => drop.has(op.seq));
   const result: GcResult = {
-    cutoff: new Date(cutoff).toISOString(), droppedOperations: drop.size, keptOperations: h.ops.length - drop.size,
-    firstSeq: null, segmentsRemoved: 0, segmentsRewritten: 0, blobsRemoved: 0, bytesFreed: 0,
+    dryRun, cutoff: new Date(cutoff).toISOString(), droppedSessions: [...new Set(dropped.map((op) => op.session))],
+    droppedOperations: drop.size, keptOperations: h.ops.length - drop.size,
+    firstSeq: null, segmentsRemoved: 0, segmentsRewritten: 0, blobsRemoved: 0, bytesFreed: 0, stoppedAt,
   };
   const kept = h.ops.filter((op) => !drop.has(op.seq));
   result.firstSeq = kept.length ? (kept[0] as Operation).seq : null;
 
+  // Segments go from the start only (a gap after the first one reads as a lost segment); one
+  // after a segment that stays keeps its framing even when no other record is left in it.
+  let leading = true;
   for (const seg of listSegments(layout.journalDir)) {
-    if (activeSegment !== null && seg.index >= activeSegment) continue;
+    if (activeSegment !== null && seg.index >= activeSegment) break;
     const buf = fs.readFileSync(seg.path);
     const scan = scanSegment(buf);
     // never rewrite a damaged segment: verify reports it, and its good records stay readable
-    if (scan.problems.length > 0 || scan.tornTail) continue;
-    const keep = scan.lines.filter((l) => keepRecord(l.record, drop, cutoff));
-    if (keep.length === scan.lines.length) continue;
-    if (keep.length === 0) {
-      fs.rmSync(seg.path);
+    if (scan.problems.length > 0 || scan.tornTail) {
+      leading = false;
+      continue;
+    }
+    const keep = scan.lines.filter((l) => keepRecord(l.record, drop, cutoff, keptStarts.has(`${seg.index}:${l.offset}`)));
+    const framing = keep.filter((l) => l.record.kind === 'segment' || l.record.kind === 'close').length;
+    if (leading && keep.length === framing) {
+      if (!dryRun) fs.rmSync(seg.path);
       result.segmentsRemoved++;
       result.bytesFreed += buf.length;
       continue;
     }
-    const out = Buffer.concat(keep.map((l) => buf.subarray(l.offset, l.offset + l.length)));
+    leading = false;
+    if (keep.length === scan.lines.length) continue;
+    const parts: Buffer[] = [];
+    let length = 0;
+    for (const l of keep) {
+      // a close record names the length before it: the rewritten one
+      const part = l.record.kind === 'close' ? encodeRecord({ ...l.record, bytes: length }) : buf.subarray(l.offset, l.offset + l.length);
+      parts.push(part);
+      length += part.length;
+    }
+    const out = Buffer.concat(parts);
+    result.segmentsRewritten++;
+    result.bytesFreed += buf.length - out.length;
+    if (dryRun) continue;
     const tmp = `${seg.path}.gc-tmp`;
     const fd = fs.openSync(tmp, 'w', 0o600);
     try {
@@ -96,16 +167,14 @@ export function collectGarbage(stateDir: string, cutoff: number, activeSegment: 
       fs.closeSync(fd);
     }
     fs.renameSync(tmp, seg.path);
-    result.segmentsRewritten++;
-    result.bytesFreed += buf.length - out.length;
   }
-  syncDir(layout.journalDir);
+  if (!dryRun) syncDir(layout.journalDir);
 
   const refs = referencedBlobs(kept);
   const blobs = new BlobStore(layout.blobsDir);
   for (const b of blobs.list()) {
     if (refs.has(b.hash) || b.mtimeMs >= cutoff) continue;
-    blobs.remove(b.hash);
+    if (!dryRun) blobs.remove(b.hash);
     result.blobsRemoved++;
     result.bytesFreed += b.size;
   }

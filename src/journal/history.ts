@@ -48,6 +48,12 @@ export interface History {
   orphans: LocatedRecord[];
   /** every conflict record (those tied to an operation are also in its `conflicts`) */
   conflicts: ConflictRecord[];
+  /**
+   * Sessions whose start the journal may have lost to an older gc, which dropped part of a
+   * session: older history is gone and no start record comes before their first operation
+   * (a writer records its start before anything else; gc keeps it for every kept session).
+   */
+  possiblySplit: Set<string>;
 }
 
 function fromOpRecord(r: OpRecord, loc: LocatedRecord): Operation {
@@ -68,9 +74,11 @@ export function buildHistory(records: LocatedRecord[]): History {
   const starts: StartRecord[] = [];
   const orphans: LocatedRecord[] = [];
   const conflicts: ConflictRecord[] = [];
+  const beforeAnyStart = new Set<string>();
   for (const loc of records) {
     const r = loc.record;
     if (r.kind === 'op') {
+      if (starts.length === 0) beforeAnyStart.add(r.session);
       const op = fromOpRecord(r, loc);
       ops.push(op);
       bySeq.set(r.seq, op);
@@ -80,6 +88,7 @@ export function buildHistory(records: LocatedRecord[]): History {
       starts.push(r);
       continue;
     }
+    if (r.kind === 'segment' || r.kind === 'close') continue; // framing, read by reader.ts
     if (r.kind === 'conflict') {
       conflicts.push(r);
       const of = r.of === undefined ? undefined : bySeq.get(r.of);
@@ -121,7 +130,9 @@ export function buildHistory(records: LocatedRecord[]): History {
   // Segments are appended in order, so ops are in seq order already; gc keeps that.
   let lastSeq = ops.length ? (ops[ops.length - 1] as Operation).seq : 0;
   for (const s of starts) if (s.lastSeq !== undefined && s.lastSeq > lastSeq) lastSeq = s.lastSeq;
-  return { ops, bySeq, starts, orphans, conflicts, firstSeq: ops.length ? (ops[0] as Operation).seq : lastSeq + 1, lastSeq };
+  const firstSeq = ops.length ? (ops[0] as Operation).seq : lastSeq + 1;
+  const possiblySplit = firstSeq > 1 ? beforeAnyStart : new Set<string>();
+  return { ops, bySeq, starts, orphans, conflicts, firstSeq, lastSeq, possiblySplit };
 }
 
 /** Operations that changed something (or may have: pending and open ones). */
@@ -141,4 +152,18 @@ export function undoneSeqs(h: History): Set<number> {
     if (op.undoes !== undefined && effective(op) && !undone.has(op.seq)) undone.add(op.undoes);
   }
   return undone;
+}
+
+/**
+ * Why a rollback of `session` must not go ahead on its own (an older gc may have dropped its
+ * first part, so undoing what remains would leave the tree between two states), or null.
+ */
+export function splitSessionRefusal(h: History, sel: { session?: string; partial?: boolean }): string | null {
+  if (sel.session === undefined || sel.partial || !h.possiblySplit.has(sel.session)) return null;
+  const first = h.ops.find((op) => op.session === sel.session);
+  return (
+    `session ${sel.session} began before the oldest record the journal still holds (#${h.firstSeq}): an older gc dropped its start, ` +
+    `so a rollback would undo only the part that remains${first ? ` (from #${first.seq})` : ''}, not the whole session. ` +
+    `--partial undoes that part anyway; --to SEQ undoes everything after a point`
+  );
 }

@@ -3,7 +3,10 @@ import path from 'node:path';
 
 /*
  * What lives in a state directory:
- *   journal/000001.log ...   segments, appended in order, rolled at a size limit
+ *   journal/000001.log ...   segments, appended in order, rolled at a size limit; each writer
+ *                            starts a new one, framed by a `segment` and a `close` record
+ *   journal/writing.json     the segment a writer is writing (removed when it closes cleanly):
+ *                            only that segment may end without its close record (a crash)
  *   blobs/ab/cdef...         before-images by sha256; blobs/tmp/ holds captures in progress
  *   lock                     pid of the one process writing the journal (daemon or CLI)
  *   workspace.json           how the last mount named the workspace (--source/--policy), so
@@ -19,6 +22,7 @@ export const SEGMENT_RE = /^(\d{6,})\.log$/;
 export interface StateLayout {
   root: string;
   journalDir: string;
+  writingFile: string;
   blobsDir: string;
   lockFile: string;
   daemonInfo: string;
@@ -32,6 +36,7 @@ export function stateLayout(root: string): StateLayout {
   return {
     root,
     journalDir: path.join(root, 'journal'),
+    writingFile: path.join(root, 'journal', 'writing.json'),
     blobsDir: path.join(root, 'blobs'),
     lockFile: path.join(root, 'lock'),
     daemonInfo: path.join(root, 'daemon.json'),
@@ -75,5 +80,15 @@ export function syncDir(dir: string): void {
     fs.fsyncSync(fd);
   } finally {
     fs.closeSync(fd);
+  }
+}
+
+/** The segment a writer is writing, or was writing when it stopped without closing (a crash). */
+export function segmentBeingWritten(journalDir: string): number | null {
+  try {
+    const v = JSON.parse(fs.readFileSync(path.join(journalDir, 'writing.json'), 'utf8')) as { segment?: unknown };
+    return typeof v.segment === 'number' ? v.segment : null;
+  } catch {
+    return null;
   }
 }

@@ -179,8 +179,37 @@ export const ConflictRecordSchema = z.object({
 });
 export type ConflictRecord = z.infer<typeof ConflictRecordSchema>;
 
+/**
+ * Framing of a segment (since the journal's second format; older segments have neither, and are
+ * read as before). `segment` is a segment's first record, `close` its last: written when the
+ * writer rolls to the next segment (`roll`: the next one must exist), closes the journal
+ * (`close`), or by the next start after a crash (`recovered`, with the bytes of torn record it
+ * cut). `bytes` is where the close record begins, i.e. the length of everything before it: a
+ * segment that ends without its close record, or whose close record disagrees with it, has lost
+ * records, unless it is the one a writer was writing when it stopped (layout.ts `writing.json`).
+ */
+export const SegmentRecordSchema = z.object({
+  kind: z.literal('segment'),
+  index: z.number().int().positive(),
+  time: z.number(),
+});
+export type SegmentRecord = z.infer<typeof SegmentRecordSchema>;
+
+export const CLOSE_REASONS = ['roll', 'close', 'recovered'] as const;
+export const CloseRecordSchema = z.object({
+  kind: z.literal('close'),
+  index: z.number().int().positive(),
+  time: z.number(),
+  reason: z.enum(CLOSE_REASONS),
+  bytes: z.number().int().nonnegative(),
+  /** recovered: bytes of a torn last record the start cut */
+  cut: z.number().int().nonnegative().optional(),
+});
+export type CloseRecord = z.infer<typeof CloseRecordSchema>;
+
 export const RecordSchema = z.discriminatedUnion('kind', [
   OpRecordSchema, DoneRecordSchema, FailedRecordSchema, CaptureRecordSchema, EndRecordSchema, StartRecordSchema, ConflictRecordSchema,
+  SegmentRecordSchema, CloseRecordSchema,
 ]);
 export type JournalRecord = z.infer<typeof RecordSchema>;
 export type OutcomeRecord = DoneRecord | FailedRecord | EndRecord;

@@ -2,7 +2,7 @@ import { constants as C } from 'node:fs';
 import { type Backend, type Caller, isSpecial, isWithin, rebase, type SpecialType, VfsError } from '../core/index.js';
 import type { Vfs } from '../vfs/index.js';
 import type { BlobStore } from './blobs.js';
-import { effective, undoneSeqs, type History, type Operation } from './history.js';
+import { effective, splitSessionRefusal, undoneSeqs, type History, type Operation } from './history.js';
 import { mismatch, stateOf, type Aspect } from './node-state.js';
 import type { JournalOp, NodeState, State } from './record.js';
 import type { JournalStage } from './stage.js';
@@ -19,6 +19,8 @@ export interface RollbackSelection {
   session?: string;
   /** only operations that name a path at or below this one */
   path?: string;
+  /** roll back what remains of a session an older gc split (history.ts splitSessionRefusal) */
+  partial?: boolean;
 }
 
 export interface Conflict {
@@ -76,6 +78,8 @@ export function selectOperations(h: History, sel: RollbackSelection): { ops: Ope
   if (sel.toSeq !== undefined && sel.toSeq < h.firstSeq - 1) {
     throw new RollbackError(`the journal starts at #${h.firstSeq} (older records were dropped by gc); cannot roll back to #${sel.toSeq}`);
   }
+  const split = splitSessionRefusal(h, sel);
+  if (split) throw new RollbackError(split);
   const match = (op: Operation) =>
     effective(op) &&
     (sel.toSeq === undefined || op.seq > sel.toSeq) &&

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import type { Backend, Logger, MutationStage } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
@@ -6,9 +7,10 @@ import { BlobStore } from './blobs.js';
 import { BucketMirror } from './bucket-mirror.js';
 import { collectGarbage, type GcResult } from './gc.js';
 import { buildHistory, type History } from './history.js';
-import { stateLayout, type StateLayout } from './layout.js';
+import { stateLayout, syncDir, type StateLayout } from './layout.js';
 import { JournalLock } from './lock.js';
-import { readJournal } from './reader.js';
+import { describeProblem, readIntactJournal, readJournal } from './reader.js';
+import { encodeRecord } from './codec.js';
 import { RECORD_VERSION } from './record.js';
 import { recoverPending } from './recovery.js';
 import type { JournalRemote } from './remote.js';
@@ -30,6 +32,18 @@ export interface OpenJournalOptions {
   log: Logger;
   /** GCS: the bucket's reserved area; the journal is pulled from and mirrored to it */
   remote?: JournalRemote | undefined;
+}
+
+/** End a segment a crash left open with a `recovered` close record, durably. */
+function closeRecovered(file: string, index: number, bytes: number, cut: number): void {
+  const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_APPEND);
+  try {
+    fs.writeSync(fd, encodeRecord({ kind: 'close', index, time: Date.now(), reason: 'recovered', bytes, ...(cut > 0 ? { cut } : {}) }));
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  syncDir(path.dirname(file));
 }
 
 export interface RollbackRequest extends RollbackSelection {
@@ -96,10 +110,16 @@ export class JournalService {
         const msg = `cut a torn record at the end of ${t.path} (${t.bytes} bytes at offset ${t.offset}: ${t.reason}); a crash interrupted its write`;
         o.log.warn({ segment: t.path, offset: t.offset, bytes: t.bytes }, `journal: ${msg}`);
         notes.push(msg);
-        contents = readJournal(o.stateDir);
       }
+      if (contents.unclosed) {
+        // the lock is ours, so the writer of this segment is gone: close it as found
+        const u = contents.unclosed;
+        closeRecovered(u.path, u.index, u.end, contents.tornTail?.path === u.path ? contents.tornTail.bytes : 0);
+        notes.push(`closed ${u.path}, which its writer left open (a crash)`);
+      }
+      if (contents.tornTail || contents.unclosed) contents = readJournal(o.stateDir);
       if (contents.problems.length > 0) {
-        o.log.error({ problems: contents.problems.slice(0, 10) }, `journal: ${contents.problems.length} damaged record(s); run 'ledgerfs verify'`);
+        o.log.error({ problems: contents.problems.slice(0, 10).map(describeProblem) }, `journal: ${contents.problems.length} problem(s) (damaged records, missing or cut segments); rollback, log and diff refuse until it is repaired; run 'ledgerfs verify'`);
       }
       const history = buildHistory(contents.records);
       const blobs = new BlobStore(layout.blobsDir);
@@ -112,7 +132,7 @@ export class JournalService {
           flushDelayMs: DEFAULTS.journal.flushDelayMs,
           log: o.log,
           beforeSync: () => blobs.syncPending(),
-          ...(mirror ? { newSegment: mirror.lastSegmentImported(), onAppend: (i: number, b: number) => mirror.segmentAppended(i, b) } : {}),
+          ...(mirror ? { onAppend: (i: number, b: number) => mirror.segmentAppended(i, b) } : {}),
         },
         history.lastSeq,
       );
@@ -151,10 +171,10 @@ export class JournalService {
     return vfs;
   }
 
-  /** Everything journaled so far, as it is on disk (buffered records written first). */
+  /** Everything journaled so far, as it is on disk (buffered records written first); refuses a damaged journal. */
   history(): History {
     this.writer.flush();
-    return buildHistory(readJournal(this.o.stateDir).records);
+    return buildHistory(readIntactJournal(this.o.stateDir).records);
   }
 
   /** Run one maintenance task at a time (two rollbacks at once would fight over the same paths). */
@@ -208,7 +228,7 @@ export class JournalService {
       this.writer.appendNow({
         kind: 'start', time: Date.now(), session: this.o.session, actor: this.o.actor, pid: process.pid, source: this.o.source,
         version: RECORD_VERSION, lastSeq: this.writer.lastSeq,
-        note: `gc: dropped ${result.droppedOperations} operation(s) older than ${result.cutoff}, ${result.blobsRemoved} blob(s)`,
+        note: `gc: dropped ${result.droppedSessions.length} whole session(s), ${result.droppedOperations} operation(s) older than ${result.cutoff}, ${result.blobsRemoved} blob(s)`,
       });
       await this.writer.sync();
       return result;

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import { promisify } from 'node:util';
 import { type Logger, VfsError } from '../core/index.js';
 import { encodeRecord } from './codec.js';
@@ -18,8 +19,6 @@ export interface WriterOptions {
   log: Logger;
   /** made durable before the journal is (blobs its records refer to) */
   beforeSync?: () => Promise<void>;
-  /** start a new segment even if the last one has room (it is another writer's, imported) */
-  newSegment?: boolean;
   /** whole records were written: segment `index` is now `bytes` long (the bucket mirror's feed) */
   onAppend?: (index: number, bytes: number) => void;
 }
@@ -48,18 +47,46 @@ export class JournalWriter {
   private syncing: Promise<void> | null = null;
   private closed = false;
   private seq: number;
+  /** the length of a segment holding only its `segment` record */
+  private headerBytes = 0;
 
   private constructor(private readonly o: WriterOptions, lastSeq: number) {
     fs.mkdirSync(o.journalDir, { recursive: true });
     const segs = listSegments(o.journalDir);
     const last = segs[segs.length - 1];
-    const fresh = !last || o.newSegment === true;
-    this.segIndex = last ? last.index + (o.newSegment ? 1 : 0) : 1;
-    const p = `${o.journalDir}/${segmentName(this.segIndex)}`;
-    this.fd = fs.openSync(p, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
-    this.segBytes = fs.fstatSync(this.fd).size;
-    if (fresh) syncDir(o.journalDir);
     this.seq = lastSeq;
+    // Every writer starts a segment of its own: a segment then ends with its close record, or is
+    // the one a writer was writing when it stopped (named by writing.json), which is what lets a
+    // reader tell a crash's torn tail from records lost later.
+    this.segIndex = last ? last.index + 1 : 1;
+    this.fd = this.openSegment();
+    this.segBytes = 0;
+    this.writeFraming({ kind: 'segment', index: this.segIndex, time: Date.now() });
+    this.headerBytes = this.segBytes;
+  }
+
+  /** Name the segment about to be written (durably), then create it. */
+  private openSegment(): number {
+    const marker = path.join(this.o.journalDir, 'writing.json');
+    fs.writeFileSync(`${marker}.tmp`, JSON.stringify({ segment: this.segIndex, pid: process.pid }) + '\n', { mode: 0o600 });
+    fs.renameSync(`${marker}.tmp`, marker);
+    const fd = fs.openSync(`${this.o.journalDir}/${segmentName(this.segIndex)}`, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o600);
+    syncDir(this.o.journalDir);
+    return fd;
+  }
+
+  /** A segment's first or last record: written at once, outside the batching of records. */
+  private writeFraming(rec: JournalRecord): void {
+    const data = encodeRecord(rec);
+    let off = 0;
+    while (off < data.length) off += fs.writeSync(this.fd, data, off, data.length - off);
+    this.segBytes += data.length;
+    this.written += data.length;
+    this.o.onAppend?.(this.segIndex, this.segBytes);
+  }
+
+  private closeRecord(reason: 'roll' | 'close'): JournalRecord {
+    return { kind: 'close', index: this.segIndex, time: Date.now(), reason, bytes: this.segBytes };
   }
 
   /** Open for appending after `lastSeq`. The caller has cut any torn tail already. */
@@ -140,25 +167,26 @@ export class JournalWriter {
     this.syncTimer.unref();
   }
 
-  /** Start a new segment; the old one is made durable first so segments only ever end whole. */
+  /** Start a new segment; the old one is closed and made durable first so segments only ever end whole. */
   private roll(): void {
     const old = this.fd;
+    this.writeFraming(this.closeRecord('roll'));
     fs.fsyncSync(old);
     this.durable = this.written;
     // An fsync may still be running on the old descriptor in the thread pool: close it after.
     if (this.syncing) void this.syncing.catch(() => undefined).finally(() => fs.closeSync(old));
     else fs.closeSync(old);
     this.segIndex++;
-    const p = `${this.o.journalDir}/${segmentName(this.segIndex)}`;
-    this.fd = fs.openSync(p, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o600);
+    this.fd = this.openSegment();
     this.segBytes = 0;
-    syncDir(this.o.journalDir);
+    this.writeFraming({ kind: 'segment', index: this.segIndex, time: Date.now() });
+    this.headerBytes = this.segBytes;
   }
 
   /** Close the active segment and open the next one now (gc compacts closed segments only). */
   rollNow(): void {
     this.flush();
-    if (this.segBytes > 0) this.roll();
+    if (this.segBytes > this.headerBytes) this.roll();
   }
 
   get activeSegment(): number {
@@ -192,12 +220,21 @@ export class JournalWriter {
     if (this.flushTimer) clearTimeout(this.flushTimer);
     if (this.syncTimer) clearTimeout(this.syncTimer);
     this.flushTimer = this.syncTimer = null;
+    let clean = false;
     try {
       await this.sync();
+      this.writeFraming(this.closeRecord('close'));
+      await this.sync();
+      clean = true;
     } finally {
       this.closed = true;
       if (this.syncing) await this.syncing.catch(() => undefined);
       fs.closeSync(this.fd);
+    }
+    // Only once the close record is durable: from now on a segment without one has lost records.
+    if (clean) {
+      fs.rmSync(path.join(this.o.journalDir, 'writing.json'), { force: true });
+      syncDir(this.o.journalDir);
     }
   }
 }

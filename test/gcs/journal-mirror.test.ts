@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readJournal } from '../../src/journal/reader.js';
-import { CLI, startMount, startTestEmulator, type TestMount } from '../helpers/mount.js';
+import { CLI, logsMatching, startMount, startTestEmulator, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { startGcsFixture, type GcsFixture } from './fixture.js';
 
@@ -166,6 +166,9 @@ describe('GCS journal in the bucket', () => {
     expect(JSON.parse(cliOk(['log', '--json'], path.join(tmp, 'state-e'))).some((e: { session: string }) => e.session === 'host-d')).toBe(false);
 
     const again = await startMount({ gcs: { emulator: g.emulator, bucket: BUCKET }, args: ['--state', stateD, '--session', 'host-d2'] });
+    // the mount shows before the daemon handles SIGTERM (its banner comes after): a stop in
+    // between kills it outright, before it uploaded anything (seen under load)
+    await logsMatching(again, / is mounted at /);
     await again.stop();
     const logF = JSON.parse(cliOk(['log', '--json'], path.join(tmp, 'state-f'))) as Array<{ session: string; op: string; paths: string[] }>;
     // on a failure, say what the bucket and the spool held (seen once in a loaded full run)

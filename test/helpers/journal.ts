@@ -1,4 +1,5 @@
-import { constants as C } from 'node:fs';
+import fs, { constants as C } from 'node:fs';
+import path from 'node:path';
 import { LocalBackend } from '../../src/backend/local.js';
 import { JournalService } from '../../src/journal/service.js';
 import { silentLogger } from '../../src/core/log.js';
@@ -53,3 +54,20 @@ export const vfsFs = {
     }
   },
 };
+
+/**
+ * Make a journal closed cleanly look as a kill -9 of its writer leaves it: the last segment
+ * without its close record, named as the one being written, and the lock left behind.
+ */
+export function asIfKilled(state: string, pid = 999_999): string {
+  const journal = path.join(state, 'journal');
+  const segs = fs.readdirSync(journal).filter((n) => /^\d+\.log$/.test(n)).sort();
+  const seg = path.join(journal, segs[segs.length - 1] as string);
+  const text = fs.readFileSync(seg, 'utf8');
+  const lastLine = text.slice(0, -1).lastIndexOf('\n') + 1;
+  if (!text.slice(lastLine).includes('"kind":"close"')) throw new Error(`${seg} does not end with a close record`);
+  fs.truncateSync(seg, Buffer.byteLength(text.slice(0, lastLine)));
+  fs.writeFileSync(path.join(journal, 'writing.json'), JSON.stringify({ segment: Number(path.basename(seg, '.log')), pid }) + '\n');
+  fs.writeFileSync(path.join(state, 'lock'), JSON.stringify({ pid, role: 'killed', since: new Date().toISOString() }) + '\n');
+  return seg;
+}

@@ -145,6 +145,56 @@ describe('mount: journal, log, diff, rollback', () => {
     expect(gc.droppedOperations).toBe(v.operations);
     expect(ledgerfs(['rollback', '--state', state, '--to', '1']).stderr).toMatch(/dropped by gc/);
   });
+
+  // issue 13.3: damage found in the journal is refused, on a live mount and on an unmounted
+  // workspace; verify names it. (On GCS the bucket keeps its own copy of the journal.)
+  it.skipIf(onGcs)('a flipped byte in a segment: rollback exits non-zero and changes nothing; verify exits 1 naming it; so for a cut tail', async () => {
+    sh("printf -- 'more\\n' >> case/notes/intake.md && mkdir case/new && printf x > case/new/x && rm case/data.bin", m.mnt);
+    const treeNow = snapshotTree(m.src);
+    ok(['log', '--state', state]); // the daemon's records are on disk
+    const seg = path.join(state, 'journal', '000001.log');
+    const text = fs.readFileSync(seg, 'utf8');
+    const at = text.indexOf('"/case/new"');
+    expect(at).toBeGreaterThan(0);
+    const bytes = fs.readFileSync(seg);
+    const flipAt = Buffer.byteLength(text.slice(0, at)) + 3;
+    bytes[flipAt] = (bytes[flipAt] as number) ^ 0x04;
+    fs.writeFileSync(seg, bytes);
+
+    const expectRefused = (r: CliResult) => {
+      expect(r.status, r.stdout + r.stderr).toBe(1);
+      expect(r.stderr).toMatch(/^ledgerfs: the journal cannot be read whole, so nothing was done: .*000001\.log at byte \d+: checksum mismatch \(records after #\d+ and before #\d+\)/);
+      expect(snapshotTree(m.src)).toEqual(treeNow);
+    };
+    // through the daemon
+    expectRefused(ledgerfs(['rollback', '--state', state, '--to', '0']));
+    expectRefused(ledgerfs(['rollback', '--state', state, '--to', '0', '--dry-run']));
+    const v = ledgerfs(['verify', '--state', state]);
+    expect(v.status).toBe(1);
+    expect(v.stdout).toMatch(/^PROBLEM \(record\): .*000001\.log at byte \d+: checksum mismatch/m);
+    // and on the unmounted workspace
+    await m.stop();
+    expectRefused(ledgerfs(['rollback', '--state', state, '--to', '0']));
+    const damage = (JSON.parse(ledgerfs(['verify', '--state', state, '--json']).stdout) as { damage: { kind: string; segment: string }[] }).damage;
+    expect(damage).toContainEqual(expect.objectContaining({ kind: 'record', segment: seg }));
+
+    // repaired, the journal reads whole again; then its end cut off after the clean unmount
+    const now = fs.readFileSync(seg); // the daemon went on writing it (its close record at unmount)
+    now[flipAt] = (now[flipAt] as number) ^ 0x04;
+    fs.writeFileSync(seg, now);
+    expect(ledgerfs(['verify', '--state', state]).status).toBe(0);
+    const last = fs.readdirSync(path.join(state, 'journal')).filter((n) => n.endsWith('.log')).sort().pop() as string;
+    const lastPath = path.join(state, 'journal', last);
+    const lastText = fs.readFileSync(lastPath, 'utf8');
+    fs.truncateSync(lastPath, Buffer.byteLength(lastText.slice(0, lastText.slice(0, -1).lastIndexOf('\n') + 1)));
+    const c = ledgerfs(['verify', '--state', state]);
+    expect(c.status).toBe(1);
+    expect(c.stdout).toMatch(new RegExp(`^PROBLEM \\(cut-segment\\): .*${last.replace('.', '\\.')} at byte \\d+: the segment ends at byte \\d+ without its close record`, 'm'));
+    const r = ledgerfs(['rollback', '--state', state, '--to', '0']);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/the segment ends at byte \d+ without its close record/);
+    expect(snapshotTree(m.src)).toEqual(treeNow);
+  });
 });
 
 describe('mount: where the journal lives', () => {

@@ -98,9 +98,9 @@ describe('journal writer', () => {
     w.appendNow(op(seq));
     w.appendSoon({ kind: 'done', of: seq, time: 1, after: [null] });
     // the intent is in the file before appendNow returns; the outcome may still be buffered
-    expect(readJournal(dir).records.map((r) => r.record.kind)).toEqual(['op']);
+    expect(readJournal(dir).records.map((r) => r.record.kind)).toEqual(['segment', 'op']);
     w.appendNow(op(w.nextSeq())); // carries the buffered outcome with it
-    expect(readJournal(dir).records.map((r) => r.record.kind)).toEqual(['op', 'done', 'op']);
+    expect(readJournal(dir).records.map((r) => r.record.kind)).toEqual(['segment', 'op', 'done', 'op']);
     await w.sync();
     await w.close();
   });
@@ -113,11 +113,17 @@ describe('journal writer', () => {
     expect(segs.length).toBeGreaterThan(3);
     for (const s of segs.slice(0, -1)) expect(fs.statSync(s.path).size).toBeGreaterThanOrEqual(600);
     const j = readJournal(dir);
-    expect(j.records.map((r) => (r.record as { seq: number }).seq)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    expect(j.records.filter((r) => r.record.kind === 'op').map((r) => (r.record as { seq: number }).seq)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
     expect(j.problems).toEqual([]);
-    // a reopened writer continues in the last segment with the next seq
+    // each segment is framed: its own `segment` record first, a `close` record last
+    for (const s of segs) {
+      const kinds = j.records.filter((r) => r.segment === s.index).map((r) => r.record.kind);
+      expect([kinds[0], kinds[kinds.length - 1]]).toEqual(['segment', 'close']);
+    }
+    // a reopened writer starts a segment of its own, with the next seq
     const w2 = open(20, 600);
     expect(w2.nextSeq()).toBe(21);
+    expect(w2.activeSegment).toBe(segs.length + 1);
     await w2.close();
   });
 
@@ -126,6 +132,6 @@ describe('journal writer', () => {
     for (let i = 0; i < 50; i++) w.appendNow(op(w.nextSeq()));
     await Promise.all(Array.from({ length: 20 }, () => w.sync()));
     await w.close();
-    expect(readJournal(dir).records).toHaveLength(50);
+    expect(readJournal(dir).records.filter((r) => r.record.kind === 'op')).toHaveLength(50);
   });
 });

@@ -6,7 +6,7 @@ import { encodeRecord } from '../../src/journal/codec.js';
 import { buildHistory, type Operation } from '../../src/journal/history.js';
 import { listSegments, stateLayout } from '../../src/journal/layout.js';
 import { readJournal } from '../../src/journal/reader.js';
-import { openTestJournal, vfsFs, type TestJournal } from '../helpers/journal.js';
+import { asIfKilled, openTestJournal, vfsFs, type TestJournal } from '../helpers/journal.js';
 import { expectCode, makeTemp, rmTemp } from '../helpers/tmp.js';
 
 describe('journal stage', () => {
@@ -134,9 +134,8 @@ describe('journal stage', () => {
     const { vfs } = j;
     await vfsFs.write(vfs, '/a', 'aaaa');
     j.svc.writer.flush();
-    await j.svc.writer.close(); // as if killed: nothing more is written, and its lock is stale
-    fs.rmSync(stateLayout(state).lockFile);
-    const seg = listSegments(stateLayout(state).journalDir).pop()?.path as string;
+    await j.svc.close();
+    const seg = asIfKilled(state); // nothing more is written, its segment is left open, its lock is stale
     const h = history();
     const ino = (p: string) => fs.lstatSync(path.join(src, p)).ino;
     let seq = h.lastSeq;
@@ -150,6 +149,8 @@ describe('journal stage', () => {
 
     j = await openTestJournal(src, state);
     expect(j.svc.startNote).toMatch(/cut a torn record/);
+    expect(j.svc.startNote).toMatch(/closed .*which its writer left open \(a crash\)/);
+    expect(readJournal(state).problems).toEqual([]);
     expect(j.svc.startNote).toMatch(/1 operation\(s\) had reached the backend, 1 had not, 1 write session\(s\) ended/);
     const after = history();
     const [u1, u2, w] = after.ops.slice(-3) as [Operation, Operation, Operation];
