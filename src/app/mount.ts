@@ -4,7 +4,7 @@ import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
 import { DEFAULTS, type BindingName, type LogLevel } from '../config/index.js';
 import { raiseFdLimit } from '../backend/index.js';
-import { BindingUnavailable, MountError, mountVfs, selectBinding } from '../fuse/index.js';
+import { BindingUnavailable, fsNameFor, MountError, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
 import { JournalLockedError, type MountJournal, openJournal, StateDirError } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
@@ -110,7 +110,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   try {
     running = await mountVfs({
       vfs, mountpoint, log, binding,
-      options: { allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
+      options: { fsName: fsNameFor(ws.store.location), allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
     const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);
@@ -142,7 +142,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     signals++;
     if (signals > 1) {
       log.warn({ sig }, 'second signal: detaching the mount lazily and exiting');
-      void import('../fuse/index.js').then((m) => m.unmountPath(mountpoint, true)).finally(() => process.exit(130));
+      void unmountPath(mountpoint, true).catch(() => undefined).finally(() => process.exit(130));
       return;
     }
     log.info({ sig }, 'signal received, unmounting');

@@ -1,6 +1,6 @@
 import { Command, Option } from 'commander';
 import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type BindingName, type LogLevel } from '../config/index.js';
-import { mountAt, unmountPath } from '../fuse/index.js';
+import { notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
 import { serveMount, UserError } from '../app/index.js';
 import { registerPolicyCommand } from './policy-command.js';
 import { registerRunCommand } from './run-command.js';
@@ -85,15 +85,17 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
   program
     .command('unmount')
     .alias('umount')
-    .description('Unmount a ledgerfs mount; the daemon serving it exits cleanly.')
+    .description('Unmount a ledgerfs mount (type fuse.ledgerfs in /proc/mounts); the daemon serving it exits cleanly. Any other mount (tmpfs, bindfs, /) is refused and left mounted.')
     .argument('<mountpoint>')
     .option('--lazy', 'detach now even if files are open (they keep working until closed)', false)
     .addHelpText('after', '\nExample:\n  ledgerfs unmount /mnt/ws\n')
     .action(async (mountpoint: string, o: { lazy: boolean }) => {
-      if (!mountAt(mountpoint)) throw new UserError(`${mountpoint} is not a mount point`);
+      const refused = notOurMount(mountpoint);
+      if (refused) throw new UserError(refused);
       try {
         await unmountPath(mountpoint, o.lazy);
       } catch (err) {
+        if (err instanceof NotOurMountError) throw new UserError(err.message);
         throw new UserError(`${(err as Error).message}${/busy/i.test((err as Error).message) ? '\n(files are open on it; close them, or use --lazy)' : ''}`);
       }
     });

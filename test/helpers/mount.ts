@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { DEFAULTS } from '../../src/config/defaults.js';
 import { mountDirPrefix } from './run.js';
+import { isFuseMount, mountAt, unmountPathSync } from '../../src/fuse/mounts.js';
 
 export const REPO = path.resolve(import.meta.dirname, '../..');
 export const CLI = path.join(REPO, 'bin/ledgerfs.js');
@@ -37,19 +38,12 @@ export interface TestMount {
 }
 
 function isMounted(mnt: string): boolean {
-  const text = fs.readFileSync('/proc/self/mountinfo', 'utf8');
-  return text.split('\n').some((l) => l.split(' ')[4] === mnt);
+  return mountAt(mnt) !== undefined;
 }
 
+/** Detach whatever FUSE mount a test left at `mnt` (never a non-FUSE mount). */
 export function forceUnmount(mnt: string): void {
-  for (const cmd of [['fusermount3', '-uz', mnt], ['umount', '-l', mnt]]) {
-    if (!isMounted(mnt)) return;
-    try {
-      execFileSync(cmd[0] as string, cmd.slice(1), { stdio: 'ignore' });
-    } catch {
-      /* try the next */
-    }
-  }
+  unmountPathSync(mnt, { lazy: true, accept: isFuseMount });
 }
 
 async function waitFor(cond: () => boolean, ms: number, what: string, logs: () => string): Promise<void> {
