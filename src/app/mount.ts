@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
-import { DEFAULTS, type BindingName, type LogLevel } from '../config/index.js';
+import { DEFAULTS, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { raiseFdLimit } from '../backend/index.js';
 import { BindingUnavailable, fsNameFor, MountError, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
 import { JournalLockedError, type MountJournal, openJournal, StateDirError } from '../journal/index.js';
@@ -40,6 +40,8 @@ export interface MountCommandOptions {
   binding?: BindingName;
   /** GCS metadata cache lifetime, seconds (overrides the mount file's backend.cache.metadataTtl) */
   metadataTtl?: number;
+  /** with --source: hide what this preset hides (the tree stays read-write, without limits) */
+  preset?: PresetName;
 }
 
 export async function serveMount(mountpointArg: string, o: MountCommandOptions): Promise<number> {
@@ -67,7 +69,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   let ws: OpenedWorkspace;
   try {
     // state too: a journal directory inside the served tree is hidden and refused by the view
-    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}) });
+    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.preset !== undefined ? { preset: o.preset } : {}), ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}) });
   } catch (err) {
     if (err instanceof WorkspaceError) throw new UserError(err.message);
     throw err;
@@ -129,6 +131,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
         (demo
           ? demoHints(mountpoint, journal?.session ?? null, cli)
           : `  try:   ls -la ${mountpoint}; echo hello > ${mountpoint}/hello.txt; cat ${mountpoint}/hello.txt\n`) +
+        // the list in force (a preset's and the file's, merged): what the program will not see
+        (ws.config && !demo ? `  hidden: ${ws.config.hide.length ? ws.config.hide.join(', ') : 'nothing'}\n` : '') +
         `  stop:  Ctrl-C here, or: ${cli} unmount ${mountpoint}\n` +
         (journal
           ? `  journal: ${journal.stateDir} (session ${journal.session}); see: ${cli} log --state ${journal.stateDir}\n` +

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { type BindingName, ConfigError, DEFAULTS, gcsSource, loadMountFile, type LogLevel } from '../config/index.js';
+import { type BindingName, ConfigError, DEFAULTS, gcsSource, loadMountFile, type LogLevel, type PresetName } from '../config/index.js';
 import { mountAt, unmountPath } from '../fuse/index.js';
 import { liveDaemon, newSessionId, realish, resolveStateDir, StateDirError, within } from '../journal/index.js';
 import { atProblem, bwrapArgs, checkNamespaces, findBwrap, SandboxError } from '../sandbox/index.js';
@@ -26,6 +26,8 @@ export interface RunOptions {
   /** kernel binding of the mount run makes (default: DEFAULTS.binding) */
   binding?: BindingName;
   logLevel: LogLevel;
+  /** with --source: whose hiding applies (default sandboxed: credentials hidden; trusted: nothing) */
+  preset?: PresetName;
 }
 
 function fail(message: string): never {
@@ -96,7 +98,7 @@ function useRunningMount(o: RunOptions): Workspace {
 async function mountOwn(o: RunOptions, session: string): Promise<Workspace> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ledgerfs-run-'));
   const args = [
-    ...(o.source !== undefined ? ['--source', o.source] : []),
+    ...(o.source !== undefined ? ['--source', o.source, '--preset', o.preset ?? DEFAULTS.run.sourcePreset] : []),
     ...(o.policy !== undefined ? ['--policy', o.policy] : []),
     ...(o.state !== undefined ? ['--state', o.state] : []),
     ...(o.allowOther ? ['--allow-other'] : []),
@@ -180,6 +182,9 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
   }
   if (o.source !== undefined && o.policy !== undefined) {
     fail('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
+  }
+  if (o.preset !== undefined && o.source === undefined) {
+    fail('--preset applies to --source only: a policy file names its own preset, and a running mount already chose what it hides');
   }
   if (o.mount === undefined && o.source === undefined && o.policy === undefined) {
     fail('name the workspace: --source DIR, --policy FILE, or --mount MOUNTPOINT (a running ledgerfs mount)');

@@ -1,5 +1,5 @@
 import { Command, Option } from 'commander';
-import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type BindingName, type LogLevel } from '../config/index.js';
+import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
 import { serveMount, UserError } from '../app/index.js';
 import { registerPolicyCommand } from './policy-command.js';
@@ -41,6 +41,7 @@ export function buildProgram(): Command {
     .argument('<mountpoint>', 'an existing, empty directory')
     .option('--source <dir>', `workspace directory to serve (local backend), or gs://BUCKET[/PREFIX] (GCS; endpoint from LEDGERFS_GCS_ENDPOINT); default (with no --policy either): the demo workspace ${DEFAULTS.demoWorkspaceDir}, served through its demo policy`)
     .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
+    .addOption(new Option('--preset <name>', `with --source: hide what this preset hides (sandboxed: ${POLICY_PRESETS.sandboxed.hide.slice(0, 3).join(', ')}, ...); the tree stays read-write; default: nothing hidden`).choices(PRESET_NAMES as string[]))
     .option('--metadata-ttl <sec>', `GCS: how long attributes and listings are cached; changes by other hosts show up after this (default ${DEFAULTS.gcsCache.metadataTtlSec})`, positiveNumber)
     .option('--allow-other', 'let other users and containers use the mount (needs root or user_allow_other)', false)
     .addOption(new Option('--log-level <level>', 'log verbosity on stderr').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
@@ -77,7 +78,7 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
     )
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
-      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number;
+      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number; preset?: PresetName;
     }) => {
       process.exitCode = await serveMount(mountpoint, o);
     });

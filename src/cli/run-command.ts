@@ -1,6 +1,6 @@
 import { Option, type Command } from 'commander';
 import { RUN_FAILED, runCommand, type RunOptions } from '../app/index.js';
-import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS } from '../config/index.js';
+import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, PRESET_NAMES } from '../config/index.js';
 
 export function registerRunCommand(program: Command): void {
   program
@@ -8,7 +8,8 @@ export function registerRunCommand(program: Command): void {
     .description('Run a program in a bubblewrap sandbox with the workspace mounted where it expects it; the run is one journal session.')
     .argument('[command...]', 'the program and its arguments (after --, or after the last option)')
     .passThroughOptions()
-    .option('--source <dir>', 'workspace directory to serve (local backend), the whole tree read-write')
+    .option('--source <dir>', 'workspace directory to serve (local backend), the whole tree read-write, credential files hidden (see --preset)')
+    .addOption(new Option('--preset <name>', `with --source: whose hiding applies: ${DEFAULTS.run.sourcePreset} hides common credential files (.env, *.pem, *.key, .ssh, .aws, ...); trusted hides nothing`).choices(PRESET_NAMES as string[]).default(undefined, DEFAULTS.run.sourcePreset))
     .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
     .option('--state <dir>', `journal directory (outside the source); default: ${DEFAULT_STATE_DIR_PATTERN}`)
     .option('--at <path>', 'where the program sees the workspace; also its working directory', DEFAULTS.run.at)
