@@ -4,14 +4,16 @@ import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
 import { DEFAULTS, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { raiseFdLimit } from '../backend/index.js';
-import { BindingUnavailable, fsNameFor, MountError, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
-import { JournalLockedError, type MountJournal, openJournal, StateDirError } from '../journal/index.js';
+import { BindingUnavailable, fsNameFor, MountError, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
+import { JournalLockedError, type MountJournal, openJournal, resolveStateDir, StateDirError } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
 import { demoHints, ensureDemoPolicy, ensureDemoWorkspace } from './demo.js';
 import { cliCommand } from './self.js';
 import { UserError } from './errors.js';
 import { releaseParent, serveParent } from './parent-link.js';
+import { liveMounts, registerMount } from './mount-registry.js';
+import { stateDirProblem } from './state-dir-check.js';
 
 export interface MountCommandOptions {
   source?: string;
@@ -85,6 +87,30 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   if (ws.sourceDir && (mountpoint === ws.sourceDir || mountpoint.startsWith(ws.sourceDir + path.sep))) {
     throw new UserError(`mount point ${mountpoint} lies inside the source ${ws.sourceDir}; pick a directory outside it`);
   }
+  // Everything that can be known before the journal is touched is checked first: a mount that
+  // fails leaves no state directory and no start record behind.
+  const fsName = fsNameFor(ws.store.location);
+  if (o.journal !== false) refuseSecondMount(fsName, ws.sourceDir);
+  let stateDir: string | undefined;
+  let stateDirExisted = true;
+  if (o.journal !== false) {
+    try {
+      stateDir = resolveStateDir({ source: o.source, policy: o.policy, state: o.state });
+    } catch (err) {
+      if (err instanceof StateDirError) throw new UserError(err.message);
+      throw err;
+    }
+    const why = stateDirProblem(stateDir);
+    if (why) throw new UserError(why);
+    stateDirExisted = fs.existsSync(stateDir);
+  }
+  const problem = mountpointProblem(mountpoint);
+  if (problem) throw new UserError(problem);
+  /** after a failure: a state directory this mount made goes (one that was there stays) */
+  const forgetJournal = async () => {
+    await journal?.close().catch(() => undefined);
+    if (!stateDirExisted && stateDir) fs.rmSync(stateDir, { recursive: true, force: true });
+  };
   let journal: MountJournal | null = null;
   if (o.journal !== false) {
     try {
@@ -97,6 +123,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
         }),
       );
     } catch (err) {
+      await forgetJournal();
       if (err instanceof StateDirError || err instanceof JournalLockedError) throw new UserError(err.message);
       throw err;
     }
@@ -112,14 +139,14 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   try {
     running = await mountVfs({
       vfs, mountpoint, log, binding,
-      options: { fsName: fsNameFor(ws.store.location), allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
+      options: { fsName, allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
     const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);
     await journal?.serve(vfs, settleMs);
   } catch (err) {
     await running?.unmount().catch(() => undefined);
-    await journal?.close().catch(() => undefined);
+    await forgetJournal();
     if (err instanceof MountError) throw new UserError(err.message);
     throw err;
   }
@@ -140,6 +167,12 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
           : `  journal: off (--no-journal): changes are not recorded and cannot be rolled back\n`),
     );
   }
+
+  const unregister = registerMount({
+    mountpoint, source: fsName, stateDir: journal?.stateDir ?? null, session: journal?.session ?? null,
+    binding: binding.name, pid: process.pid, started: new Date().toISOString(),
+  });
+  process.once('exit', unregister);
 
   let signals = 0;
   const onSignal = (sig: NodeJS.Signals | 'parent gone') => {
@@ -163,6 +196,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     if (!linked) log.warn('--parent-link without a parent process: serving as a plain mount');
   }
   await running.closed;
+  unregister();
   await journal?.close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
@@ -177,4 +211,21 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     }
   }
   return 0;
+}
+
+/**
+ * One local source, one mount: a second (with another --state) would keep a second journal of
+ * the same directory, and each would undo the other's changes blind. GCS buckets are shared by
+ * design (the journal mirror in the bucket), so two mounts of one bucket stay allowed, as is a
+ * mount without a journal.
+ */
+function refuseSecondMount(fsName: string, sourceDir: string | undefined): void {
+  if (sourceDir === undefined) return;
+  const other = liveMounts().find((m) => m.source === fsName && m.record?.stateDir !== null);
+  if (!other) return;
+  const state = other.record?.stateDir ? `, journal ${other.record.stateDir}` : '';
+  const pid = other.record ? `, daemon pid ${other.record.pid}` : '';
+  throw new UserError(
+    `${sourceDir} is already mounted at ${other.mountpoint}${state}${pid}; a second mount would keep a second journal of the same directory. Use that mount, or unmount it first: ledgerfs unmount ${other.mountpoint}`,
+  );
 }

@@ -126,6 +126,22 @@ export async function main(argv: string[]): Promise<void> {
       process.exitCode = err.exitCode;
       return;
     }
+    // The system refused something no check foresaw (a full disk, a read-only file system, a
+    // permission): a sentence naming the call and the path, not a stack trace.
+    const sys = systemError(err);
+    if (sys) {
+      process.stderr.write(`ledgerfs: ${sys}\n`);
+      process.exitCode = 1;
+      return;
+    }
     throw err;
   }
+}
+
+function systemError(err: unknown): string | null {
+  const e = err as NodeJS.ErrnoException;
+  if (!(err instanceof Error) || typeof e.code !== 'string' || typeof e.syscall !== 'string' || !/^E[A-Z0-9]+$/.test(e.code)) return null;
+  // "EACCES: permission denied, mkdir '/x'" -> "permission denied"
+  const what = /^E[A-Z0-9]+: ([^,]+)/.exec(e.message)?.[1] ?? e.code;
+  return `cannot ${e.syscall}${e.path ? ` ${e.path}` : ''}: ${what} (${e.code})`;
 }

@@ -108,6 +108,11 @@ export const DEFAULTS = {
      * counts the refusals since the last one */
     fdExhaustedLogIntervalMs: 10_000,
   },
+  /** Where live mounts note their state directory, binding and pid (`ledgerfs status`, and the
+   * refusal of a second mount of one source); entries are checked against the mount table. */
+  mountRegistryDir: process.env.XDG_RUNTIME_DIR
+    ? path.join(process.env.XDG_RUNTIME_DIR, 'ledgerfs', 'mounts')
+    : process.getuid?.() === 0 ? '/run/ledgerfs/mounts' : path.join(os.tmpdir(), `ledgerfs-${process.getuid?.() ?? 'user'}`, 'mounts'),
   /** The journal (src/journal). */
   journal: {
     /** base of default state directories: $XDG_STATE_HOME/ledgerfs, else ~/.local/state/ledgerfs */
