@@ -4,7 +4,7 @@ import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
 import { DEFAULTS, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { raiseFdLimit } from '../backend/index.js';
-import { BindingUnavailable, fsNameFor, MountError, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
+import { BindingUnavailable, fsNameFor, MountError, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
 import { JournalLockedError, type MountJournal, openJournal, resolveStateDir, StateDirError } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
@@ -174,14 +174,37 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   });
   process.once('exit', unregister);
 
-  let signals = 0;
+  // A signal is a request, not an order: while programs use the mount, detaching it would
+  // leave them with ENOTCONN mid-write. The first signal on a busy mount names them and keeps
+  // serving; the next one detaches lazily. (`ledgerfs run` gone: its program went with it, so
+  // its daemon unmounts as before.)
+  let warnedBusy = false;
+  let detachedLazily = false;
+  let unmounting = false;
   const onSignal = (sig: NodeJS.Signals | 'parent gone') => {
-    signals++;
-    if (signals > 1) {
+    const holders = sig === 'parent gone' ? [] : mountHolders(mountpoint);
+    if (holders.length > 0 && !warnedBusy) {
+      warnedBusy = true;
+      const list = holders.map((h) => `${h.pid} (${h.cmd.slice(0, 60)}: ${h.uses.slice(0, 3).join(', ')})`).join('; ');
+      log.warn({ sig, holders: holders.map((h) => ({ pid: h.pid, cmd: h.cmd, uses: h.uses })) }, 'mount busy: not unmounting');
+      process.stderr.write(
+        `ledgerfs: ${mountpoint} is in use by pid ${list}; still serving. Close them and signal again to unmount cleanly, or send a second SIGTERM/SIGINT now to detach it lazily (they then get ENOTCONN).\n`,
+      );
+      return;
+    }
+    if (holders.length > 0) {
+      log.warn({ sig, holders: holders.map((h) => h.pid) }, 'second signal on a busy mount: detaching it lazily');
+      detachedLazily = true;
+      void running.unmount({ lazy: true });
+      return;
+    }
+    if (unmounting) {
+      // the clean unmount is under way and still not done: the way out a stuck one needs
       log.warn({ sig }, 'second signal: detaching the mount lazily and exiting');
       void unmountPath(mountpoint, true).catch(() => undefined).finally(() => process.exit(130));
       return;
     }
+    unmounting = true;
     log.info({ sig }, 'signal received, unmounting');
     void running.unmount();
   };
@@ -210,7 +233,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
       /* not empty, or already gone: leave it */
     }
   }
-  return 0;
+  return detachedLazily ? 130 : 0;
 }
 
 /**

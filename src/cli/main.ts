@@ -74,7 +74,11 @@ Examples:
       'ledgerfs policy check --help'; inside the mount, /.ledgerfs/ explains it
 
 The mount stays in the foreground (logs on stderr as JSON lines) until SIGINT, SIGTERM,
-or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
+SIGHUP or 'ledgerfs unmount'. A signal unmounts cleanly when no program uses the mount. While
+one does (its working directory is inside, or it holds a file open), the first signal unmounts
+nothing: it names those processes (pid, command, what they hold) on stderr and the daemon keeps
+serving; close them and signal again, or send a second SIGTERM/SIGINT to detach the mount
+lazily (their open files then fail with ENOTCONN; exit status 130).`,
     )
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;

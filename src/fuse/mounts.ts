@@ -182,3 +182,77 @@ export function mountpointProblem(mountpoint: string): string | null {
   }
   return null;
 }
+
+/** A process using a mount: its working directory or root is in it, or it holds a file of it open. */
+export interface MountHolder {
+  pid: number;
+  /** its command line (or name), for the operator */
+  cmd: string;
+  /** what ties it to the mount: cwd, root, or the path of an open file */
+  uses: string[];
+}
+
+function readlinkOr(p: string): string | null {
+  try {
+    return fs.readlinkSync(p);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Who keeps `mountpoint` busy, read from /proc alone: each process's cwd, root and open
+ * descriptors are symlinks whose *text* names the path (readlink asks no file system, so the
+ * daemon may call this on its own mount). A process in another mount namespace (a sandbox that
+ * bind-mounted it elsewhere) is matched by the device number in its own mountinfo. Never stats
+ * the mount point: from the daemon's process that would wait on itself.
+ */
+export function mountHolders(mountpoint: string): MountHolder[] {
+  const abs = path.resolve(mountpoint);
+  const dev = mountAt(abs)?.dev;
+  if (!dev) return [];
+  const pointsByNs = new Map<string, string[]>();
+  const pointsOf = (pid: string): string[] => {
+    const ns = readlinkOr(`/proc/${pid}/ns/mnt`) ?? `pid:${pid}`;
+    let points = pointsByNs.get(ns);
+    if (!points) {
+      try {
+        points = parseMountInfo(fs.readFileSync(`/proc/${pid}/mountinfo`, 'utf8')).filter((m) => m.dev === dev).map((m) => m.mountpoint);
+      } catch {
+        points = [];
+      }
+      pointsByNs.set(ns, points);
+    }
+    return points;
+  };
+  const out: MountHolder[] = [];
+  for (const pid of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid) || Number(pid) === process.pid) continue;
+    const points = pointsOf(pid);
+    if (points.length === 0) continue;
+    const inside = (p: string | null) => p !== null && points.some((mp) => p === mp || p.startsWith(mp === '/' ? '/' : mp + '/'));
+    const uses: string[] = [];
+    if (inside(readlinkOr(`/proc/${pid}/cwd`))) uses.push('cwd');
+    const root = readlinkOr(`/proc/${pid}/root`);
+    if (root !== '/' && inside(root)) uses.push('root');
+    let fds: string[] = [];
+    try {
+      fds = fs.readdirSync(`/proc/${pid}/fd`);
+    } catch {
+      /* gone, or not ours to read */
+    }
+    for (const fd of fds) {
+      const target = readlinkOr(`/proc/${pid}/fd/${fd}`);
+      if (inside(target)) uses.push((target as string).replace(/ \(deleted\)$/, ''));
+    }
+    if (uses.length === 0) continue;
+    let cmd = '';
+    try {
+      cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean).join(' ');
+    } catch {
+      /* gone */
+    }
+    out.push({ pid: Number(pid), cmd: cmd || '?', uses: [...new Set(uses)] });
+  }
+  return out;
+}
