@@ -5,12 +5,14 @@ import path from 'node:path';
 import { type BindingName, ConfigError, DEFAULTS, gcsSource, loadMountFile, type LogLevel, type PresetName } from '../config/index.js';
 import { mountAt, unmountPath } from '../fuse/index.js';
 import { liveDaemon, newSessionId, realish, resolveStateDir, StateDirError, within } from '../journal/index.js';
-import { atProblem, bwrapArgs, checkNamespaces, findBwrap, SandboxError } from '../sandbox/index.js';
+import { atProblem, bwrapArgs, checkNamespaces, commandProblem, findBwrap, SandboxError } from '../sandbox/index.js';
 import { UserError } from './errors.js';
 import { exitCodeOf, LinkedDaemonError, releaseDaemon, startLinkedDaemon, type LinkedDaemon } from './parent-link.js';
 
 /** `ledgerfs run`'s own failures (usage, bwrap, mount), told apart from the program's codes as docker does. */
 export const RUN_FAILED = 125;
+/** `ledgerfs run -- nosuchprog`: what a shell answers for a command it cannot find. */
+export const COMMAND_NOT_FOUND = 127;
 
 export interface RunOptions {
   source?: string;
@@ -191,6 +193,9 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
   }
   const problem = atProblem(o.at);
   if (problem) fail(problem);
+  // as a shell does: 127 for a program that is not there, told apart from the program's own codes
+  const missing = commandProblem(command[0] as string, o.ro);
+  if (missing) throw new UserError(missing, COMMAND_NOT_FOUND);
 
   let bwrap: string;
   try {

@@ -186,6 +186,14 @@ export function pathArg(p: string): string {
   }
 }
 
+/** Fields that hold a moment as milliseconds since the epoch in the journal's records and results. */
+const TIME_KEYS = new Set(['time', 'endTime', 'started', 'cutoff']);
+
+/**
+ * --json output: every moment in one format, ISO 8601 with its zone (Z), whatever the command
+ * (log, show, diff, rollback, verify, gc). File timestamps in node states stay as recorded.
+ */
 export function printJson(value: unknown): void {
-  process.stdout.write(JSON.stringify(value, null, 2) + '\n');
+  const replacer = (key: string, v: unknown) => (TIME_KEYS.has(key) && typeof v === 'number' && Number.isFinite(v) ? new Date(v).toISOString() : v);
+  process.stdout.write(JSON.stringify(value, replacer, 2) + '\n');
 }

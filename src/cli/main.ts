@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import { Command, Option } from 'commander';
 import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
@@ -25,11 +26,21 @@ function busyPollMicros(v: string): number {
   return n;
 }
 
+/** The version in package.json (dist/cli/ and src/cli/ both sit two levels below it). */
+function packageVersion(): string {
+  try {
+    return (JSON.parse(fs.readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
 export function buildProgram(): Command {
   const program = new Command();
   program
     .name('ledgerfs')
     .description('Mount a workspace as a policy-filtered, journaled file system for sandboxed programs.')
+    .version(packageVersion(), '-V, --version', 'print the version of ledgerfs and exit')
     .showHelpAfterError('(run with --help for usage)')
     .configureOutput({ outputError: (str, write) => write(str) })
     // `ledgerfs run ... python3 -c CODE`: options after the program's name are the program's

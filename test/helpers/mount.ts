@@ -183,7 +183,7 @@ async function spawnDaemon(args: string[], mnt: string, env: NodeJS.ProcessEnv, 
 }
 
 /**
- * LEDGERFS_TEST_BINDING=native|native-ll|fuse-native runs every mounted test against that kernel binding
+ * LEDGERFS_TEST_BINDING=native-ll|fuse-native runs every mounted test against that kernel binding
  * (`--binding`); unset, the daemon uses its default (DEFAULTS.binding).
  */
 export const TEST_BINDING = process.env.LEDGERFS_TEST_BINDING || undefined;
