@@ -12,6 +12,7 @@ import { registerRollbackCommand } from './rollback-command.js';
 import { registerVerifyCommand } from './verify-command.js';
 import { registerGcCommand } from './gc-command.js';
 import { registerDevCommand } from './dev-command.js';
+import { registerStatusCommand } from './status-command.js';
 
 function positiveNumber(v: string): number {
   const n = Number(v);
@@ -115,6 +116,7 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
         throw new UserError(`${(err as Error).message}${/busy/i.test((err as Error).message) ? '\n(files are open on it; close them, or use --lazy)' : ''}`);
       }
     });
+  registerStatusCommand(program);
   registerRunCommand(program);
   registerPolicyCommand(program);
   registerLogCommand(program);
