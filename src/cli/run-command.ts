@@ -1,5 +1,5 @@
 import { Option, type Command } from 'commander';
-import { RUN_FAILED, runCommand, type RunOptions } from '../app/index.js';
+import { COMMAND_NOT_FOUND, RUN_FAILED, runCommand, type RunOptions } from '../app/index.js';
 import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, PRESET_NAMES } from '../config/index.js';
 
 export function registerRunCommand(program: Command): void {
@@ -30,10 +30,14 @@ export function registerRunCommand(program: Command): void {
 The program sees: the workspace read-write at --at (its working directory, and
 $LEDGERFS_WORKSPACE), the host's /usr, /etc, /opt read-only, a private /tmp (HOME is
 /tmp/home), its own /proc and /dev, no network unless --network, and nothing else of the host:
-the rest of the sandbox's root is read-only. It runs in new PID/IPC/UTS namespaces and a new
-session, with an environment cleared down to ${DEFAULTS.run.passEnv.slice(0, 4).join(', ')}, ... (see the README).
+the rest of the sandbox's root is read-only. With --source, the credential files the
+${DEFAULTS.run.sourcePreset} preset hides (.env, *.pem, *.key, .ssh, .aws, ...) do not exist for it
+(--preset trusted shows them); with --policy, the file decides.
+It runs in new PID/IPC/UTS namespaces and a new session, with an environment cleared down
+to ${DEFAULTS.run.passEnv.slice(0, 4).join(', ')}, ... (see the README).
 stdin, stdout and stderr are the program's; the run exits with the program's exit code (128+N
-if a signal N killed it; ${RUN_FAILED} if ledgerfs run itself failed: bwrap missing, no user
+if a signal N killed it; ${COMMAND_NOT_FOUND} if the program is not there, found in none of the
+sandbox's PATH directories; ${RUN_FAILED} if ledgerfs run itself failed: bwrap missing, no user
 namespaces, the workspace could not be mounted). Ctrl-C, SIGTERM and SIGHUP are passed to the
 program (it may save and exit); a second one ends the sandbox; then the workspace is unmounted.
 A run killed outright (SIGKILL) takes the program with it, and its daemon unmounts on its own.
