@@ -193,9 +193,6 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
   }
   const problem = atProblem(o.at);
   if (problem) fail(problem);
-  // as a shell does: 127 for a program that is not there, told apart from the program's own codes
-  const missing = commandProblem(command[0] as string, o.ro);
-  if (missing) throw new UserError(missing, COMMAND_NOT_FOUND);
 
   let bwrap: string;
   try {
@@ -205,6 +202,10 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
     if (err instanceof SandboxError) fail(err.message);
     throw err;
   }
+  // as a shell does: 127 for a program that is not there, told apart from the program's own
+  // codes (after ledgerfs run's own checks: a missing bwrap is 125 whatever the program)
+  const missing = commandProblem(command[0] as string, o.ro);
+  if (missing) throw new UserError(missing, COMMAND_NOT_FOUND);
 
   let session = o.session;
   const guarded: { what: string; dir: string }[] = [];
