@@ -166,8 +166,20 @@ async function spawnDaemon(args: string[], mnt: string, env: NodeJS.ProcessEnv, 
     const diedEarly = exited && !stopping;
     stopping = true;
     if (!exited) daemon.kill('SIGTERM');
+    // a mount some process still uses (a holder the test just killed may linger a moment) is
+    // not unmounted by one SIGTERM: the daemon names the holders and keeps serving; a second
+    // detaches it lazily
+    // (only then: a clean unmount that takes its time, e.g. GCS's last mirror upload, is waited for)
+    const busyBefore = log.split('is in use by pid').length;
+    const again = setInterval(() => {
+      if (!exited && log.split('is in use by pid').length > busyBefore) {
+        clearInterval(again);
+        daemon.kill('SIGTERM');
+      }
+    }, 100);
     const timer = setTimeout(() => !exited && daemon.kill('SIGKILL'), 10_000);
     await exitedP;
+    clearInterval(again);
     clearTimeout(timer);
     forceUnmount(mnt);
     return { diedEarly };
