@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { type BindingName, ConfigError, DEFAULTS, gcsSource, loadMountFile, type LogLevel, type PresetName } from '../config/index.js';
-import { mountAt, unmountPath } from '../fuse/index.js';
+import { isLedgerfsMount, mountAt, unmountPath } from '../fuse/index.js';
 import { liveDaemon, newSessionId, realish, resolveStateDir, StateDirError, within } from '../journal/index.js';
 import { atProblem, bwrapArgs, checkNamespaces, commandProblem, findBwrap, SandboxError } from '../sandbox/index.js';
 import { UserError } from './errors.js';
@@ -92,7 +92,9 @@ function useRunningMount(o: RunOptions): Workspace {
   if (o.allowOther) fail('--allow-other applies only when run mounts the workspace itself; give it to `ledgerfs mount`');
   if (o.binding !== undefined) fail('--binding applies only when run mounts the workspace itself; give it to `ledgerfs mount`');
   const m = mountAt(mountpoint);
-  if (!m || !m.fstype.startsWith('fuse')) fail(`--mount ${o.mount}: no FUSE mount there; start one first: ledgerfs mount --source DIR ${mountpoint}`);
+  if (!m) fail(`--mount ${o.mount}: no mount there; start one first: ledgerfs mount --source DIR ${mountpoint}`);
+  // another file system there would take the program's changes unjournaled and unpoliced
+  if (!isLedgerfsMount(m)) fail(`--mount ${o.mount}: ${m.fstype} (${m.source}) is mounted there, not ledgerfs; start one: ledgerfs mount --source DIR MOUNTPOINT`);
   const found = daemonServing(mountpoint, o);
   return { mountpoint, session: found?.session ?? null, stateDir: found?.stateDir ?? null, daemon: null };
 }
