@@ -43,8 +43,7 @@ export class FuseOpsTracer {
 
   /** Start counting requests to the FUSE connection mounted at `mnt`. */
   start(mnt) {
-    const m = mountAt(mnt);
-    const devField = m && fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').reverse().find((l) => l.split(' ')[4] === mnt)?.split(' ')[2];
+    const devField = mountAt(mnt)?.dev;
     if (!devField) return false;
     const [maj, min] = devField.split(':').map(Number);
     const dev = (maj << 20) | min; // the kernel's dev_t encoding

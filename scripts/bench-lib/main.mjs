@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util';
 import { FuseOpsTracer, fmtOps } from './fuseops.mjs';
 import { cleanupAllSync, liveMounts, makeTargets } from './targets.mjs';
 import {
-  BenchError, canDropCaches, cpuSeconds, fmtBytes, median, mountAt, parseSize, rmrf, runOk, say, setQuiet, waitQuiet, warn, which,
+  BenchError, canDropCaches, cpuSeconds, fmtBytes, median, mountAt, mountPoints, parseSize, rmrf, runOk, say, setQuiet, waitQuiet, warn, which,
 } from './util.mjs';
 import { WORKLOADS, describeWorkloads, titleOf } from './workloads.mjs';
 
@@ -555,7 +555,7 @@ export async function main(argv) {
       say(`work directory kept: ${work}`);
       return;
     }
-    const stillMounted = fs.readFileSync('/proc/self/mountinfo', 'utf8').includes(` ${work}/`);
+    const stillMounted = mountPoints().some((mp) => mp.startsWith(`${work}/`));
     if (stillMounted) {
       warn(`something is still mounted under ${work}; not removing it`);
       return;
@@ -612,10 +612,7 @@ export async function main(argv) {
     finishing = true;
     ctx.tracer?.close();
     cleanupAllSync();
-    for (const m of fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-      const mp = m.split(' ')[4];
-      if (mp?.startsWith(`${work}/`) && mountAt(mp)) warn(`left mounted: ${mp}`);
-    }
+    for (const mp of mountPoints()) if (mp.startsWith(`${work}/`)) warn(`left mounted: ${mp}`);
     removeWork();
   }
   meta.loadEnd = loadNow();

@@ -86,42 +86,25 @@ export async function runOk(cmd, args, opts = {}) {
 
 // ---- mounts ------------------------------------------------------------------------------------
 
-function unescapeMountField(s) {
-  return s.replace(/\\([0-7]{3})/g, (_m, o) => String.fromCharCode(parseInt(o, 8)));
-}
+// The mount table is read, and mounts unmounted, by ledgerfs's own module (built in dist/), so
+// the bench and the daemon agree; the bench unmounts any FUSE mount it made (bindfs, passthrough).
+const mounts = await import(path.resolve(import.meta.dirname, '../../dist/fuse/mounts.js')).catch(() => {
+  throw new Error('ledgerfs is not built: run npx tsc -p .');
+});
 
-/** The topmost mount at `mnt` from /proc/self/mountinfo, or undefined. */
+/** The topmost mount at `mnt`, or undefined. */
 export function mountAt(mnt) {
-  const abs = path.resolve(mnt);
-  let found;
-  for (const line of fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    if (!line) continue;
-    const [left, right = ''] = line.split(' - ');
-    const f = left.split(' ');
-    if (f[4] !== undefined && unescapeMountField(f[4]) === abs) {
-      const r = right.split(' ');
-      found = { mountpoint: abs, fstype: r[0], source: unescapeMountField(r[1] ?? ''), options: r[2] ?? '' };
-    }
-  }
-  return found;
+  return mounts.mountAt(mnt);
 }
 
-/** Unmount by path: fusermount3, then fusermount, then umount; lazy (-z / -l) if asked. */
+/** Every mount point, as listed. */
+export function mountPoints() {
+  return mounts.listMounts().map((m) => m.mountpoint);
+}
+
+/** Unmount a FUSE mount by path (fusermount3, fusermount, umount); lazy (-z / -l) if asked. */
 export function unmountSync(mnt, lazy = false) {
-  const tries = [
-    ['fusermount3', [lazy ? '-uz' : '-u', mnt]],
-    ['fusermount', [lazy ? '-uz' : '-u', mnt]],
-    ['umount', lazy ? ['-l', mnt] : [mnt]],
-  ];
-  for (const [cmd, args] of tries) {
-    if (!mountAt(mnt)) return true;
-    try {
-      execFileSync(cmd, args, { stdio: 'ignore' });
-    } catch {
-      /* next tool */
-    }
-  }
-  return !mountAt(mnt);
+  return mounts.unmountPathSync(mnt, { lazy, accept: mounts.isFuseMount });
 }
 
 export function pidAlive(pid) {

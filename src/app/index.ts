@@ -5,3 +5,4 @@ export * from './parent-link.js';
 export * from './run.js';
 export * from './self.js';
 export * from './workspace.js';
+export * from './mount-registry.js';

@@ -2,16 +2,18 @@ import fs from 'node:fs';
 import path from 'node:path';
 import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
-import { DEFAULTS, type BindingName, type LogLevel } from '../config/index.js';
+import { DEFAULTS, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { raiseFdLimit } from '../backend/index.js';
-import { BindingUnavailable, MountError, mountVfs, selectBinding } from '../fuse/index.js';
-import { JournalLockedError, type MountJournal, openJournal, StateDirError } from '../journal/index.js';
+import { BindingUnavailable, fsNameFor, MountError, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
+import { JournalLockedError, type MountJournal, openJournal, resolveStateDir, StateDirError } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
 import { demoHints, ensureDemoPolicy, ensureDemoWorkspace } from './demo.js';
 import { cliCommand } from './self.js';
 import { UserError } from './errors.js';
 import { releaseParent, serveParent } from './parent-link.js';
+import { liveMounts, registerMount } from './mount-registry.js';
+import { stateDirProblem } from './state-dir-check.js';
 
 export interface MountCommandOptions {
   source?: string;
@@ -40,6 +42,8 @@ export interface MountCommandOptions {
   binding?: BindingName;
   /** GCS metadata cache lifetime, seconds (overrides the mount file's backend.cache.metadataTtl) */
   metadataTtl?: number;
+  /** with --source: hide what this preset hides (the tree stays read-write, without limits) */
+  preset?: PresetName;
 }
 
 export async function serveMount(mountpointArg: string, o: MountCommandOptions): Promise<number> {
@@ -67,7 +71,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   let ws: OpenedWorkspace;
   try {
     // state too: a journal directory inside the served tree is hidden and refused by the view
-    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}) });
+    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.preset !== undefined ? { preset: o.preset } : {}), ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}) });
   } catch (err) {
     if (err instanceof WorkspaceError) throw new UserError(err.message);
     throw err;
@@ -83,6 +87,30 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   if (ws.sourceDir && (mountpoint === ws.sourceDir || mountpoint.startsWith(ws.sourceDir + path.sep))) {
     throw new UserError(`mount point ${mountpoint} lies inside the source ${ws.sourceDir}; pick a directory outside it`);
   }
+  // Everything that can be known before the journal is touched is checked first: a mount that
+  // fails leaves no state directory and no start record behind.
+  const fsName = fsNameFor(ws.store.location);
+  if (o.journal !== false) refuseSecondMount(fsName, ws.sourceDir);
+  let stateDir: string | undefined;
+  let stateDirExisted = true;
+  if (o.journal !== false) {
+    try {
+      stateDir = resolveStateDir({ source: o.source, policy: o.policy, state: o.state });
+    } catch (err) {
+      if (err instanceof StateDirError) throw new UserError(err.message);
+      throw err;
+    }
+    const why = stateDirProblem(stateDir);
+    if (why) throw new UserError(why);
+    stateDirExisted = fs.existsSync(stateDir);
+  }
+  const problem = mountpointProblem(mountpoint);
+  if (problem) throw new UserError(problem);
+  /** after a failure: a state directory this mount made goes (one that was there stays) */
+  const forgetJournal = async () => {
+    await journal?.close().catch(() => undefined);
+    if (!stateDirExisted && stateDir) fs.rmSync(stateDir, { recursive: true, force: true });
+  };
   let journal: MountJournal | null = null;
   if (o.journal !== false) {
     try {
@@ -95,6 +123,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
         }),
       );
     } catch (err) {
+      await forgetJournal();
       if (err instanceof StateDirError || err instanceof JournalLockedError) throw new UserError(err.message);
       throw err;
     }
@@ -110,14 +139,14 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   try {
     running = await mountVfs({
       vfs, mountpoint, log, binding,
-      options: { allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
+      options: { fsName, allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
     const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);
     await journal?.serve(vfs, settleMs);
   } catch (err) {
     await running?.unmount().catch(() => undefined);
-    await journal?.close().catch(() => undefined);
+    await forgetJournal();
     if (err instanceof MountError) throw new UserError(err.message);
     throw err;
   }
@@ -129,6 +158,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
         (demo
           ? demoHints(mountpoint, journal?.session ?? null, cli)
           : `  try:   ls -la ${mountpoint}; echo hello > ${mountpoint}/hello.txt; cat ${mountpoint}/hello.txt\n`) +
+        // the list in force (a preset's and the file's, merged): what the program will not see
+        (ws.config && !demo ? `  hidden: ${ws.config.hide.length ? ws.config.hide.join(', ') : 'nothing'}\n` : '') +
         `  stop:  Ctrl-C here, or: ${cli} unmount ${mountpoint}\n` +
         (journal
           ? `  journal: ${journal.stateDir} (session ${journal.session}); see: ${cli} log --state ${journal.stateDir}\n` +
@@ -137,14 +168,43 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     );
   }
 
-  let signals = 0;
+  const unregister = registerMount({
+    mountpoint, source: fsName, stateDir: journal?.stateDir ?? null, session: journal?.session ?? null,
+    binding: binding.name, pid: process.pid, started: new Date().toISOString(),
+  });
+  process.once('exit', unregister);
+
+  // A signal is a request, not an order: while programs use the mount, detaching it would
+  // leave them with ENOTCONN mid-write. The first signal on a busy mount names them and keeps
+  // serving; the next one detaches lazily. (`ledgerfs run` gone: its program went with it, so
+  // its daemon unmounts as before.)
+  let warnedBusy = false;
+  let detachedLazily = false;
+  let unmounting = false;
   const onSignal = (sig: NodeJS.Signals | 'parent gone') => {
-    signals++;
-    if (signals > 1) {
-      log.warn({ sig }, 'second signal: detaching the mount lazily and exiting');
-      void import('../fuse/index.js').then((m) => m.unmountPath(mountpoint, true)).finally(() => process.exit(130));
+    const holders = sig === 'parent gone' ? [] : mountHolders(mountpoint);
+    if (holders.length > 0 && !warnedBusy) {
+      warnedBusy = true;
+      const list = holders.map((h) => `${h.pid} (${h.cmd.slice(0, 60)}: ${h.uses.slice(0, 3).join(', ')})`).join('; ');
+      log.warn({ sig, holders: holders.map((h) => ({ pid: h.pid, cmd: h.cmd, uses: h.uses })) }, 'mount busy: not unmounting');
+      process.stderr.write(
+        `ledgerfs: ${mountpoint} is in use by pid ${list}; still serving. Close them and signal again to unmount cleanly, or send a second SIGTERM/SIGINT now to detach it lazily (they then get ENOTCONN).\n`,
+      );
       return;
     }
+    if (holders.length > 0) {
+      log.warn({ sig, holders: holders.map((h) => h.pid) }, 'second signal on a busy mount: detaching it lazily');
+      detachedLazily = true;
+      void running.unmount({ lazy: true });
+      return;
+    }
+    if (unmounting) {
+      // the clean unmount is under way and still not done: the way out a stuck one needs
+      log.warn({ sig }, 'second signal: detaching the mount lazily and exiting');
+      void unmountPath(mountpoint, true).catch(() => undefined).finally(() => process.exit(130));
+      return;
+    }
+    unmounting = true;
     log.info({ sig }, 'signal received, unmounting');
     void running.unmount();
   };
@@ -159,6 +219,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     if (!linked) log.warn('--parent-link without a parent process: serving as a plain mount');
   }
   await running.closed;
+  unregister();
   await journal?.close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
@@ -172,5 +233,22 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
       /* not empty, or already gone: leave it */
     }
   }
-  return 0;
+  return detachedLazily ? 130 : 0;
+}
+
+/**
+ * One local source, one mount: a second (with another --state) would keep a second journal of
+ * the same directory, and each would undo the other's changes blind. GCS buckets are shared by
+ * design (the journal mirror in the bucket), so two mounts of one bucket stay allowed, as is a
+ * mount without a journal.
+ */
+function refuseSecondMount(fsName: string, sourceDir: string | undefined): void {
+  if (sourceDir === undefined) return;
+  const other = liveMounts().find((m) => m.source === fsName && m.record?.stateDir !== null);
+  if (!other) return;
+  const state = other.record?.stateDir ? `, journal ${other.record.stateDir}` : '';
+  const pid = other.record ? `, daemon pid ${other.record.pid}` : '';
+  throw new UserError(
+    `${sourceDir} is already mounted at ${other.mountpoint}${state}${pid}; a second mount would keep a second journal of the same directory. Use that mount, or unmount it first: ledgerfs unmount ${other.mountpoint}`,
+  );
 }

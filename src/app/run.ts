@@ -3,10 +3,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Writable } from 'node:stream';
-import { type BindingName, ConfigError, DEFAULTS, gcsSource, loadMountFile, type LogLevel } from '../config/index.js';
-import { mountAt, unmountPath } from '../fuse/index.js';
+import { type BindingName, ConfigError, DEFAULTS, gcsSource, loadMountFile, type LogLevel, type PresetName } from '../config/index.js';
+import { isLedgerfsMount, mountAt, unmountPath } from '../fuse/index.js';
 import { liveDaemon, newSessionId, realish, rememberedWorkspace, resolveStateDir, StateDirError, within } from '../journal/index.js';
-import { atProblem, bwrapArgs, checkNamespaces, defaultSandboxUser, findBwrap, SandboxError, sandboxFilter, type SandboxUser } from '../sandbox/index.js';
+import { atProblem, bwrapArgs, checkNamespaces, commandProblem, defaultSandboxUser, findBwrap, SandboxError, sandboxFilter, type SandboxUser } from '../sandbox/index.js';
 import { UserError } from './errors.js';
 import { exitCodeOf, LinkedDaemonError, releaseDaemon, startLinkedDaemon, type LinkedDaemon } from './parent-link.js';
 
@@ -15,6 +15,8 @@ const SECCOMP_FD = 3;
 
 /** `ledgerfs run`'s own failures (usage, bwrap, mount), told apart from the program's codes as docker does. */
 export const RUN_FAILED = 125;
+/** `ledgerfs run -- nosuchprog`: what a shell answers for a command it cannot find. */
+export const COMMAND_NOT_FOUND = 127;
 
 export interface RunOptions {
   source?: string;
@@ -30,6 +32,8 @@ export interface RunOptions {
   /** kernel binding of the mount run makes (default: DEFAULTS.binding) */
   binding?: BindingName;
   logLevel: LogLevel;
+  /** with --source: whose hiding applies (default sandboxed: credentials hidden; trusted: nothing) */
+  preset?: PresetName;
   /** whom the program runs as (default: defaultSandboxUser()) */
   uid?: string;
   gid?: string;
@@ -135,7 +139,9 @@ function useRunningMount(o: RunOptions): Workspace {
   if (o.allowOther) fail('--allow-other applies only when run mounts the workspace itself; give it to `ledgerfs mount`');
   if (o.binding !== undefined) fail('--binding applies only when run mounts the workspace itself; give it to `ledgerfs mount`');
   const m = mountAt(mountpoint);
-  if (!m || !m.fstype.startsWith('fuse')) fail(`--mount ${o.mount}: no FUSE mount there; start one first: ledgerfs mount --source DIR ${mountpoint}`);
+  if (!m) fail(`--mount ${o.mount}: no mount there; start one first: ledgerfs mount --source DIR ${mountpoint}`);
+  // another file system there would take the program's changes unjournaled and unpoliced
+  if (!isLedgerfsMount(m)) fail(`--mount ${o.mount}: ${m.fstype} (${m.source}) is mounted there, not ledgerfs; start one: ledgerfs mount --source DIR MOUNTPOINT`);
   const found = daemonServing(mountpoint, o);
   return { mountpoint, session: found?.session ?? null, stateDir: found?.stateDir ?? null, daemon: null };
 }
@@ -143,7 +149,7 @@ function useRunningMount(o: RunOptions): Workspace {
 async function mountOwn(o: RunOptions, session: string): Promise<Workspace> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ledgerfs-run-'));
   const args = [
-    ...(o.source !== undefined ? ['--source', o.source] : []),
+    ...(o.source !== undefined ? ['--source', o.source, '--preset', o.preset ?? DEFAULTS.run.sourcePreset] : []),
     ...(o.policy !== undefined ? ['--policy', o.policy] : []),
     ...(o.state !== undefined ? ['--state', o.state] : []),
     ...(o.allowOther ? ['--allow-other'] : []),
@@ -228,6 +234,9 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
   if (o.source !== undefined && o.policy !== undefined) {
     fail('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
   }
+  if (o.preset !== undefined && o.source === undefined) {
+    fail('--preset applies to --source only: a policy file names its own preset, and a running mount already chose what it hides');
+  }
   if (o.mount === undefined && o.source === undefined && o.policy === undefined) {
     fail('name the workspace: --source DIR, --policy FILE, or --mount MOUNTPOINT (a running ledgerfs mount)');
   }
@@ -251,6 +260,10 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
     if (err instanceof SandboxError) fail(err.message);
     throw err;
   }
+  // as a shell does: 127 for a program that is not there, told apart from the program's own
+  // codes (after ledgerfs run's own checks: a missing bwrap is 125 whatever the program)
+  const missing = commandProblem(command[0] as string, o.ro);
+  if (missing) throw new UserError(missing, COMMAND_NOT_FOUND);
 
   let session = o.session;
   const guarded: { what: string; dir: string }[] = [];

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { type GcsConflict, LocalBackend, openGcsStack } from '../backend/index.js';
-import { type BackendConfig, ConfigError, DEFAULTS, defaultStateDir, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, type WorkspaceFlags } from '../config/index.js';
+import { type BackendConfig, ConfigError, DEFAULTS, defaultStateDir, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, POLICY_PRESETS, type PresetName, sourceConfig, type WorkspaceFlags } from '../config/index.js';
 import { checkStateDir, type JournalRemote, realish, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { type Backend, isWithin, type Logger, type MutationStage, VfsError } from '../core/index.js';
 import { CompiledPolicy, DenialLog, PolicyStage, PolicyView, PrivilegeStage, UsageTable } from '../policy/index.js';
@@ -79,6 +79,11 @@ export interface OpenWorkspaceOptions extends WorkspaceFlags {
   metadataTtlSec?: number;
   /** mount --no-journal: GCS writes stage in DEFAULTS.gcs.stagingDir, not in a state directory */
   noJournal?: boolean;
+  /**
+   * With --source: hide what this preset hides (`run --source` uses `sandboxed`). Only its
+   * hiding: the whole tree stays one read-write root, without the preset's limits.
+   */
+  preset?: PresetName;
 }
 
 /**
@@ -162,6 +167,16 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     throw new WorkspaceError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
   }
   const gcs = gcsSource(opts.source);
+  if (opts.preset !== undefined && opts.policy !== undefined) {
+    throw new WorkspaceError(`--preset applies to --source; a policy file says it itself (preset: ${opts.preset})`);
+  }
+  const presetHide = opts.preset !== undefined ? POLICY_PRESETS[opts.preset].hide : [];
+  if (opts.policy === undefined && opts.source !== undefined && presetHide.length > 0) {
+    const config: MountConfig = { ...sourceConfig(opts.source), hide: [...presetHide], listMeta: false };
+    if (gcs) config.backend = gcs;
+    else if (!fs.existsSync(opts.source)) throw new WorkspaceError(`source directory ${path.resolve(opts.source)} does not exist`);
+    return openPolicyWorkspace(config, '--source', opts);
+  }
   if (gcs && opts.policy === undefined) {
     const { store, conflicts, journalRemote } = await openStore(gcs, '--source', opts, opts.log);
     return { backend: store, store, stages: [], demo: false, ...(conflicts ? { conflicts } : {}), ...(journalRemote ? { journalRemote } : {}), ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
@@ -189,7 +204,11 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     if (err instanceof ConfigError) throw new WorkspaceError(err.message);
     throw err;
   }
-  const label = opts.policy;
+  return openPolicyWorkspace(config, opts.policy, opts);
+}
+
+/** The workspace of a compiled policy: its store, the PolicyView over it and the policy stage. */
+async function openPolicyWorkspace(config: MountConfig, label: string, opts: OpenWorkspaceOptions): Promise<OpenedWorkspace> {
   const { store, sourceDir, conflicts, journalRemote } = await openStore(config.backend, label, opts, opts.log);
   const state = opts.state !== undefined ? path.resolve(opts.state) : config.state;
   if (sourceDir !== undefined && !opts.noJournal) {

@@ -3,6 +3,7 @@ import { addTextDiffs, BlobStore, buildHistory, type Change, netChanges, type Op
 import { createLogger, isWithin } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { addStateFlags, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags, type When } from './journal-flags.js';
+import { requireKnownSeq, requireKnownSession } from './journal-known.js';
 
 interface DiffOptions extends StateFlags {
   session?: string;
@@ -25,8 +26,8 @@ export function registerDiffCommand(program: Command): void {
       .command('diff')
       .description('What a session or a range of the journal changed: paths added, modified, deleted, renamed; unified diffs of text files.')
       .option('--session <id>', 'the changes of this session')
-      .option('--from <when>', 'changes after this seq, time or duration ago (exclusive)')
-      .option('--to <when>', 'changes up to this seq, time or duration ago (inclusive)')
+      .option('--from <when>', 'changes after this seq (42), duration ago (10m) or ISO 8601 time with zone (exclusive)')
+      .option('--to <when>', 'changes up to this seq (42), duration ago (10m) or ISO 8601 time with zone (inclusive)')
       .option('--path <prefix>', 'only paths at or below this one')
       .option('--no-content', 'list paths only, no unified diffs')
       .option('--json', 'print the changes as JSON', false),
@@ -52,8 +53,11 @@ ${STATE_HELP}`,
       const stateDir = await journalStateDir(o, createLogger('warn'), { blobs: o.content === true });
       await syncLiveDaemon(stateDir);
       const h = buildHistory(readIntactJournal(stateDir).records);
-      const from = o.from !== undefined ? parseWhen(o.from) : undefined;
-      const to = o.to !== undefined ? parseWhen(o.to) : undefined;
+      const from = o.from !== undefined ? parseWhen(o.from, '--from') : undefined;
+      const to = o.to !== undefined ? parseWhen(o.to, '--to') : undefined;
+      requireKnownSession(h, o.session);
+      if (from && 'seq' in from) requireKnownSeq(h, from.seq, '--from');
+      if (to && 'seq' in to) requireKnownSeq(h, to.seq, '--to');
       const prefix = o.path !== undefined ? pathArg(o.path) : undefined;
       const inRange = (op: Operation) => after(op, from) && (to === undefined || !after(op, to)) && (o.session === undefined || op.session === o.session);
       const selected = h.ops.filter((op) => op.status !== 'failed' && inRange(op));

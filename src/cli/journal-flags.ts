@@ -159,13 +159,22 @@ export function parseDuration(s: string): number {
   return total;
 }
 
-/** A point in the journal: a seq ("42" or "#42"), a time (ISO 8601), or a duration ago ("10m"). */
-export function parseWhen(s: string): When {
+/** ISO 8601 date and time with its zone (Z or +hh:mm): a time without one would mean the local zone of whoever reads it. */
+const ISO_WITH_ZONE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$/i;
+
+/**
+ * A point in the journal: a seq ("42" or "#42"), a duration ago ("10m", "1h30m"), or an ISO 8601
+ * time with its zone ("2026-11-22T05:30:00Z", "...+01:00"), and nothing else: anything handed to
+ * Date.parse ("-1", "yesterday") would pick some point, and a rollback would undo from there.
+ */
+export function parseWhen(s: string, flag = '--to'): When {
   const t = s.trim();
   if (/^#?\d+$/.test(t)) return { seq: Number(t.replace('#', '')) };
   if (/^(\d+(\.\d+)?(ms|s|m|h|d|w))+$/.test(t)) return { time: Date.now() - parseDuration(t) };
-  const ms = Date.parse(t);
-  if (Number.isNaN(ms)) throw new UserError(`not a seq, time or duration: ${JSON.stringify(s)} (use 42, 2026-11-22T05:30:00, or 10m)`);
+  const ms = ISO_WITH_ZONE.test(t) ? Date.parse(t) : NaN;
+  if (Number.isNaN(ms)) {
+    throw new UserError(`${flag}: ${JSON.stringify(s)} is not a sequence number, a duration or an ISO 8601 time with zone (use e.g. 42, 10m, 2h, or 2026-11-22T05:30:00Z)`);
+  }
   return { time: ms };
 }
 
@@ -177,6 +186,14 @@ export function pathArg(p: string): string {
   }
 }
 
+/** Fields that hold a moment as milliseconds since the epoch in the journal's records and results. */
+const TIME_KEYS = new Set(['time', 'endTime', 'started', 'cutoff']);
+
+/**
+ * --json output: every moment in one format, ISO 8601 with its zone (Z), whatever the command
+ * (log, show, diff, rollback, verify, gc). File timestamps in node states stay as recorded.
+ */
 export function printJson(value: unknown): void {
-  process.stdout.write(JSON.stringify(value, null, 2) + '\n');
+  const replacer = (key: string, v: unknown) => (TIME_KEYS.has(key) && typeof v === 'number' && Number.isFinite(v) ? new Date(v).toISOString() : v);
+  process.stdout.write(JSON.stringify(value, replacer, 2) + '\n');
 }

@@ -3,6 +3,7 @@ import { buildHistory, describeConflict, formatTime, type Operation, readIntactJ
 import { createLogger, isWithin } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { addStateFlags, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
+import { requireKnownSeq, requireKnownSession } from './journal-known.js';
 
 interface LogOptions extends StateFlags {
   since?: string;
@@ -31,7 +32,7 @@ export function registerLogCommand(program: Command): void {
     program
       .command('log')
       .description('List the journaled mutations of a workspace, newest first.')
-      .option('--since <when>', 'only from this seq (42), time (2026-11-22T05:30) or this long ago (10m, 2h)')
+      .option('--since <when>', 'only from this seq (42), this long ago (10m, 2h) or this ISO 8601 time with zone (2026-11-22T05:30:00Z)')
       .option('--session <id>', 'only this session (a mount, or a rollback)')
       .option('--path <prefix>', 'only mutations that name this path or something below it')
       .option('--limit <n>', 'at most this many')
@@ -58,7 +59,9 @@ ${STATE_HELP}`,
       const stateDir = await journalStateDir(o, createLogger('warn'));
       await syncLiveDaemon(stateDir);
       const h = buildHistory(readIntactJournal(stateDir).records);
-      const since = o.since !== undefined ? parseWhen(o.since) : undefined;
+      const since = o.since !== undefined ? parseWhen(o.since, '--since') : undefined;
+      requireKnownSession(h, o.session);
+      if (since && 'seq' in since) requireKnownSeq(h, since.seq, '--since');
       const prefix = o.path !== undefined ? pathArg(o.path) : undefined;
       const limit = o.limit !== undefined ? Number(o.limit) : Infinity;
       if (Number.isNaN(limit) || limit < 0) throw new UserError(`--limit: expected a number, got ${JSON.stringify(o.limit)}`);

@@ -1,6 +1,7 @@
+import fs from 'node:fs';
 import { Command, Option } from 'commander';
-import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, type BindingName, type LogLevel } from '../config/index.js';
-import { mountAt, unmountPath } from '../fuse/index.js';
+import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
+import { notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
 import { serveMount, UserError } from '../app/index.js';
 import { JournalDamagedError } from '../journal/index.js';
 import { registerPolicyCommand } from './policy-command.js';
@@ -12,6 +13,7 @@ import { registerRollbackCommand } from './rollback-command.js';
 import { registerVerifyCommand } from './verify-command.js';
 import { registerGcCommand } from './gc-command.js';
 import { registerDevCommand } from './dev-command.js';
+import { registerStatusCommand } from './status-command.js';
 
 function positiveNumber(v: string): number {
   const n = Number(v);
@@ -26,11 +28,21 @@ function busyPollMicros(v: string): number {
   return n;
 }
 
+/** The version in package.json (dist/cli/ and src/cli/ both sit two levels below it). */
+function packageVersion(): string {
+  try {
+    return (JSON.parse(fs.readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
 export function buildProgram(): Command {
   const program = new Command();
   program
     .name('ledgerfs')
     .description('Mount a workspace as a policy-filtered, journaled file system for sandboxed programs.')
+    .version(packageVersion(), '-V, --version', 'print the version of ledgerfs and exit')
     .showHelpAfterError('(run with --help for usage)')
     .configureOutput({ outputError: (str, write) => write(str) })
     // `ledgerfs run ... python3 -c CODE`: options after the program's name are the program's
@@ -42,6 +54,7 @@ export function buildProgram(): Command {
     .argument('<mountpoint>', 'an existing, empty directory')
     .option('--source <dir>', `workspace directory to serve (local backend), or gs://BUCKET[/PREFIX] (GCS; endpoint from LEDGERFS_GCS_ENDPOINT); default (with no --policy either): the demo workspace ${DEFAULTS.demoWorkspaceDir}, served through its demo policy`)
     .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
+    .addOption(new Option('--preset <name>', `with --source: hide what this preset hides (sandboxed: ${POLICY_PRESETS.sandboxed.hide.slice(0, 3).join(', ')}, ...); the tree stays read-write; default: nothing hidden`).choices(PRESET_NAMES as string[]))
     .option('--metadata-ttl <sec>', `GCS: how long attributes and listings are cached; changes by other hosts show up after this (default ${DEFAULTS.gcsCache.metadataTtlSec})`, positiveNumber)
     .option('--allow-other', 'let other users and containers use the mount (needs root or user_allow_other)', false)
     .addOption(new Option('--log-level <level>', 'log verbosity on stderr').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
@@ -74,11 +87,15 @@ Examples:
       'ledgerfs policy check --help'; inside the mount, /.ledgerfs/ explains it
 
 The mount stays in the foreground (logs on stderr as JSON lines) until SIGINT, SIGTERM,
-or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
+SIGHUP or 'ledgerfs unmount'. A signal unmounts cleanly when no program uses the mount. While
+one does (its working directory is inside, or it holds a file open), the first signal unmounts
+nothing: it names those processes (pid, command, what they hold) on stderr and the daemon keeps
+serving; close them and signal again, or send a second SIGTERM/SIGINT to detach the mount
+lazily (their open files then fail with ENOTCONN; exit status 130).`,
     )
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
-      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number;
+      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number; preset?: PresetName;
     }) => {
       process.exitCode = await serveMount(mountpoint, o);
     });
@@ -86,18 +103,21 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
   program
     .command('unmount')
     .alias('umount')
-    .description('Unmount a ledgerfs mount; the daemon serving it exits cleanly.')
+    .description('Unmount a ledgerfs mount (type fuse.ledgerfs in /proc/mounts); the daemon serving it exits cleanly. Any other mount (tmpfs, bindfs, /) is refused and left mounted.')
     .argument('<mountpoint>')
     .option('--lazy', 'detach now even if files are open (they keep working until closed)', false)
     .addHelpText('after', '\nExample:\n  ledgerfs unmount /mnt/ws\n')
     .action(async (mountpoint: string, o: { lazy: boolean }) => {
-      if (!mountAt(mountpoint)) throw new UserError(`${mountpoint} is not a mount point`);
+      const refused = notOurMount(mountpoint);
+      if (refused) throw new UserError(refused);
       try {
         await unmountPath(mountpoint, o.lazy);
       } catch (err) {
+        if (err instanceof NotOurMountError) throw new UserError(err.message);
         throw new UserError(`${(err as Error).message}${/busy/i.test((err as Error).message) ? '\n(files are open on it; close them, or use --lazy)' : ''}`);
       }
     });
+  registerStatusCommand(program);
   registerRunCommand(program);
   registerPolicyCommand(program);
   registerLogCommand(program);
@@ -129,6 +149,22 @@ export async function main(argv: string[]): Promise<void> {
       process.exitCode = 1;
       return;
     }
+    // The system refused something no check foresaw (a full disk, a read-only file system, a
+    // permission): a sentence naming the call and the path, not a stack trace.
+    const sys = systemError(err);
+    if (sys) {
+      process.stderr.write(`ledgerfs: ${sys}\n`);
+      process.exitCode = 1;
+      return;
+    }
     throw err;
   }
+}
+
+function systemError(err: unknown): string | null {
+  const e = err as NodeJS.ErrnoException;
+  if (!(err instanceof Error) || typeof e.code !== 'string' || typeof e.syscall !== 'string' || !/^E[A-Z0-9]+$/.test(e.code)) return null;
+  // "EACCES: permission denied, mkdir '/x'" -> "permission denied"
+  const what = /^E[A-Z0-9]+: ([^,]+)/.exec(e.message)?.[1] ?? e.code;
+  return `cannot ${e.syscall}${e.path ? ` ${e.path}` : ''}: ${what} (${e.code})`;
 }

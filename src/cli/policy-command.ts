@@ -20,7 +20,9 @@ The file (YAML or JSON):
       hide: ["drafts/private"]      # globs relative to the root (ENOENT)
     - path: /Tools
       mode: ro                      # EROFS on any change
-  hide: ["**/.env", "**/*.pem"]     # globs relative to the view root, in every root
+  hide: ["**/.env", "**/*.pem"]     # globs relative to the view root, in every root; added
+                                    # to the preset's list (hide!: [...] or replaceHide: true
+                                    # replaces it)
   readonly: []                      # same, read-only
   defaults: { mode: ro, quota: {bytes: 1GiB} }   # for roots that do not say
   state: ./journal                  # journal directory (passed to the journal)
@@ -33,8 +35,8 @@ Sizes: 1024, 512K, 50MiB, 2GiB (binary), 2GB (decimal); null or "unlimited" lift
 Globs: * ? [a-z] {a,b} and ** (any depth); a pattern without "/" matches at any depth;
 a pattern matching a directory covers everything below it.
 
-Presets (the file's own fields win, field by field; a list given in the file replaces the
-preset's list):
+Presets (the file's own fields win, field by field; a readonly list replaces the preset's,
+a hide list is added to it):
 ${PRESET_NAMES.map((n) => `  ${n.padEnd(10)} ${POLICY_PRESETS[n].description}`).join('\n')}
 `;
 

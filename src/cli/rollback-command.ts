@@ -7,6 +7,7 @@ import {
   addStateFlags, cliLockError, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, type StateFlags,
 } from './journal-flags.js';
 import { Progress } from './progress.js';
+import { requireKnownInJournal } from './journal-known.js';
 
 interface RollbackOptions extends StateFlags {
   to?: string;
@@ -61,7 +62,7 @@ export function registerRollbackCommand(program: Command): void {
     program
       .command('rollback')
       .description('Undo journaled mutations: everything after a point, one session, or one subtree. Journaled itself, so it can be undone.')
-      .option('--to <when>', 'undo everything after this seq (42), time (2026-11-22T05:30:00) or this long ago (10m)')
+      .option('--to <when>', 'undo everything after this seq (42), this long ago (10m, 2h, 1h30m) or this ISO 8601 time with zone (2026-11-22T05:30:00Z)')
       .option('--session <id>', 'undo this session\'s mutations (a mount\'s, or an earlier rollback\'s)')
       .option('--path <prefix>', 'only mutations that name this path or something below it')
       .option('--dry-run', 'print the plan and the conflicts visible now; change nothing', false)
@@ -103,6 +104,7 @@ ${STATE_HELP}`,
         throw new UserError('say what to roll back: --to SEQ|TIME, --session ID and/or --path PREFIX (see --help)');
       }
       const stateDir = await journalStateDir(o, createLogger('warn'));
+      await requireKnownInJournal(stateDir, { session: req.session, seq: req.toSeq });
       const progress = new Progress(o.dryRun ? 'checking' : 'rolling back');
       const onProgress = (d: number, t: number) => progress.update(d, t);
       let result: RollbackResult;

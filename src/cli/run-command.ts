@@ -1,6 +1,6 @@
 import { Option, type Command } from 'commander';
-import { RUN_FAILED, runCommand, type RunOptions } from '../app/index.js';
-import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS } from '../config/index.js';
+import { COMMAND_NOT_FOUND, RUN_FAILED, runCommand, type RunOptions } from '../app/index.js';
+import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, PRESET_NAMES } from '../config/index.js';
 
 export function registerRunCommand(program: Command): void {
   program
@@ -8,7 +8,8 @@ export function registerRunCommand(program: Command): void {
     .description('Run a program in a bubblewrap sandbox with the workspace mounted where it expects it; the run is one journal session.')
     .argument('[command...]', 'the program and its arguments (after --, or after the last option)')
     .passThroughOptions()
-    .option('--source <dir>', 'workspace directory to serve (local backend), the whole tree read-write')
+    .option('--source <dir>', 'workspace directory to serve (local backend), the whole tree read-write, credential files hidden (see --preset)')
+    .addOption(new Option('--preset <name>', `with --source: whose hiding applies: ${DEFAULTS.run.sourcePreset} hides common credential files (.env, *.pem, *.key, .ssh, .aws, ...); trusted hides nothing`).choices(PRESET_NAMES as string[]).default(undefined, DEFAULTS.run.sourcePreset))
     .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
     .option('--state <dir>', `journal directory (outside the source); default: ${DEFAULT_STATE_DIR_PATTERN}`)
     .option('--at <path>', 'where the program sees the workspace; also its working directory', DEFAULTS.run.at)
@@ -33,8 +34,11 @@ The program sees: the workspace read-write at --at (its working directory, and
 $LEDGERFS_WORKSPACE), the host's /usr, /etc, /opt read-only, a private /tmp (HOME is
 /tmp/home), its own /proc and /dev, no network unless --network, and nothing else of the host:
 the rest of the sandbox's root is read-only, and the journal and the backend are covered even
-where they lie below /usr, /etc or /opt. It runs in new user/PID/IPC/UTS namespaces and a new
-session, with an environment cleared down to ${DEFAULTS.run.passEnv.slice(0, 4).join(', ')}, ... (see the README).
+where they lie below /usr, /etc or /opt. With --source, the credential files the
+${DEFAULTS.run.sourcePreset} preset hides (.env, *.pem, *.key, .ssh, .aws, ...) do not exist for it
+(--preset trusted shows them); with --policy, the file decides.
+It runs in new user/PID/IPC/UTS namespaces and a new session, with an environment cleared down
+to ${DEFAULTS.run.passEnv.slice(0, 4).join(', ')}, ... (see the README).
 
 Whom it runs as: an ordinary uid in its own user namespace (yours, or ${DEFAULTS.run.rootUser.uid}:${DEFAULTS.run.rootUser.gid} when
 root runs ledgerfs; --uid/--gid choose), without capabilities or new privileges (setuid
@@ -45,8 +49,10 @@ Files it creates belong on the backend to the user who started the run. --privil
 is the old way back (the program runs as you, as root with every capability): only for a
 program you trust as much as yourself. Without the filter (libseccomp-dev not installed when
 ledgerfs was built) run refuses unless --privileged.
+
 stdin, stdout and stderr are the program's; the run exits with the program's exit code (128+N
-if a signal N killed it; ${RUN_FAILED} if ledgerfs run itself failed: bwrap missing, no user
+if a signal N killed it; ${COMMAND_NOT_FOUND} if the program is not there, found in none of the
+sandbox's PATH directories; ${RUN_FAILED} if ledgerfs run itself failed: bwrap missing, no user
 namespaces, the workspace could not be mounted). Ctrl-C, SIGTERM and SIGHUP are passed to the
 program (it may save and exit); a second one ends the sandbox; then the workspace is unmounted.
 A run killed outright (SIGKILL) takes the program with it, and its daemon unmounts on its own.

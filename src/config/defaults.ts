@@ -76,6 +76,9 @@ export const DEFAULTS = {
     sessionPrefix: 'run-',
     /** actor label on the run's journal records */
     actor: 'run',
+    /** `run --source DIR` hides what this preset hides unless --preset says otherwise: a program
+     * handed a directory should not find the credentials lying in it */
+    sourcePreset: 'sandboxed' as const,
     /** how long the daemon may take to mount before `run` gives up */
     mountTimeoutMs: 60_000,
     /** after letting go, how long past the daemon's own unmount grace before it is sent SIGTERM */
@@ -107,6 +110,11 @@ export const DEFAULTS = {
      * counts the refusals since the last one */
     fdExhaustedLogIntervalMs: 10_000,
   },
+  /** Where live mounts note their state directory, binding and pid (`ledgerfs status`, and the
+   * refusal of a second mount of one source); entries are checked against the mount table. */
+  mountRegistryDir: process.env.XDG_RUNTIME_DIR
+    ? path.join(process.env.XDG_RUNTIME_DIR, 'ledgerfs', 'mounts')
+    : process.getuid?.() === 0 ? '/run/ledgerfs/mounts' : path.join(os.tmpdir(), `ledgerfs-${process.getuid?.() ?? 'user'}`, 'mounts'),
   /** The journal (src/journal). */
   journal: {
     /** base of default state directories: $XDG_STATE_HOME/ledgerfs, else ~/.local/state/ledgerfs */
@@ -267,8 +275,9 @@ export interface PolicyPreset {
 
 /**
  * Presets for common trust levels (`preset: NAME` in a mount file). The file's own fields win,
- * field by field: `defaults.*` per field (quota per limit), `hide`/`readonly` lists replace the
- * preset's list when given, and each root's own fields win over all defaults.
+ * field by field: `defaults.*` per field (quota per limit), a `readonly` list replaces the
+ * preset's, a `hide` list is added to the preset's (`hide!:` or `replaceHide: true` replaces
+ * it), and each root's own fields win over all defaults.
  */
 export const POLICY_PRESETS = {
   /** A program you trust with the data: like `--source`, every root writable, nothing hidden. */

@@ -69,6 +69,11 @@ export interface MountConfig {
   session?: string;
   /** absent: POLICY_DEFAULTS.privileges */
   privileges?: Privileges;
+  /**
+   * false: /.ledgerfs answers by name but is not listed in "/" (`run --source`: the program's
+   * own tree, where `git add -A` or `tar c .` must not pick it up). Default: listed.
+   */
+  listMeta?: boolean;
 }
 
 // ---- error formatting ----------------------------------------------------------------------
@@ -224,6 +229,19 @@ function effectiveRoot(r: RootFile, file: MountFile, preset: PolicyPreset | unde
 }
 
 /**
+ * The file's hide list joins the preset's: a file that hides one more name must not, by saying
+ * so, show the credentials the preset hid. Replacing takes words: `hide!:` or `replaceHide: true`.
+ */
+function effectiveHide(file: MountFile, preset: PolicyPreset | undefined, label: string): string[] {
+  if (file.hide !== undefined && file['hide!'] !== undefined) {
+    throw new ConfigError(`${label}: hide and hide! cannot both be given: hide adds to the preset's list, hide! replaces it`);
+  }
+  const own = file['hide!'] ?? file.hide ?? [];
+  if (file['hide!'] !== undefined || file.replaceHide === true) return [...own];
+  return [...new Set([...(preset?.hide ?? []), ...own])];
+}
+
+/**
  * Validate a mount file's text and return the effective configuration. `label` names the file
  * in messages; relative file system paths resolve against `baseDir`.
  */
@@ -262,7 +280,7 @@ export function parseMountFile(text: string, label: string, baseDir: string): Mo
   const config: MountConfig = {
     backend,
     roots,
-    hide: file.hide ?? (preset ? [...preset.hide] : []),
+    hide: effectiveHide(file, preset, label),
     readonly: file.readonly ?? (preset ? [...preset.readonly] : []),
   };
   if (file.preset) config.preset = file.preset as PresetName;

@@ -148,8 +148,12 @@ export const mountFileSchema = strict({
   backend: z.discriminatedUnion('type', [localBackend, gcsBackend]),
   roots: z.array(rootSchema).min(1),
   defaults: defaultsSchema.optional(),
-  /** globs relative to the view root ("/"), applied in every root */
+  /** globs relative to the view root ("/"), applied in every root; added to the preset's */
   hide: z.array(glob).optional(),
+  /** the same, replacing the preset's list instead (as `hide` with `replaceHide: true`) */
+  'hide!': z.array(glob).optional(),
+  /** true: `hide` replaces the preset's list instead of adding to it */
+  replaceHide: z.boolean().optional(),
   readonly: z.array(glob).optional(),
   /** journal directory (consumed by the journal; relative to the mount file's directory) */
   state: nonEmpty('a directory path').optional(),

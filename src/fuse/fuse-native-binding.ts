@@ -136,7 +136,10 @@ export function fuseNativeOptions(o: MountOptions): Record<string, unknown> {
     allowOther: o.allowOther,
     // Kernel checks permission bits, as on a local disk; we only add policy on top.
     defaultPermissions: true,
-    fsname: o.fsName,
+    // what /proc/mounts and df show: the source, and the type fuse.ledgerfs (as native-ll's
+    // mount_args_init); a comma would end the option, so it becomes '_' there too
+    fsname: o.fsName.replace(/[,\\]/g, '_'),
+    subtype: 'ledgerfs',
     // Ops on an open file whose node has no path get path === null instead of ENOENT.
     nullPathOk: true,
     attrTimeout: String(o.attrTimeoutSec),

@@ -21,7 +21,8 @@ export interface RunningMount {
   readonly counters: OpCounters;
   /** Resolves when the mount is gone (unmounted by us, by `ledgerfs unmount`, or by fusermount). */
   readonly closed: Promise<void>;
-  unmount(): Promise<void>;
+  /** `lazy`: detach at once even while busy (open files keep working until closed), no grace */
+  unmount(opts?: { lazy?: boolean }): Promise<void>;
 }
 
 export function mountOptions(o: Partial<MountOptions> = {}): MountOptions {
@@ -81,14 +82,14 @@ export async function mountVfs(req: MountRequest): Promise<RunningMount> {
     if (!present) void mounted.unmount().catch(() => undefined).finally(finish);
   }, 500);
 
-  const unmount = async () => {
+  const unmount = async (opts: { lazy?: boolean } = {}) => {
     if (finished) return;
     try {
       await mounted.unmount();
     } catch (err) {
-      req.log.warn({ err: (err as Error).message }, 'unmount failed; retrying');
+      req.log.warn({ err: (err as Error).message }, opts.lazy ? 'unmount failed; detaching lazily' : 'unmount failed; retrying');
     }
-    const deadline = Date.now() + DEFAULTS.unmountGraceSec * 1000;
+    const deadline = opts.lazy ? 0 : Date.now() + DEFAULTS.unmountGraceSec * 1000;
     while (mountAt(req.mountpoint) && Date.now() < deadline) {
       await unmountPath(req.mountpoint).catch(() => undefined);
       if (mountAt(req.mountpoint)) await new Promise((r) => setTimeout(r, 200));

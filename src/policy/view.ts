@@ -189,7 +189,7 @@ export class PolicyView implements Backend {
     const metaEntry: DirEntry = { name: this.policy.metaDir.slice(1), type: 'dir' };
     if (loc.kind === 'synth') {
       const out: DirEntry[] = loc.names.map((name) => ({ name, type: 'dir' }));
-      if (path === '/') out.push(metaEntry);
+      if (path === '/' && this.policy.config.listMeta !== false) out.push(metaEntry);
       return out;
     }
     if (loc.kind === 'meta') {
@@ -202,7 +202,7 @@ export class PolicyView implements Backend {
     if (path === '/') {
       // a root at "/": /.ledgerfs shadows whatever the backend has under that name
       ents = ents.filter((e) => e.name !== metaEntry.name);
-      ents.push(metaEntry);
+      if (this.policy.config.listMeta !== false) ents.push(metaEntry);
     }
     return ents;
   }

@@ -219,3 +219,32 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   args.push('--', ...spec.command);
   return args;
 }
+
+/** Executable file on the host (following symlinks)? */
+function executable(p: string): boolean {
+  try {
+    return fs.statSync(p).isFile() && (fs.accessSync(p, fs.constants.X_OK), true);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Why the program cannot be started in the sandbox, or null: a bare name found in none of the
+ * PATH directories the sandbox shows, or an absolute path in the host's system directories (or a
+ * `--ro` path) that is no executable file. bwrap itself would say "execvp: No such file" and exit
+ * 1, indistinguishable from the program's own 1; a shell answers 127. Paths inside the workspace
+ * are not looked at (only the sandbox sees them).
+ */
+export function commandProblem(name: string, readOnly: readonly string[] = []): string | null {
+  if (name.includes('/')) {
+    if (!path.isAbsolute(name)) return null;
+    const shown = [...SYSTEM_DIRS, ...LINK_DIRS, ...readOnly.map((r) => path.resolve(r))].some((d) => name === d || name.startsWith(`${d}/`));
+    if (!shown || executable(name)) return null;
+    return `${name}: no such program in the sandbox (not an executable file on the host)`;
+  }
+  const dirs = (process.env.PATH ?? '/usr/bin:/bin').split(':').filter((d) => path.isAbsolute(d));
+  const visible = dirs.filter((d) => [...SYSTEM_DIRS, ...LINK_DIRS].some((s) => d === s || d.startsWith(`${s}/`)));
+  if (visible.some((d) => executable(path.join(d, name)))) return null;
+  return `${name}: command not found in the sandbox (PATH ${visible.join(':') || '(none of it visible)'}); name a program under /usr, /opt or a --ro path`;
+}

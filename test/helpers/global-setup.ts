@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { leakedTestMounts, RUN_ENV, testRunId } from './run.js';
+import { isFuseMount, unmountPathSync } from '../../src/fuse/mounts.js';
 
 /**
  * Mounted tests run the real CLI (bin/ledgerfs.js -> dist/), so compile once before them.
@@ -31,16 +32,7 @@ export default function setup(): () => void {
     const others = leakedTestMounts().filter((m) => !leaked.includes(m));
     if (others.length) process.stderr.write(`global-setup: ledgerfs-test mounts of other runs present:\n  ${others.join('\n  ')}\n`);
     if (leaked.length === 0) return;
-    for (const mnt of leaked) {
-      for (const cmd of [['fusermount', '-uz', mnt], ['umount', '-l', mnt]]) {
-        try {
-          execFileSync(cmd[0] as string, cmd.slice(1), { stdio: 'ignore' });
-          break;
-        } catch {
-          /* next */
-        }
-      }
-    }
+    for (const mnt of leaked) unmountPathSync(mnt, { lazy: true, accept: isFuseMount });
     throw new Error(`leaked mounts (a test did not stop() its mount; now lazily unmounted):\n  ${leaked.join('\n  ')}`);
   };
 }

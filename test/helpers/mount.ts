@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { DEFAULTS } from '../../src/config/defaults.js';
 import { mountDirPrefix } from './run.js';
+import { isFuseMount, mountAt, unmountPathSync } from '../../src/fuse/mounts.js';
 
 export const REPO = path.resolve(import.meta.dirname, '../..');
 export const CLI = path.join(REPO, 'bin/ledgerfs.js');
@@ -37,19 +38,12 @@ export interface TestMount {
 }
 
 function isMounted(mnt: string): boolean {
-  const text = fs.readFileSync('/proc/self/mountinfo', 'utf8');
-  return text.split('\n').some((l) => l.split(' ')[4] === mnt);
+  return mountAt(mnt) !== undefined;
 }
 
+/** Detach whatever FUSE mount a test left at `mnt` (never a non-FUSE mount). */
 export function forceUnmount(mnt: string): void {
-  for (const cmd of [['fusermount3', '-uz', mnt], ['umount', '-l', mnt]]) {
-    if (!isMounted(mnt)) return;
-    try {
-      execFileSync(cmd[0] as string, cmd.slice(1), { stdio: 'ignore' });
-    } catch {
-      /* try the next */
-    }
-  }
+  unmountPathSync(mnt, { lazy: true, accept: isFuseMount });
 }
 
 async function waitFor(cond: () => boolean, ms: number, what: string, logs: () => string): Promise<void> {
@@ -172,8 +166,20 @@ async function spawnDaemon(args: string[], mnt: string, env: NodeJS.ProcessEnv, 
     const diedEarly = exited && !stopping;
     stopping = true;
     if (!exited) daemon.kill('SIGTERM');
+    // a mount some process still uses (a holder the test just killed may linger a moment) is
+    // not unmounted by one SIGTERM: the daemon names the holders and keeps serving; a second
+    // detaches it lazily
+    // (only then: a clean unmount that takes its time, e.g. GCS's last mirror upload, is waited for)
+    const busyBefore = log.split('is in use by pid').length;
+    const again = setInterval(() => {
+      if (!exited && log.split('is in use by pid').length > busyBefore) {
+        clearInterval(again);
+        daemon.kill('SIGTERM');
+      }
+    }, 100);
     const timer = setTimeout(() => !exited && daemon.kill('SIGKILL'), 10_000);
     await exitedP;
+    clearInterval(again);
     clearTimeout(timer);
     forceUnmount(mnt);
     return { diedEarly };
@@ -189,7 +195,7 @@ async function spawnDaemon(args: string[], mnt: string, env: NodeJS.ProcessEnv, 
 }
 
 /**
- * LEDGERFS_TEST_BINDING=native|native-ll|fuse-native runs every mounted test against that kernel binding
+ * LEDGERFS_TEST_BINDING=native-ll|fuse-native runs every mounted test against that kernel binding
  * (`--binding`); unset, the daemon uses its default (DEFAULTS.binding).
  */
 export const TEST_BINDING = process.env.LEDGERFS_TEST_BINDING || undefined;

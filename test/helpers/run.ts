@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import os from 'node:os';
+import { listMounts } from '../../src/fuse/mounts.js';
 
 /** Environment variable carrying the id of the current test run (set by global-setup). */
 export const RUN_ENV = 'LEDGERFS_TEST_RUN';
@@ -14,16 +15,8 @@ export function mountDirPrefix(): string {
   return run ? `ledgerfs-test-${run}-` : 'ledgerfs-test-';
 }
 
-function unescape(s: string): string {
-  return s.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
-}
-
 export function mountPoints(): string[] {
-  return fs
-    .readFileSync('/proc/self/mountinfo', 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => unescape(l.split(' ')[4] ?? ''));
+  return listMounts().map((m) => m.mountpoint);
 }
 
 /**

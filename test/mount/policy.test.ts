@@ -165,7 +165,7 @@ describe('mount --policy: the case file as written', () => {
 
   it('shows the quota in df and stops dd at EDQUOT with the quota untouched by the failed write', async () => {
     expect(sh(`df -B1 --output=size ${W}`, mnt).trim().split('\n')[1]?.trim()).toBe(String(50 * 1024 * 1024));
-    expect(sh(`df -h ${W}`, mnt)).toMatch(/ledgerfs\s+50M/);
+    expect(sh(`df -h ${W}`, mnt)).toMatch(/ledgerfs:\S+\s+50M/); // the source names the file system
     expect(sh(`df --output=itotal ${W}`, mnt).trim().split('\n')[1]?.trim()).toBe('1000');
     sh(`dd if=/dev/zero of=${W}/a.pdf bs=1M count=20 status=none && dd if=/dev/zero of=${W}/b.pdf bs=1M count=20 status=none`, mnt);
     const r = run(`dd if=/dev/zero of=${W}/c.pdf bs=1M count=20`, mnt);

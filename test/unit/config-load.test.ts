@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseMountFile } from '../../src/config/load.js';
 import { formatSize, parseSize } from '../../src/config/sizes.js';
+import { SECRET_GLOBS } from '../../src/config/defaults.js';
 
 const CASE = `
 backend: { type: local, path: ./workspace }
@@ -131,10 +132,34 @@ roots:
     expect(ro.roots[0]?.quota).toEqual({ files: 5 });
     expect(c.hide).toContain('**/.env');
     const own = parseMountFile('preset: sandboxed\nbackend: {type: local, path: x}\nroots: [{path: /a}]\nhide: ["*.key"]', 'm.yaml', '/');
-    expect(own.hide).toEqual(['*.key']);
+    expect(own.hide).toEqual([...SECRET_GLOBS, '*.key']);
     expect(errorOf('preset: yolo\nbackend: {type: local, path: x}\nroots: [{path: /a}]')).toBe(
       'case.yaml: preset: expected "trusted", "sandboxed" or "readonly", got "yolo"',
     );
+  });
+
+  describe('hide lists: the file\'s is added to the preset\'s unless it says to replace it (issue 16.3)', () => {
+    const file = (extra: string) => parseMountFile(`preset: sandboxed\nbackend: {type: local, path: x}\nroots: [{path: /a}]\n${extra}`, 'm.yaml', '/');
+    it('hide: [**/.env] keeps the preset\'s *.pem (a file that hides one name no longer shows the rest)', () => {
+      const c = file('hide: ["**/.env", "drafts"]');
+      expect(c.hide).toEqual([...SECRET_GLOBS, 'drafts']);
+      expect(c.hide).toContain('**/*.pem');
+    });
+    it('hide!: replaces the preset\'s list', () => {
+      expect(file('"hide!": ["**/.env"]').hide).toEqual(['**/.env']);
+    });
+    it('replaceHide: true replaces it too', () => {
+      expect(file('hide: ["**/.env"]\nreplaceHide: true').hide).toEqual(['**/.env']);
+      expect(file('hide: []\nreplaceHide: true').hide).toEqual([]);
+    });
+    it('no preset: the file\'s list as given', () => {
+      expect(parseMountFile('backend: {type: local, path: x}\nroots: [{path: /a}]\nhide: ["x"]', 'm.yaml', '/').hide).toEqual(['x']);
+    });
+    it('hide and hide! together are an error naming both', () => {
+      expect(errorOf('preset: sandboxed\nbackend: {type: local, path: x}\nroots: [{path: /a}]\nhide: [a]\n"hide!": [b]')).toBe(
+        "case.yaml: hide and hide! cannot both be given: hide adds to the preset's list, hide! replaces it",
+      );
+    });
   });
 });
 
