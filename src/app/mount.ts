@@ -12,6 +12,9 @@ import { demoHints, ensureDemoPolicy, ensureDemoWorkspace } from './demo.js';
 import { cliCommand } from './self.js';
 import { UserError } from './errors.js';
 import { releaseParent, serveParent } from './parent-link.js';
+import { DaemonMetrics } from './metrics.js';
+import { serveMetrics, type MetricsServer } from './metrics-server.js';
+import { storeStatsOf } from './workspace.js';
 
 export interface MountCommandOptions {
   source?: string;
@@ -40,6 +43,8 @@ export interface MountCommandOptions {
   binding?: BindingName;
   /** GCS metadata cache lifetime, seconds (overrides the mount file's backend.cache.metadataTtl) */
   metadataTtl?: number;
+  /** serve /metrics and /healthz on this address (HOST:PORT); default: off */
+  metrics?: string;
 }
 
 export async function serveMount(mountpointArg: string, o: MountCommandOptions): Promise<number> {
@@ -106,10 +111,27 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     ownNewNodesByCaller: binding.knowsCaller && process.getuid?.() === 0,
     hiddenRenameOfReleasedIsUnlink: binding.hidesReleasedFiles,
   });
+  const metrics = o.metrics !== undefined ? new DaemonMetrics() : undefined;
+  const store = storeStatsOf(ws.store, ws.sourceDir);
+  metrics?.attach({ vfs, store, policy: ws.policy, journal });
   let running;
+  let metricsServer: MetricsServer | undefined;
+  let mounted = false;
   try {
+    if (metrics && o.metrics !== undefined) {
+      // what the daemon knows, never a look at its own mount point (see serveMetrics)
+      metricsServer = await serveMetrics(o.metrics, metrics, async () => {
+        if (!mounted) return 'not mounted (starting, or unmounted)';
+        try {
+          await store.ping(DEFAULTS.healthTimeoutMs);
+        } catch (err) {
+          return `backend ${source} unreachable: ${err instanceof Error ? ((err as { reason?: string }).reason ?? err.message) : String(err)}`;
+        }
+        return null;
+      }, log);
+    }
     running = await mountVfs({
-      vfs, mountpoint, log, binding,
+      vfs, mountpoint, log, binding, ...(metrics ? { meters: metrics } : {}),
       options: { allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
@@ -117,6 +139,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     await journal?.serve(vfs, settleMs);
   } catch (err) {
     await running?.unmount().catch(() => undefined);
+    await metricsServer?.close().catch(() => undefined);
     await journal?.close().catch(() => undefined);
     if (err instanceof MountError) throw new UserError(err.message);
     throw err;
@@ -137,6 +160,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     );
   }
 
+  mounted = true;
+  void running.closed.then(() => (mounted = false));
   let signals = 0;
   const onSignal = (sig: NodeJS.Signals | 'parent gone') => {
     signals++;
@@ -159,6 +184,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     if (!linked) log.warn('--parent-link without a parent process: serving as a plain mount');
   }
   await running.closed;
+  await metricsServer?.close();
   await journal?.close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);

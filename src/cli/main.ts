@@ -52,6 +52,7 @@ export function buildProgram(): Command {
     .option('--state <dir>', `journal directory (outside the source); default: ${DEFAULT_STATE_DIR_PATTERN}`)
     .option('--session <id>', 'journal session id for this mount (default: generated, e.g. 2026-11-22T05-30-12-ab12)')
     .option('--actor <label>', 'actor label on this mount\'s journal records', DEFAULTS.journal.mountActor)
+    .option('--metrics [addr]', `serve Prometheus metrics at http://ADDR/metrics and a health check at /healthz (HOST:PORT, :PORT or PORT; default 127.0.0.1:${DEFAULTS.metricsPort}); off unless given`)
     .option('--no-journal', 'record nothing (no log, no rollback); for measuring the journal\'s cost')
     .addOption(new Option('--parent-link', 'serve for `ledgerfs run` over its IPC channel').hideHelp())
     .addOption(new Option('--binding <name>', `kernel binding: native-ll (the libfuse3 addon in native/, low-level API served from the JS thread; knows the calling uid/gid/pid) or fuse-native (libfuse 2); ` +
@@ -78,8 +79,9 @@ or 'ledgerfs unmount'. A second signal detaches a busy mount lazily.`,
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
       state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number;
+      metrics?: string | true;
     }) => {
-      process.exitCode = await serveMount(mountpoint, o);
+      process.exitCode = await serveMount(mountpoint, { ...o, metrics: o.metrics === true ? `127.0.0.1:${DEFAULTS.metricsPort}` : o.metrics });
     });
 
   program

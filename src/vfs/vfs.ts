@@ -80,6 +80,10 @@ export class Vfs {
   readonly pipeline: MutationPipeline;
   private readonly openFiles = new OpenFileTable();
   private readonly handles = new Map<number, Handle>();
+  /** handles programs hold open now (metrics) */
+  get openHandles(): number {
+    return this.handles.size;
+  }
   private nextHandle = 1;
   private readonly ownByCaller: boolean;
   private readonly hiddenReleasedIsUnlink: boolean;
