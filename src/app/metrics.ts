@@ -118,6 +118,8 @@ export class DaemonMetrics implements RequestMeters {
     pulledCounter(r, 'ledgerfs_cache_hits_total', 'lookups a cache layer answered itself, by layer', ['layer'], () => caches.map((c) => [{ layer: c.layer }, c.hits()]));
     pulledCounter(r, 'ledgerfs_cache_misses_total', 'lookups a cache layer passed on, by layer', ['layer'], () => caches.map((c) => [{ layer: c.layer }, c.misses()]));
     pulledCounter(r, 'ledgerfs_backend_retries_total', 'backend requests retried after a transient failure (GCS)', [], () => [[{}, s.store.retries()]]);
+    pulledCounter(r, 'ledgerfs_gcs_requests_total', 'requests to the bucket (each attempt), by HTTP method and status (ok, the HTTP code, or network)', ['method', 'status'], () =>
+      s.store.requests().map((q) => [{ method: q.method, status: q.status }, q.count]));
     const vfs = s.vfs;
     new Gauge({
       name: 'ledgerfs_open_files', help: 'file handles programs hold open on the mount', registers: [r],

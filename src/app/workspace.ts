@@ -23,6 +23,8 @@ export interface StoreStats {
   caches: Array<{ layer: string; hits(): number; misses(): number }>;
   /** requests retried after a transient failure */
   retries(): number;
+  /** backend requests so far by HTTP method and status (GCS; empty for local) */
+  requests(): Array<{ method: string; status: string; count: number }>;
 }
 
 const storeStats = new WeakMap<Backend, StoreStats>();
@@ -38,6 +40,7 @@ function localStats(dir: string | undefined): StoreStats {
     ping: (timeoutMs) => (dir === undefined ? Promise.resolve() : withTimeout(fs.promises.stat(dir).then(() => undefined), timeoutMs, `the source directory ${dir}`)),
     caches: [],
     retries: () => 0,
+    requests: () => [],
   };
 }
 
@@ -168,6 +171,10 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
           ...(content ? [{ layer: 'content', hits: () => content.hits, misses: () => content.misses }] : []),
         ],
         retries: () => gcs.req.counters.retries,
+        requests: () => [...(gcs.req.counters.attempts ?? [])].map(([key, count]) => {
+          const [method = '', status = ''] = key.split(' ');
+          return { method, status, count };
+        }),
       });
       for (const r of gcs.recoveredRenames) {
         if (r.outcome === 'unreadable') {

@@ -87,6 +87,12 @@ describe('metrics and health', () => {
     m = await startMount({ gcs: { emulator, bucket: 'ledgerfs-health' }, args: ['--no-journal', '--metrics', ':0'] });
     const url = metricsUrl(m);
     expect(await get(`${url}/healthz`)).toEqual({ status: 200, text: 'ok\n' });
+    // a small workload: the bucket's requests are counted by method and status
+    run('echo hi > a.txt && cat a.txt && ls', m.mnt);
+    const text = (await get(`${url}/metrics`)).text;
+    expect(sample(text, 'ledgerfs_gcs_requests_total', { method: 'POST', status: 'ok' })).toBeGreaterThanOrEqual(1);
+    expect(sample(text, 'ledgerfs_gcs_requests_total', { method: 'GET', status: 'ok' })).toBeGreaterThanOrEqual(1);
+    expect(sample(text, 'ledgerfs_fuse_requests_total', { op: 'create', errno: 'OK' })).toBe(1);
     const r = await fetch(`${emulator.url}/_emulator/faults`, { method: 'POST', body: JSON.stringify({ status: 503, count: -1 }) });
     expect(r.ok).toBe(true);
     const down = await get(`${url}/healthz`);
