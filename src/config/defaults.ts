@@ -115,6 +115,8 @@ export const DEFAULTS = {
   },
   /** The journal (src/journal). */
   journal: {
+    /** `ledgerfs log --follow` looks at the journal this often */
+    followPollMs: 200,
     /** base of default state directories: $XDG_STATE_HOME/ledgerfs, else ~/.local/state/ledgerfs */
     stateHome: path.join(process.env.XDG_STATE_HOME || path.join(os.homedir(), '.local', 'state'), 'ledgerfs'),
     /** paths whose last ended write session is remembered (a conflict found at a later close
