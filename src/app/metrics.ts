@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { errnoName, kernelErrno } from '../core/index.js';
 import type { OpMeter, RequestMeters } from '../fuse/index.js';
 import type { MountJournal } from '../journal/index.js';
@@ -37,21 +37,78 @@ function pulledCounter(registry: Registry, name: string, help: string, labelName
   });
 }
 
+/** One op's request counts, kept in plain numbers: the hot path touches nothing else. */
+class OpStats {
+  ok = 0;
+  /** errno number -> failures */
+  readonly failed = new Map<number, number>();
+  /** per latency bucket (not cumulative), the last one past every bound */
+  readonly buckets = new Float64Array(LATENCY_BUCKETS.length + 1);
+  count = 0;
+  sum = 0;
+  constructor(readonly op: string) {}
+  observe(seconds: number): void {
+    this.count++;
+    this.sum += seconds;
+    let i = 0;
+    while (i < LATENCY_BUCKETS.length && seconds > (LATENCY_BUCKETS[i] as number)) i++;
+    this.buckets[i] = (this.buckets[i] as number) + 1;
+  }
+}
+
+interface MetricValue {
+  value: number;
+  labels: Record<string, string>;
+  metricName?: string;
+}
+
+/** A metric whose samples are made at scrape time from counts kept elsewhere. */
+function scrapedMetric(registry: Registry, name: string, help: string, type: 'counter' | 'histogram', values: () => MetricValue[]): void {
+  const metric = {
+    name, help, type, aggregator: 'sum',
+    get: async () => ({ name, help, type, aggregator: 'sum', values: values() }),
+    reset: () => undefined,
+  };
+  registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0]);
+}
+
 /**
- * The daemon's Prometheus metrics (`ledgerfs mount --metrics`). FUSE requests are counted as they
- * end, through children made once per op (and once per op and errno, at the first such failure):
- * no label strings are built per request. Everything else is read from the layers when scraped.
+ * The daemon's Prometheus metrics (`ledgerfs mount --metrics`). A FUSE request that ends adds
+ * to numbers of its op's OpStats, made once per op at mount: no labels are hashed and no
+ * strings built per request (prom-client's own children hash their labels on every call).
+ * The samples, and everything else, are made when scraped.
  */
 export class DaemonMetrics implements RequestMeters {
   readonly registry = new Registry();
-  private readonly requests: Counter<'op' | 'errno'>;
-  private readonly duration: Histogram<'op'>;
+  private readonly ops: OpStats[] = [];
   private readonly denials: Counter<'rule' | 'root'>;
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'ledgerfs_process_' });
-    this.requests = new Counter({ name: 'ledgerfs_fuse_requests_total', help: 'FUSE requests answered, by op and errno (OK: success)', labelNames: ['op', 'errno'], registers: [this.registry] });
-    this.duration = new Histogram({ name: 'ledgerfs_fuse_request_duration_seconds', help: 'time from a FUSE request reaching the core to its answer, by op', labelNames: ['op'], buckets: LATENCY_BUCKETS, registers: [this.registry] });
+    const ops = this.ops;
+    scrapedMetric(this.registry, 'ledgerfs_fuse_requests_total', 'FUSE requests answered, by op and errno (OK: success)', 'counter', () => {
+      const out: MetricValue[] = [];
+      for (const s of ops) {
+        out.push({ value: s.ok, labels: { op: s.op, errno: 'OK' } });
+        for (const [n, v] of s.failed) out.push({ value: v, labels: { op: s.op, errno: errnoName(n) } });
+      }
+      return out;
+    });
+    scrapedMetric(this.registry, 'ledgerfs_fuse_request_duration_seconds', 'time from a FUSE request reaching the core to its answer, by op', 'histogram', () => {
+      const out: MetricValue[] = [];
+      const name = 'ledgerfs_fuse_request_duration_seconds';
+      for (const s of ops) {
+        let acc = 0;
+        LATENCY_BUCKETS.forEach((le, i) => {
+          acc += s.buckets[i] as number;
+          out.push({ metricName: `${name}_bucket`, labels: { le: String(le), op: s.op }, value: acc });
+        });
+        out.push({ metricName: `${name}_bucket`, labels: { le: '+Inf', op: s.op }, value: s.count });
+        out.push({ metricName: `${name}_sum`, labels: { op: s.op }, value: s.sum });
+        out.push({ metricName: `${name}_count`, labels: { op: s.op }, value: s.count });
+      }
+      return out;
+    });
     this.denials = new Counter({ name: 'ledgerfs_policy_denials_total', help: 'changes the policy refused, by rule and root', labelNames: ['rule', 'root'], registers: [this.registry] });
   }
 
@@ -60,21 +117,17 @@ export class DaemonMetrics implements RequestMeters {
   }
 
   forOp(op: string): OpMeter {
-    const ok = this.requests.labels(op, 'OK');
-    const hist = this.duration.labels(op);
-    const byErrno = new Map<number, { inc(): void }>();
-    const requests = this.requests;
+    const s = new OpStats(op);
+    this.ops.push(s);
     return {
       ok: (t0) => {
-        ok.inc();
-        hist.observe((performance.now() - t0) / 1000);
+        s.ok++;
+        s.observe((performance.now() - t0) / 1000);
       },
       failed: (t0, err) => {
         const n = -kernelErrno(err);
-        let c = byErrno.get(n);
-        if (c === undefined) byErrno.set(n, (c = requests.labels(op, errnoName(n))));
-        c.inc();
-        hist.observe((performance.now() - t0) / 1000);
+        s.failed.set(n, (s.failed.get(n) ?? 0) + 1);
+        s.observe((performance.now() - t0) / 1000);
       },
     };
   }
