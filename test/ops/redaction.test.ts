@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { REDACTED_PATHS } from '../../src/core/log.js';
 import { CLI, run, startMount, startTestEmulator, type TestEmulator, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
+import { sandboxDir } from '../helpers/sandbox.js';
 
 /**
  * Credentials never reach a log line or the journal: a secret planted in a service-account key
@@ -93,6 +94,31 @@ describe('redaction', () => {
     expect(log.status).toBe(0);
     expect(log.stdout.length).toBeGreaterThan(0);
     expect(leaks(log.stdout + log.stderr, key)).toEqual([]);
+  });
+
+  it('ledgerfs run (sandboxed, policy hiding .env, daemon at debug): the secret is in no output, log or journal', async () => {
+    const sb = sandboxDir((src) => {
+      fs.mkdirSync(path.join(src, 'w'));
+      fs.writeFileSync(path.join(src, 'w/.env'), `API_TOKEN=${SECRET}\n`);
+      fs.writeFileSync(path.join(src, 'w/notes.txt'), 'notes\n');
+    });
+    try {
+      const key = path.join(sb.dir, 'sa.json');
+      keyFile(key);
+      const policy = path.join(sb.dir, 'p.yaml');
+      fs.writeFileSync(policy, `backend: {type: local, path: ${sb.src}}\nroots: [{path: /w, mode: rw}]\nhide: ["**/.env"]\n`);
+      const r = await sb.run(['--policy', policy, '--state', sb.state, '--log-level', 'debug', '--', 'bash', '-c',
+        'cat w/.env; echo x >> w/.env; mv w/.env w/e2; ls -la w; echo new > w/a.txt; mv w/a.txt w/b.txt; echo more >> w/notes.txt; cat .ledgerfs/denials; true'],
+        { env: { LEDGERFS_TEST_TOKEN: SECRET, GOOGLE_APPLICATION_CREDENTIALS: key } });
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).toMatch(/"level":20/); // the daemon's debug lines came through
+      expect(fs.readFileSync(path.join(sb.src, 'w/.env'), 'utf8')).toContain(SECRET);
+      expect(leaks(r.stdout + r.stderr, key)).toEqual([]);
+      expect(leaks(everything(sb.state), key)).toEqual([]);
+      expect(leaks(sb.cli(['log', '--state', sb.state, '--json']), key)).toEqual([]);
+    } finally {
+      sb.cleanup();
+    }
   });
 
   it('GCS with a service-account key file: a refused start says why without the key', async () => {
