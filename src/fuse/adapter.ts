@@ -54,7 +54,7 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
     if (!slot) slots.set(op, (slot = { op, meter: meters?.forOp(op) }));
     return slot;
   };
-  const failed = (slot: Slot, c: Caller, path: string | null, t0: number, err: unknown): never => {
+  const failed = (slot: Slot, c: Caller, path: string | null, t0: number, err: unknown, fh: number | undefined): never => {
     slot.meter?.failed(t0, err);
     if (debug) {
       counters.fail(slot.op);
@@ -62,15 +62,16 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
         log.debug({ op: slot.op, path, err: err instanceof VfsError ? err.reason : String(err) }, 'request failed');
       }
     }
-    failures.report(slot.op, path, c, err);
+    // a handle's path is looked up only now, when a failure needs naming
+    failures.report(slot.op, path ?? (fh !== undefined ? vfs.pathOf(fh) : null), c, err);
     throw err;
   };
   // `t0` is an argument so that it is read before the core's call in the same expression runs
-  const t = <T>(slot: Slot, c: Caller, path: string | null, t0: number, p: Promise<T>): Promise<T> => {
+  const t = <T>(slot: Slot, c: Caller, path: string | null, t0: number, p: Promise<T>, fh?: number): Promise<T> => {
     if (debug) counters.bump(slot.op);
     const meter = slot.meter;
-    if (meter === undefined) return p.catch((err: unknown) => failed(slot, c, path, t0, err));
-    return p.then((v) => (meter.ok(t0), v), (err: unknown) => failed(slot, c, path, t0, err));
+    if (meter === undefined) return p.catch((err: unknown) => failed(slot, c, path, t0, err, fh));
+    return p.then((v) => (meter.ok(t0), v), (err: unknown) => failed(slot, c, path, t0, err, fh));
   };
 
   const S = {
@@ -122,16 +123,17 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
     readlink: (c, path) => t(S.readlink, c, path, now(), vfs.readlink(path)),
     open: (c, path, flags) => t(S.open, c, path, now(), vfs.open(path, flags, c)),
     create: (c, path, mode, flags) => t(S.create, c, path, now(), vfs.create(path, mode, flags, c)),
-    read: (c, fh, buf, len, pos) => t(S.read, c, null, now(), vfs.read(fh, buf, len, pos)),
-    write: (c, fh, buf, len, pos) => t(S.write, c, null, now(), vfs.write(fh, buf, len, pos, c)),
-    flush: (c, fh) => t(S.flush, c, null, now(), vfs.flush(fh, c)),
-    fsync: (c, fh, dataOnly) => t(S.fsync, c, null, now(), vfs.fsync(fh, dataOnly, c)),
-    release: (c, fh) => t(S.release, c, null, now(), vfs.release(fh, c)),
+    read: (c, fh, buf, len, pos) => t(S.read, c, null, now(), vfs.read(fh, buf, len, pos), fh),
+    write: (c, fh, buf, len, pos) => t(S.write, c, null, now(), vfs.write(fh, buf, len, pos, c), fh),
+    flush: (c, fh) => t(S.flush, c, null, now(), vfs.flush(fh, c), fh),
+    fsync: (c, fh, dataOnly) => t(S.fsync, c, null, now(), vfs.fsync(fh, dataOnly, c), fh),
+    // the path before release forgets the handle (an upload failing at close is named by it)
+    release: (c, fh) => t(S.release, c, vfs.pathOf(fh), now(), vfs.release(fh, c)),
     truncate: (c, path, size) => t(S.truncate, c, path, now(), vfs.truncate(path, size, c)),
-    ftruncate: (c, fh, size) => t(S.ftruncate, c, null, now(), vfs.ftruncate(fh, size, c)),
-    fallocate: (c, fh, mode, off, len) => t(S.fallocate, c, null, now(), vfs.fallocate(fh, mode, off, len, c)),
-    copyFileRange: (c, fhIn, offIn, fhOut, offOut, len, flags) => t(S.copy_file_range, c, null, now(), vfs.copyFileRange(fhIn, offIn, fhOut, offOut, len, flags, c)),
-    lseek: (c, fh, off, whence) => t(S.lseek, c, null, now(), vfs.lseek(fh, off, whence)),
+    ftruncate: (c, fh, size) => t(S.ftruncate, c, null, now(), vfs.ftruncate(fh, size, c), fh),
+    fallocate: (c, fh, mode, off, len) => t(S.fallocate, c, null, now(), vfs.fallocate(fh, mode, off, len, c), fh),
+    copyFileRange: (c, fhIn, offIn, fhOut, offOut, len, flags) => t(S.copy_file_range, c, null, now(), vfs.copyFileRange(fhIn, offIn, fhOut, offOut, len, flags, c), fhOut),
+    lseek: (c, fh, off, whence) => t(S.lseek, c, null, now(), vfs.lseek(fh, off, whence), fh),
     mkdir: (c, path, mode) => t(S.mkdir, c, path, now(), vfs.mkdir(path, mode, c)),
     rmdir: (c, path) => t(S.rmdir, c, path, now(), vfs.rmdir(path, c)),
     unlink: (c, path) => t(S.unlink, c, path, now(), vfs.unlink(path, c)),
