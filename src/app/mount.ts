@@ -14,6 +14,9 @@ import { UserError } from './errors.js';
 import { releaseParent, serveParent } from './parent-link.js';
 import { liveMounts, registerMount } from './mount-registry.js';
 import { stateDirProblem } from './state-dir-check.js';
+import { DaemonMetrics } from './metrics.js';
+import { serveMetrics, type MetricsServer } from './metrics-server.js';
+import { storeStatsOf } from './workspace.js';
 
 export interface MountCommandOptions {
   source?: string;
@@ -44,6 +47,8 @@ export interface MountCommandOptions {
   metadataTtl?: number;
   /** with --source: hide what this preset hides (the tree stays read-write, without limits) */
   preset?: PresetName;
+  /** serve /metrics and /healthz on this address (HOST:PORT); default: off */
+  metrics?: string;
 }
 
 export async function serveMount(mountpointArg: string, o: MountCommandOptions): Promise<number> {
@@ -135,10 +140,27 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     ownNewNodesByCaller: binding.knowsCaller && process.getuid?.() === 0,
     hiddenRenameOfReleasedIsUnlink: binding.hidesReleasedFiles,
   });
+  const metrics = o.metrics !== undefined ? new DaemonMetrics() : undefined;
+  const store = storeStatsOf(ws.store, ws.sourceDir);
+  metrics?.attach({ vfs, store, policy: ws.policy, journal });
   let running;
+  let metricsServer: MetricsServer | undefined;
+  let mounted = false;
   try {
+    if (metrics && o.metrics !== undefined) {
+      // what the daemon knows, never a look at its own mount point (see serveMetrics)
+      metricsServer = await serveMetrics(o.metrics, metrics, async () => {
+        if (!mounted) return 'not mounted (starting, or unmounted)';
+        try {
+          await store.ping(DEFAULTS.healthTimeoutMs);
+        } catch (err) {
+          return `backend ${source} unreachable: ${err instanceof Error ? ((err as { reason?: string }).reason ?? err.message) : String(err)}`;
+        }
+        return null;
+      }, log);
+    }
     running = await mountVfs({
-      vfs, mountpoint, log, binding,
+      vfs, mountpoint, log, binding, ...(metrics ? { meters: metrics } : {}),
       options: { fsName, allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
@@ -146,6 +168,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     await journal?.serve(vfs, settleMs);
   } catch (err) {
     await running?.unmount().catch(() => undefined);
+    await metricsServer?.close().catch(() => undefined);
     await forgetJournal();
     if (err instanceof MountError) throw new UserError(err.message);
     throw err;
@@ -168,6 +191,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     );
   }
 
+  mounted = true;
+  void running.closed.then(() => (mounted = false));
   const unregister = registerMount({
     mountpoint, source: fsName, stateDir: journal?.stateDir ?? null, session: journal?.session ?? null,
     binding: binding.name, pid: process.pid, started: new Date().toISOString(),
@@ -220,6 +245,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   }
   await running.closed;
   unregister();
+  await metricsServer?.close();
   await journal?.close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);

@@ -15,6 +15,41 @@ export interface Workspace {
 
 export class WorkspaceError extends Error {}
 
+/** What metrics and the health check read from a store, beside the Backend interface. */
+export interface StoreStats {
+  /** one cheap call to the backend itself, past every cache; rejects saying why it failed */
+  ping(timeoutMs: number): Promise<void>;
+  /** cache layers with their hit/miss counts */
+  caches: Array<{ layer: string; hits(): number; misses(): number }>;
+  /** requests retried after a transient failure */
+  retries(): number;
+  /** backend requests so far by HTTP method and status (GCS; empty for local) */
+  requests(): Array<{ method: string; status: string; count: number }>;
+}
+
+const storeStats = new WeakMap<Backend, StoreStats>();
+
+/** The stats of a store opened here; a store from elsewhere: a ping that stats its source. */
+export function storeStatsOf(store: Backend, sourceDir?: string): StoreStats {
+  return storeStats.get(store) ?? localStats(sourceDir);
+}
+
+function localStats(dir: string | undefined): StoreStats {
+  return {
+    // the source directory, never the mount point: the daemon must not call into its own mount
+    ping: (timeoutMs) => (dir === undefined ? Promise.resolve() : withTimeout(fs.promises.stat(dir).then(() => undefined), timeoutMs, `the source directory ${dir}`)),
+    caches: [],
+    retries: () => 0,
+    requests: () => [],
+  };
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} did not answer within ${ms} ms`)), ms)));
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
 export function openLocalWorkspace(flags: WorkspaceFlags, log?: Logger): Workspace {
   const demo = !flags.source && !flags.policy;
   const dir = path.resolve(flags.source ?? DEFAULTS.demoWorkspaceDir);
@@ -126,13 +161,25 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
     try {
       const ttl = flags.metadataTtlSec;
       const conflicts = new ConflictFeed();
-      const { store, gcs, journalRemote } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
+      const { store, gcs, journalRemote, metadata, content } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
         stagingDir: layout.stagingDir,
         conflictsDir: layout.conflictsDir,
         onConflict: (c) => {
           log?.error({ path: c.path, reason: c.reason, kept: c.localFile, expectedGeneration: c.expectedGeneration, currentGeneration: c.currentGeneration }, 'gcs: local version not uploaded; kept in the conflict area');
           conflicts.emit(c);
         },
+      });
+      storeStats.set(store, {
+        ping: (timeoutMs) => gcs.ping(timeoutMs),
+        caches: [
+          { layer: 'metadata', hits: () => metadata.hits, misses: () => metadata.misses },
+          ...(content ? [{ layer: 'content', hits: () => content.hits, misses: () => content.misses }] : []),
+        ],
+        retries: () => gcs.req.counters.retries,
+        requests: () => [...(gcs.req.counters.attempts ?? [])].map(([key, count]) => {
+          const [method = '', status = ''] = key.split(' ');
+          return { method, status, count };
+        }),
       });
       for (const r of gcs.recoveredRenames) {
         if (r.outcome === 'unreadable') {

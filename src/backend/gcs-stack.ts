@@ -13,6 +13,8 @@ export interface GcsStack {
   store: Backend;
   gcs: GcsBackend;
   metadata: MetadataCacheLayer;
+  /** the local copies of whole objects (absent when its size is 0) */
+  content: ContentCache | undefined;
   /** the reserved area of the workspace in the bucket, where the journal is mirrored */
   journalRemote: GcsJournalRemote;
 }
@@ -54,7 +56,7 @@ export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Pro
     ...(content ? { content } : {}),
   });
   const metadata = new MetadataCacheLayer(read, { ttlMs: c.metadataTtlSec * 1000, maxEntries: c.metadataMaxEntries, maxListings: c.metadataMaxListings, maxWalks: c.metadataMaxWalks });
-  return { store: metadata, gcs, metadata, journalRemote: gcs.journalArea };
+  return { store: metadata, gcs, metadata, content, journalRemote: gcs.journalArea };
 }
 
 /**

@@ -405,6 +405,24 @@ export class GcsBackend implements Backend, GcsFileHost {
     }
   }
 
+  /**
+   * One request to the bucket, without retries, for a health check: resolves if the bucket
+   * answered within `timeoutMs`, else rejects with why.
+   */
+  async ping(timeoutMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`the bucket did not answer within ${timeoutMs} ms`)), timeoutMs);
+    });
+    try {
+      await Promise.race([this.req.bucket.getMetadata(), late]);
+    } catch (err) {
+      throw toVfsError(err, `reach bucket ${this.req.bucket.name}`);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   async statfs(): Promise<FsStats> {
     // A bucket has no capacity to report; large round numbers keep df and installers content.
     // Quotas are the policy layer's business.

@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
-import { buildHistory, describeConflict, formatTime, type Operation, readIntactJournal, statusNotes, summarize, undoneByMap } from '../journal/index.js';
+import { buildHistory, describeConflict, formatTime, JournalFollower, type JournalRecord, type Operation, readIntactJournal, recordSeq, statusNotes, summarize, undoneByMap } from '../journal/index.js';
 import { createLogger, isWithin } from '../core/index.js';
 import { UserError } from '../app/index.js';
+import { DEFAULTS } from '../config/index.js';
 import { addStateFlags, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 import { requireKnownSeq, requireKnownSession } from './journal-known.js';
 
@@ -12,6 +13,55 @@ interface LogOptions extends StateFlags {
   limit?: string;
   all: boolean;
   json: boolean;
+  follow: boolean;
+}
+
+/** One journal record on one line, for `log --follow` read by people. */
+function recordLine(r: JournalRecord): string {
+  const t = formatTime(r.time);
+  switch (r.kind) {
+    case 'op':
+      return `#${r.seq}  ${t}  ${r.session}  ${r.actor}${r.pid !== undefined ? `[${r.pid}${r.cmd !== undefined ? ` ${r.cmd.length > 40 ? `${r.cmd.slice(0, 39)}…` : r.cmd}` : ''}]` : ''}  ${r.op} ${r.paths.join(' -> ')}${r.undoes !== undefined ? `  [undoes #${r.undoes}]` : ''}`;
+    case 'failed':
+      return `#${r.of}  ${t}  failed: ${r.errno}`;
+    case 'done':
+      return `#${r.of}  ${t}  done`;
+    case 'end':
+      return `#${r.of}  ${t}  written (${r.reason})`;
+    case 'capture':
+      return `#${r.of}  ${t}  before-image kept (${r.size} bytes)`;
+    default:
+      return `${t}  ${r.kind}${'session' in r ? ` ${String(r.session)}` : ''}`;
+  }
+}
+
+/**
+ * Print records as they are journaled until interrupted: from --since SEQ on (resume where a
+ * consumer stopped), else only new ones. --json: one JSON object a line (for jq or a SIEM).
+ */
+async function follow(stateDir: string, o: LogOptions): Promise<void> {
+  const since = o.since !== undefined ? parseWhen(o.since) : undefined;
+  const follower = new JournalFollower(stateDir);
+  const first = follower.poll();
+  const show = (r: JournalRecord) => {
+    if (o.session !== undefined && 'session' in r && r.session !== o.session) return;
+    process.stdout.write(o.json ? `${JSON.stringify(r)}\n` : `${recordLine(r)}\n`);
+  };
+  if (since !== undefined) {
+    for (const r of first) {
+      const seq = recordSeq(r);
+      if ('seq' in since ? seq !== undefined && seq >= since.seq : r.time >= since.time) show(r);
+    }
+  }
+  let stop = false;
+  const onSignal = () => (stop = true);
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  process.stdout.on('error', onSignal); // the reader went away (| head)
+  while (!stop) {
+    await new Promise((r) => setTimeout(r, DEFAULTS.journal.followPollMs));
+    for (const r of follower.poll()) show(r);
+  }
 }
 
 /** An operation as scripts see it (`log --json`, `show --json`). */
@@ -37,6 +87,7 @@ export function registerLogCommand(program: Command): void {
       .option('--path <prefix>', 'only mutations that name this path or something below it')
       .option('--limit <n>', 'at most this many')
       .option('--all', 'include mutations the backend refused (nothing changed)', false)
+      .option('--follow', 'keep printing records as they are journaled (one a line; with --json one JSON object a line), from --since SEQ or from now, until interrupted', false)
       .option('--json', 'print a JSON array for scripts: conflicts tied to no mutation ({kind: "conflict"}), then the mutations, newest first', false),
   )
     .addHelpText(
@@ -52,11 +103,14 @@ an entry has a line of its own, starting with '!'.
 Examples:
   ledgerfs log --source ./case-files
   ledgerfs log --source ./case-files --since 1h --path /projects
+  ledgerfs log --source ./case-files --follow --json --since 1200 | jq -c 'select(.kind == "op")'
+      stream records from #1200 on as they are journaled (resume a consumer where it stopped)
   ledgerfs log --state /var/lib/ledgerfs/ws --session 2026-11-22T05-30-12-ab12 --json | jq '.[].summary'
 ${STATE_HELP}`,
     )
     .action(async (o: LogOptions) => {
       const stateDir = await journalStateDir(o, createLogger('warn'));
+      if (o.follow) return follow(stateDir, o);
       await syncLiveDaemon(stateDir);
       const h = buildHistory(readIntactJournal(stateDir).records);
       const since = o.since !== undefined ? parseWhen(o.since, '--since') : undefined;

@@ -66,6 +66,7 @@ export function buildProgram(): Command {
     .option('--state <dir>', `journal directory (outside the source); default: ${DEFAULT_STATE_DIR_PATTERN}`)
     .option('--session <id>', 'journal session id for this mount (default: generated, e.g. 2026-11-22T05-30-12-ab12)')
     .option('--actor <label>', 'actor label on this mount\'s journal records', DEFAULTS.journal.mountActor)
+    .option('--metrics [addr]', `serve Prometheus metrics at http://ADDR/metrics and a health check at /healthz (HOST:PORT, :PORT or PORT; default 127.0.0.1:${DEFAULTS.metricsPort}, but then not right before the mount point, which would be taken for the address); off unless given`)
     .option('--no-journal', 'record nothing (no log, no rollback); for measuring the journal\'s cost')
     .addOption(new Option('--parent-link', 'serve for `ledgerfs run` over its IPC channel').hideHelp())
     .addOption(new Option('--binding <name>', `kernel binding: native-ll (the libfuse3 addon in native/, low-level API served from the JS thread; knows the calling uid/gid/pid) or fuse-native (libfuse 2); ` +
@@ -82,6 +83,8 @@ Examples:
       let a container user see the mount, and log every failed request
   LEDGERFS_GCS_ENDPOINT=http://127.0.0.1:4443 ledgerfs mount --source gs://my-bucket/ws /mnt/ws
       serve a GCS bucket (here on the emulator: ledgerfs dev gcs-emulator)
+  ledgerfs mount --source /srv/ws --metrics 127.0.0.1:9464 /mnt/ws
+      with Prometheus metrics at http://127.0.0.1:9464/metrics and a health check at /healthz
   ledgerfs mount --policy case.yaml /mnt/ws
       serve what case.yaml exposes (roots, modes, hidden names, quotas); see
       'ledgerfs policy check --help'; inside the mount, /.ledgerfs/ explains it
@@ -96,8 +99,9 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
       state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number; preset?: PresetName;
+      metrics?: string | true;
     }) => {
-      process.exitCode = await serveMount(mountpoint, o);
+      process.exitCode = await serveMount(mountpoint, { ...o, metrics: o.metrics === true ? `127.0.0.1:${DEFAULTS.metricsPort}` : o.metrics });
     });
 
   program

@@ -66,6 +66,12 @@ export const DEFAULTS = {
     /** a longer command line is cut here, with an ellipsis */
     commandMaxChars: 200,
   },
+  /** unexpected failures of FUSE requests logged per second at most (src/fuse/failure-log.ts) */
+  failureLogPerSecond: 10,
+  /** `ledgerfs mount --metrics` with no port: Prometheus' registered port for ledgerfs-like exporters */
+  metricsPort: 9464,
+  /** /healthz: the backend call that proves it reachable must answer within this */
+  healthTimeoutMs: 2000,
   /** `ledgerfs run` (src/cli/run-command.ts, src/sandbox/bwrap.ts). */
   run: {
     /** where the program sees the workspace, and its working directory */
@@ -117,6 +123,8 @@ export const DEFAULTS = {
     : process.getuid?.() === 0 ? '/run/ledgerfs/mounts' : path.join(os.tmpdir(), `ledgerfs-${process.getuid?.() ?? 'user'}`, 'mounts'),
   /** The journal (src/journal). */
   journal: {
+    /** `ledgerfs log --follow` looks at the journal this often */
+    followPollMs: 200,
     /** base of default state directories: $XDG_STATE_HOME/ledgerfs, else ~/.local/state/ledgerfs */
     stateHome: path.join(process.env.XDG_STATE_HOME || path.join(os.homedir(), '.local', 'state'), 'ledgerfs'),
     /** paths whose last ended write session is remembered (a conflict found at a later close

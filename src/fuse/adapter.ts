@@ -1,6 +1,7 @@
-import { joinPath, type Logger, parentOf, VfsError } from '../core/index.js';
+import { type Caller, joinPath, type Logger, parentOf, VfsError } from '../core/index.js';
 import type { Vfs } from '../vfs/index.js';
 import type { FsOps } from './binding.js';
+import { FailureLog } from './failure-log.js';
 
 /** Request counters by op, for `--log-level debug` summaries and the bench. */
 export class OpCounters {
@@ -19,75 +20,142 @@ export class OpCounters {
   }
 }
 
+/** What one op's requests report when they end (made once per op at mount: nothing per request). */
+export interface OpMeter {
+  /** `startMs`: RequestMeters.now() when the request arrived */
+  ok(startMs: number): void;
+  failed(startMs: number, err: unknown): void;
+}
+
+/** Request metrics (`--metrics`): the adapter asks for one meter per op up front. */
+export interface RequestMeters {
+  now(): number;
+  forOp(op: string): OpMeter;
+}
+
+const noClock = () => 0;
+
+interface Slot {
+  readonly op: string;
+  readonly meter: OpMeter | undefined;
+}
+
 /**
- * The adapter maps binding requests onto the core: arguments in, results out, errors logged.
- * ENOENT on lookups is the normal answer to "does this exist?" and is not logged.
+ * The adapter maps binding requests onto the core: arguments in, results out, failures logged.
+ * Expected answers (ENOENT to a lookup, EACCES to a refused write) are logged only at debug;
+ * unexpected ones once at warn/error through a rate limit (FailureLog).
  */
-export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters()): FsOps {
+export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meters?: RequestMeters, failures = new FailureLog(log)): FsOps {
   const debug = log.isLevelEnabled('debug');
-  const track = <T>(op: string, path: string | null, p: Promise<T>): Promise<T> => {
-    if (!debug) return p;
-    counters.bump(op);
-    return p.catch((err: unknown) => {
-      counters.fail(op);
-      if (!(err instanceof VfsError && err.code === 'ENOENT')) {
-        log.debug({ op, path, err: err instanceof VfsError ? err.reason : String(err) }, 'request failed');
-      }
-      throw err;
-    });
+  const now = meters ? meters.now.bind(meters) : noClock;
+  const slots = new Map<string, Slot>();
+  const s = (op: string): Slot => {
+    let slot = slots.get(op);
+    if (!slot) slots.set(op, (slot = { op, meter: meters?.forOp(op) }));
+    return slot;
   };
-  const warnUnexpected = <T>(op: string, path: string | null, p: Promise<T>): Promise<T> =>
-    p.catch((err: unknown) => {
-      if (!(err instanceof VfsError)) log.error({ op, path, err }, 'unexpected failure (EIO to the caller)');
-      throw err;
-    });
-  const t = <T>(op: string, path: string | null, p: Promise<T>) => warnUnexpected(op, path, track(op, path, p));
+  const failed = (slot: Slot, c: Caller, path: string | null, t0: number, err: unknown, fh: number | undefined): never => {
+    slot.meter?.failed(t0, err);
+    if (debug) {
+      counters.fail(slot.op);
+      if (!(err instanceof VfsError && err.code === 'ENOENT')) {
+        log.debug({ op: slot.op, path, err: err instanceof VfsError ? err.reason : String(err) }, 'request failed');
+      }
+    }
+    // a handle's path is looked up only now, when a failure needs naming
+    failures.report(slot.op, path ?? (fh !== undefined ? vfs.pathOf(fh) : null), c, err);
+    throw err;
+  };
+  // `t0` is an argument so that it is read before the core's call in the same expression runs
+  const t = <T>(slot: Slot, c: Caller, path: string | null, t0: number, p: Promise<T>, fh?: number): Promise<T> => {
+    if (debug) counters.bump(slot.op);
+    const meter = slot.meter;
+    if (meter === undefined) return p.catch((err: unknown) => failed(slot, c, path, t0, err, fh));
+    return p.then((v) => (meter.ok(t0), v), (err: unknown) => failed(slot, c, path, t0, err, fh));
+  };
+
+  const S = {
+    access: s('access'),
+    chmod: s('chmod'),
+    chown: s('chown'),
+    copy_file_range: s('copy_file_range'),
+    create: s('create'),
+    fallocate: s('fallocate'),
+    fgetattr: s('fgetattr'),
+    flush: s('flush'),
+    fsync: s('fsync'),
+    ftruncate: s('ftruncate'),
+    getattr: s('getattr'),
+    getxattr: s('getxattr'),
+    link: s('link'),
+    listxattr: s('listxattr'),
+    mknod: s('mknod'),
+    lseek: s('lseek'),
+    mkdir: s('mkdir'),
+    open: s('open'),
+    read: s('read'),
+    readdir: s('readdir'),
+    readdirplus: s('readdirplus'),
+    readlink: s('readlink'),
+    release: s('release'),
+    removexattr: s('removexattr'),
+    rename: s('rename'),
+    rmdir: s('rmdir'),
+    setxattr: s('setxattr'),
+    statfs: s('statfs'),
+    symlink: s('symlink'),
+    truncate: s('truncate'),
+    unlink: s('unlink'),
+    utimens: s('utimens'),
+    write: s('write'),
+  };
 
   const ops: FsOps = {
-    getattr: (_c, path) => t('getattr', path, vfs.getattr(path)),
-    fgetattr: (_c, path, fh) => t('fgetattr', path, vfs.fgetattr(fh)),
-    access: (_c, path) => t('access', path, vfs.access(path)),
-    statfs: (_c, path) => t('statfs', path, vfs.statfs(path)),
-    readdir: (_c, path) => t('readdir', path, vfs.readdir(path).then((names) => ['.', '..', ...names])),
+    getattr: (c, path) => t(S.getattr, c, path, now(), vfs.getattr(path)),
+    fgetattr: (c, path, fh) => t(S.fgetattr, c, path, now(), vfs.fgetattr(fh)),
+    access: (c, path) => t(S.access, c, path, now(), vfs.access(path)),
+    statfs: (c, path) => t(S.statfs, c, path, now(), vfs.statfs(path)),
+    readdir: (c, path) => t(S.readdir, c, path, now(), vfs.readdir(path).then((names) => ['.', '..', ...names])),
     // An entry that vanished (or cannot be stat'ed) between the listing and its getattr goes out
     // without attributes: the kernel then looks it up itself, as after a plain readdir. '.' and
     // '..' get theirs too, so every entry's d_ino is the inode stat shows.
-    readdirPlus: (_c, path) => t('readdirplus', path, vfs.readdir(path).then((names) => {
+    readdirPlus: (c, path) => t(S.readdirplus, c, path, now(), vfs.readdir(path).then((names) => {
       const attrOf = (name: string, p: string) => vfs.getattr(p).then((attr) => ({ name, attr }), () => ({ name, attr: null }));
       return Promise.all([attrOf('.', path), attrOf('..', parentOf(path)), ...names.map((name) => attrOf(name, joinPath(path, name)))]);
     })),
-    readlink: (_c, path) => t('readlink', path, vfs.readlink(path)),
-    open: (c, path, flags) => t('open', path, vfs.open(path, flags, c)),
-    create: (c, path, mode, flags) => t('create', path, vfs.create(path, mode, flags, c)),
-    read: (_c, fh, buf, len, pos) => t('read', null, vfs.read(fh, buf, len, pos)),
-    write: (c, fh, buf, len, pos) => t('write', null, vfs.write(fh, buf, len, pos, c)),
-    flush: (c, fh) => t('flush', null, vfs.flush(fh, c)),
-    fsync: (c, fh, dataOnly) => t('fsync', null, vfs.fsync(fh, dataOnly, c)),
-    release: (c, fh) => t('release', null, vfs.release(fh, c)),
-    truncate: (c, path, size) => t('truncate', path, vfs.truncate(path, size, c)),
-    ftruncate: (c, fh, size) => t('ftruncate', null, vfs.ftruncate(fh, size, c)),
-    fallocate: (c, fh, mode, off, len) => t('fallocate', null, vfs.fallocate(fh, mode, off, len, c)),
-    copyFileRange: (c, fhIn, offIn, fhOut, offOut, len, flags) => t('copy_file_range', null, vfs.copyFileRange(fhIn, offIn, fhOut, offOut, len, flags, c)),
-    lseek: (_c, fh, off, whence) => t('lseek', null, vfs.lseek(fh, off, whence)),
-    mkdir: (c, path, mode) => t('mkdir', path, vfs.mkdir(path, mode, c)),
-    rmdir: (c, path) => t('rmdir', path, vfs.rmdir(path, c)),
-    unlink: (c, path) => t('unlink', path, vfs.unlink(path, c)),
-    rename: (c, from, to) => t('rename', from, vfs.rename(from, to, c)),
-    symlink: (c, target, path) => t('symlink', path, vfs.symlink(target, path, c)),
-    mknod: (c, path, mode, rdev) => t('mknod', path, vfs.mknod(path, mode, rdev, c)),
-    link: (c, existing, newPath) => t('link', newPath, vfs.link(existing, newPath, c)),
-    chmod: (c, path, mode) => t('chmod', path, vfs.chmod(path, mode, c)),
-    chown: (c, path, uid, gid) => t('chown', path, vfs.chown(path, uid, gid, c)),
-    utimens: (c, path, times) => t('utimens', path, vfs.utimens(path, times, c)),
+    readlink: (c, path) => t(S.readlink, c, path, now(), vfs.readlink(path)),
+    open: (c, path, flags) => t(S.open, c, path, now(), vfs.open(path, flags, c)),
+    create: (c, path, mode, flags) => t(S.create, c, path, now(), vfs.create(path, mode, flags, c)),
+    read: (c, fh, buf, len, pos) => t(S.read, c, null, now(), vfs.read(fh, buf, len, pos), fh),
+    write: (c, fh, buf, len, pos) => t(S.write, c, null, now(), vfs.write(fh, buf, len, pos, c), fh),
+    flush: (c, fh) => t(S.flush, c, null, now(), vfs.flush(fh, c), fh),
+    fsync: (c, fh, dataOnly) => t(S.fsync, c, null, now(), vfs.fsync(fh, dataOnly, c), fh),
+    // the path before release forgets the handle (an upload failing at close is named by it)
+    release: (c, fh) => t(S.release, c, vfs.pathOf(fh), now(), vfs.release(fh, c)),
+    truncate: (c, path, size) => t(S.truncate, c, path, now(), vfs.truncate(path, size, c)),
+    ftruncate: (c, fh, size) => t(S.ftruncate, c, null, now(), vfs.ftruncate(fh, size, c), fh),
+    fallocate: (c, fh, mode, off, len) => t(S.fallocate, c, null, now(), vfs.fallocate(fh, mode, off, len, c), fh),
+    copyFileRange: (c, fhIn, offIn, fhOut, offOut, len, flags) => t(S.copy_file_range, c, null, now(), vfs.copyFileRange(fhIn, offIn, fhOut, offOut, len, flags, c), fhOut),
+    lseek: (c, fh, off, whence) => t(S.lseek, c, null, now(), vfs.lseek(fh, off, whence), fh),
+    mkdir: (c, path, mode) => t(S.mkdir, c, path, now(), vfs.mkdir(path, mode, c)),
+    rmdir: (c, path) => t(S.rmdir, c, path, now(), vfs.rmdir(path, c)),
+    unlink: (c, path) => t(S.unlink, c, path, now(), vfs.unlink(path, c)),
+    rename: (c, from, to) => t(S.rename, c, from, now(), vfs.rename(from, to, c)),
+    symlink: (c, target, path) => t(S.symlink, c, path, now(), vfs.symlink(target, path, c)),
+    mknod: (c, path, mode, rdev) => t(S.mknod, c, path, now(), vfs.mknod(path, mode, rdev, c)),
+    link: (c, existing, newPath) => t(S.link, c, newPath, now(), vfs.link(existing, newPath, c)),
+    chmod: (c, path, mode) => t(S.chmod, c, path, now(), vfs.chmod(path, mode, c)),
+    chown: (c, path, uid, gid) => t(S.chown, c, path, now(), vfs.chown(path, uid, gid, c)),
+    utimens: (c, path, times) => t(S.utimens, c, path, now(), vfs.utimens(path, times, c)),
   };
   // a store with hard links has real inode numbers (GCS derives them from paths)
   if (vfs.backend.capabilities.hardLinks) ops.inodesNameNodes = true;
   if (vfs.backend.capabilities.xattrs) {
     ops.xattr = {
-      get: (_c, path, name) => t('getxattr', path, vfs.getxattr(path, name)),
-      set: (c, path, name, value, flags) => t('setxattr', path, vfs.setxattr(path, name, value, flags, c)),
-      list: (_c, path) => t('listxattr', path, vfs.listxattr(path)),
-      remove: (c, path, name) => t('removexattr', path, vfs.removexattr(path, name, c)),
+      get: (c, path, name) => t(S.getxattr, c, path, now(), vfs.getxattr(path, name)),
+      set: (c, path, name, value, flags) => t(S.setxattr, c, path, now(), vfs.setxattr(path, name, value, flags, c)),
+      list: (c, path) => t(S.listxattr, c, path, now(), vfs.listxattr(path)),
+      remove: (c, path, name) => t(S.removexattr, c, path, now(), vfs.removexattr(path, name, c)),
     };
   }
   return ops;

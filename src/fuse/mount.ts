@@ -1,7 +1,8 @@
 import type { Logger } from '../core/index.js';
 import type { Vfs } from '../vfs/index.js';
 import { DEFAULTS } from '../config/index.js';
-import { vfsOps, OpCounters } from './adapter.js';
+import { vfsOps, OpCounters, type RequestMeters } from './adapter.js';
+import { FailureLog } from './failure-log.js';
 import type { Binding, MountedFs, MountOptions } from './binding.js';
 import { FuseNativeBinding } from './fuse-native-binding.js';
 import { mountAt, mountpointProblem, unmountPath } from './mounts.js';
@@ -14,6 +15,8 @@ export interface MountRequest {
   log: Logger;
   options?: Partial<MountOptions>;
   binding?: Binding;
+  /** request metrics (`--metrics`); absent: nothing is timed */
+  meters?: RequestMeters;
 }
 
 export interface RunningMount {
@@ -49,9 +52,10 @@ export async function mountVfs(req: MountRequest): Promise<RunningMount> {
   const binding = req.binding ?? new FuseNativeBinding();
   const counters = new OpCounters();
   const options = mountOptions(req.options);
+  const failures = new FailureLog(req.log);
   let mounted: MountedFs;
   try {
-    mounted = await binding.mount(req.mountpoint, vfsOps(req.vfs, req.log, counters), options);
+    mounted = await binding.mount(req.mountpoint, vfsOps(req.vfs, req.log, counters, req.meters, failures), options);
   } catch (err) {
     throw new MountError(`mounting ${req.mountpoint} failed: ${(err as Error).message}`);
   }
@@ -65,6 +69,7 @@ export async function mountVfs(req: MountRequest): Promise<RunningMount> {
     finished = true;
     clearInterval(watch);
     await req.vfs.closeAll();
+    failures.close();
     // what the kernel asked for, by op (counted only at debug: see OpCounters)
     if (req.log.isLevelEnabled('debug')) req.log.debug({ requests: counters.snapshot() }, 'requests by op');
     req.log.info({ mountpoint: req.mountpoint }, 'unmounted');

@@ -126,6 +126,20 @@ export class BlobStore {
    */
   async capture(backend: Backend, file: string, size: number): Promise<string> {
     try {
+      const hash = await this.captureBytes(backend, file, size);
+      this.capturedBytes += size;
+      return hash;
+    } catch (err) {
+      if (err instanceof VfsError) throw new VfsError(err.code === 'ENOSPC' ? 'ENOSPC' : 'EIO', `journal: keeping the before-image of ${file} failed: ${err.reason}`);
+      throw new VfsError('EIO', `journal: keeping the before-image of ${file} failed: ${(err as Error).message}`, { cause: err, level: 'error' });
+    }
+  }
+
+  /** bytes of before-images taken by capture() since this store was opened (metrics) */
+  capturedBytes = 0;
+
+  private async captureBytes(backend: Backend, file: string, size: number): Promise<string> {
+    {
       if (backend.keepCopy) {
         // the store keeps it itself (GCS server-side copy): no byte through this host
         const kept = await backend.keepCopy(file, size);
@@ -146,9 +160,6 @@ export class BlobStore {
         await fs.promises.rm(tmp, { force: true });
         throw err;
       }
-    } catch (err) {
-      if (err instanceof VfsError) throw new VfsError(err.code === 'ENOSPC' ? 'ENOSPC' : 'EIO', `journal: keeping the before-image of ${file} failed: ${err.reason}`);
-      throw new VfsError('EIO', `journal: keeping the before-image of ${file} failed: ${(err as Error).message}`);
     }
   }
 

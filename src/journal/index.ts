@@ -18,3 +18,4 @@ export * from './service.js';
 export * from './session-id.js';
 export * from './state-dir.js';
 export * from './verify.js';
+export * from './follow.js';

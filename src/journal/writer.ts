@@ -43,6 +43,8 @@ export class JournalWriter {
   private syncTimer: NodeJS.Timeout | null = null;
   /** bytes ever written by this writer, and how many of them are known durable */
   private written = 0;
+  /** records written to the file by this writer (metrics) */
+  recordsWritten = 0;
   private durable = 0;
   private syncing: Promise<void> | null = null;
   private closed = false;
@@ -133,10 +135,16 @@ export class JournalWriter {
     return true;
   }
 
+  /** bytes written to the journal by this writer */
+  get bytesWritten(): number {
+    return this.written;
+  }
+
   /** Write buffered records to the file now. Throws VfsError(EIO) if the journal cannot be written. */
   flush(): void {
     if (this.pending.length === 0) return;
     if (this.closed) throw new VfsError('EIO', 'journal: writer is closed');
+    const records = this.pending.length;
     const data = this.pending.length === 1 ? encodeRecord(this.pending[0] as JournalRecord) : Buffer.concat(this.pending.map(encodeRecord));
     this.pending = [];
     let off = 0;
@@ -153,6 +161,7 @@ export class JournalWriter {
     }
     this.segBytes += data.length;
     this.written += data.length;
+    this.recordsWritten += records;
     this.o.onAppend?.(this.segIndex, this.segBytes);
     if (this.segBytes >= this.o.segmentBytes) this.roll();
     this.scheduleSync();

@@ -8,8 +8,29 @@ export interface Denial {
   cmd?: string;
   op: string;
   path: string;
+  /** which kind of rule refused it (denialRule), for metrics */
+  rule: DenialRule;
   code: ErrnoCode;
   reason: string;
+}
+
+export type DenialRule = 'quota' | 'max-file-size' | 'read-only-root' | 'read-only-pattern' | 'hidden' | 'suffix' | 'cross-root' | 'view-structure' | 'other';
+
+/**
+ * The kind of rule behind a refusal, read off its errno and sentence (decide.ts and stage.ts
+ * write them; refusals are rare, so reading the sentence costs nothing that matters).
+ */
+export function denialRule(err: VfsError): DenialRule {
+  const r = err.reason;
+  if (err.code === 'EDQUOT') return 'quota';
+  if (err.code === 'EFBIG') return 'max-file-size';
+  if (err.code === 'EXDEV') return 'cross-root';
+  if (/ is read-only; /.test(r)) return 'read-only-root';
+  if (/read-only pattern|what is read-only/.test(r)) return 'read-only-pattern';
+  if (/hidden by the policy|what the policy hides/.test(r)) return 'hidden';
+  if (/only files ending in/.test(r)) return 'suffix';
+  if (err.code === 'EROFS') return 'view-structure';
+  return 'other';
 }
 
 /**
@@ -27,8 +48,11 @@ export class DenialLog {
     private readonly log?: Logger,
   ) {}
 
+  /** told of every refusal (metrics count them by rule and root) */
+  onRecord: ((d: Denial) => void) | undefined;
+
   record(op: string, path: string, err: VfsError, pid?: number): void {
-    const d: Denial = { time: new Date(), op, path, code: err.code, reason: err.reason };
+    const d: Denial = { time: new Date(), op, path, rule: denialRule(err), code: err.code, reason: err.reason };
     const who = callerProcess(pid);
     const cmd = who?.cmd;
     if (who !== undefined) d.pid = who.pid;
@@ -37,6 +61,7 @@ export class DenialLog {
     else this.ring[this.next] = d;
     this.next = (this.next + 1) % this.capacity;
     this.version++;
+    this.onRecord?.(d);
     this.log?.warn({ op, path, errno: err.code, reason: err.reason, ...(who !== undefined ? { callerPid: who.pid } : {}), ...(cmd !== undefined ? { callerCmd: cmd } : {}) }, 'denied by policy');
   }
 

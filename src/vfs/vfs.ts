@@ -80,6 +80,15 @@ export class Vfs {
   readonly pipeline: MutationPipeline;
   private readonly openFiles = new OpenFileTable();
   private readonly handles = new Map<number, Handle>();
+  /** The path an open handle is on (null: not open, or its file was deleted while open). */
+  pathOf(fh: number): string | null {
+    return this.handles.get(fh)?.of.path ?? null;
+  }
+
+  /** handles programs hold open now (metrics) */
+  get openHandles(): number {
+    return this.handles.size;
+  }
   private nextHandle = 1;
   private readonly ownByCaller: boolean;
   private readonly hiddenReleasedIsUnlink: boolean;

@@ -57,7 +57,7 @@ const int64 = (g: bigint) => g.toString() as unknown as number;
  */
 export class GcsRequests {
   readonly bucket: Bucket;
-  readonly counters: RetryCounters = { retries: 0 };
+  readonly counters: RetryCounters = { retries: 0, attempts: new Map() };
 
   constructor(
     readonly storage: Storage,
@@ -68,8 +68,8 @@ export class GcsRequests {
     this.bucket = storage.bucket(bucketName);
   }
 
-  private retry<T>(fn: (attempt: number) => Promise<T>): Promise<T> {
-    return withRetries(this.policy, this.counters, (a) => fn(a.number));
+  private retry<T>(fn: (attempt: number) => Promise<T>, method = 'GET'): Promise<T> {
+    return withRetries(this.policy, this.counters, (a) => fn(a.number), method);
   }
 
   private file(key: string, generation?: bigint): File {
@@ -158,7 +158,7 @@ export class GcsRequests {
 
   /** Create a new generation from a buffer (a multipart upload). */
   async uploadBuffer(key: string, data: Buffer, spec: UploadSpec): Promise<ObjectInfo> {
-    return this.retry(() => this.uploadOnce(key, () => Readable.from([data]), { ...spec, resumable: false }));
+    return this.retry(() => this.uploadOnce(key, () => Readable.from([data]), { ...spec, resumable: false }), 'POST');
   }
 
   /**
@@ -170,7 +170,7 @@ export class GcsRequests {
   async uploadFile(key: string, localPath: string, size: number, spec: UploadSpec): Promise<ObjectInfo> {
     const source = () => fs.createReadStream(localPath);
     if (size < this.opts.resumableThresholdBytes) {
-      return this.retry(() => this.uploadOnce(key, source, { ...spec, resumable: false }));
+      return this.retry(() => this.uploadOnce(key, source, { ...spec, resumable: false }), 'POST');
     }
     let uri: string | undefined;
     return this.retry(async () => {
@@ -184,7 +184,7 @@ export class GcsRequests {
         }
         throw err;
       }
-    });
+    }, 'PUT');
   }
 
   private async uploadOnce(
@@ -214,7 +214,7 @@ export class GcsRequests {
   /** Server-side copy of one generation (rewrite); the destination keeps the source's metadata. */
   async copy(srcKey: string, srcGeneration: bigint, dstKey: string, dst: WritePreconditions): Promise<ObjectInfo> {
     const pre: Record<string, number> = { ifGenerationMatch: int64(dst.ifGenerationMatch) };
-    const [, resp] = await this.retry(() => this.file(srcKey, srcGeneration).copy(this.bucket.file(dstKey), { preconditionOpts: pre }));
+    const [, resp] = await this.retry(() => this.file(srcKey, srcGeneration).copy(this.bucket.file(dstKey), { preconditionOpts: pre }), 'POST');
     // file.copy() does not fill the new File's metadata; the rewrite response carries it.
     const resource = (resp as { resource?: RawObjectMetadata } | undefined)?.resource;
     if (!resource) throw new Error(`copy to ${dstKey}: the rewrite response has no resource`);
@@ -222,7 +222,7 @@ export class GcsRequests {
   }
 
   async remove(key: string, ifGenerationMatch: bigint): Promise<void> {
-    await this.retry(() => this.file(key).delete({ ifGenerationMatch: int64(ifGenerationMatch) }));
+    await this.retry(() => this.file(key).delete({ ifGenerationMatch: int64(ifGenerationMatch) }), 'DELETE');
   }
 
   /** Merge custom metadata entries (null deletes a key); metageneration + 1. */
@@ -232,7 +232,7 @@ export class GcsRequests {
         { metadata: entries },
         { ifGenerationMatch: int64(pre.ifGenerationMatch), ifMetagenerationMatch: int64(pre.ifMetagenerationMatch) },
       ),
-    );
+    'PATCH');
     return objectInfo(m as RawObjectMetadata);
   }
 }

@@ -66,11 +66,13 @@ export function toVfsError(err: unknown, what: string): VfsError {
   if (status === 401 || status === 403) return new VfsError('EACCES', `${what}: GCS refused access (${status}: ${msg})`);
   if (status === 412) return new VfsError('ESTALE', `${what}: the object changed in the bucket meanwhile (${msg})`);
   if (status === 400 && /name/i.test(msg)) return new VfsError('EINVAL', `${what}: GCS rejected the name (${msg})`);
-  if (status !== undefined) return new VfsError('EIO', `${what}: GCS answered ${status}: ${msg}`);
-  if (isTransient(err)) return new VfsError('EIO', `${what}: GCS could not be reached: ${msg}`);
+  // what follows is the backend failing, not an answer: logged where the request is answered
+  const fault = { cause: err, level: 'warn' } as const;
+  if (status !== undefined) return new VfsError('EIO', `${what}: GCS answered ${status}: ${msg}`, fault);
+  if (isTransient(err)) return new VfsError('EIO', `${what}: GCS could not be reached: ${msg}`, fault);
   const code = (err as ErrorLike)?.code;
-  if (code === 'ENOSPC' || code === 'EDQUOT') return new VfsError(code, `${what}: staging disk full: ${msg}`);
-  return new VfsError('EIO', `${what}: ${msg}`);
+  if (code === 'ENOSPC' || code === 'EDQUOT') return new VfsError(code, `${what}: staging disk full: ${msg}`, fault);
+  return new VfsError('EIO', `${what}: ${msg}`, { cause: err, level: 'error' });
 }
 
 /** True if the error says credentials are missing or unusable (not a permission refusal). */

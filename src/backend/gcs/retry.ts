@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isTransient } from './errors.js';
+import { httpStatus, isTransient } from './errors.js';
 
 /*
  * The one retry policy for GCS requests. The client's own retries are switched off (see
@@ -19,6 +19,15 @@ export interface RetryPolicy {
 
 export interface RetryCounters {
   retries: number;
+  /** every attempt, by "METHOD STATUS" (status: the HTTP code, `ok`, or `network`), for metrics */
+  attempts?: Map<string, number>;
+}
+
+function countAttempt(counters: RetryCounters, method: string, status: string): void {
+  const m = counters.attempts;
+  if (m === undefined) return;
+  const key = `${method} ${status}`;
+  m.set(key, (m.get(key) ?? 0) + 1);
 }
 
 export interface Attempt {
@@ -26,12 +35,16 @@ export interface Attempt {
   number: number;
 }
 
-export async function withRetries<T>(policy: RetryPolicy, counters: RetryCounters, fn: (a: Attempt) => Promise<T>): Promise<T> {
+/** `method`: the HTTP method the request uses, for the counts in `counters.attempts` */
+export async function withRetries<T>(policy: RetryPolicy, counters: RetryCounters, fn: (a: Attempt) => Promise<T>, method = 'GET'): Promise<T> {
   const start = Date.now();
   for (let n = 1; ; n++) {
     try {
-      return await fn({ number: n });
+      const v = await fn({ number: n });
+      countAttempt(counters, method, 'ok');
+      return v;
     } catch (err) {
+      countAttempt(counters, method, String(httpStatus(err) ?? 'network'));
       if (n >= policy.attempts || !isTransient(err)) throw err;
       const ceiling = Math.min(policy.maxDelayMs, policy.initialDelayMs * 2 ** (n - 1));
       const delay = ceiling / 2 + Math.random() * (ceiling / 2);

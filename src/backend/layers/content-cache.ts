@@ -28,6 +28,7 @@ export class ContentCache {
   private readonly entries: LRUCache<string, Entry>;
   private readonly maxObjectBytes: number;
   hits = 0;
+  misses = 0;
 
   constructor(o: ContentCacheOptions) {
     this.dir = path.join(o.dir, `${process.pid}-${randomUUID().slice(0, 8)}`);
@@ -45,6 +46,7 @@ export class ContentCache {
   get(version: string): string | undefined {
     const e = this.entries.get(version);
     if (e) this.hits++;
+    else this.misses++;
     return e?.file;
   }
 

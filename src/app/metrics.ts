@@ -1,0 +1,184 @@
+import { performance } from 'node:perf_hooks';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { errnoName, kernelErrno } from '../core/index.js';
+import type { OpMeter, RequestMeters } from '../fuse/index.js';
+import type { MountJournal } from '../journal/index.js';
+import type { Denial } from '../policy/index.js';
+import type { Vfs } from '../vfs/index.js';
+import type { PolicyRuntime, StoreStats } from './workspace.js';
+
+/** What the daemon's metrics read at scrape time (nothing of this is counted per request). */
+export interface MetricSources {
+  vfs: Vfs;
+  store: StoreStats;
+  policy?: PolicyRuntime | undefined;
+  journal?: MountJournal | null | undefined;
+}
+
+/** request latency buckets, seconds: from a cached getattr (tens of µs) to a slow upload */
+const LATENCY_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+/**
+ * A counter whose value lives elsewhere (a layer's own hit count, the journal writer's bytes):
+ * read at scrape time and added as the difference since the last scrape, so it stays a counter.
+ */
+function pulledCounter(registry: Registry, name: string, help: string, labelNames: string[], read: () => Array<[Record<string, string>, number]>): void {
+  const last = new Map<string, number>();
+  new Counter({
+    name, help, labelNames, registers: [registry],
+    collect() {
+      for (const [labels, value] of read()) {
+        const key = JSON.stringify(labels);
+        const delta = value - (last.get(key) ?? 0);
+        if (delta > 0) this.inc(labels, delta);
+        last.set(key, value);
+      }
+    },
+  });
+}
+
+/** One op's request counts, kept in plain numbers: the hot path touches nothing else. */
+class OpStats {
+  ok = 0;
+  /** errno number -> failures */
+  readonly failed = new Map<number, number>();
+  /** per latency bucket (not cumulative), the last one past every bound */
+  readonly buckets = new Float64Array(LATENCY_BUCKETS.length + 1);
+  count = 0;
+  sum = 0;
+  constructor(readonly op: string) {}
+  observe(seconds: number): void {
+    this.count++;
+    this.sum += seconds;
+    let i = 0;
+    while (i < LATENCY_BUCKETS.length && seconds > (LATENCY_BUCKETS[i] as number)) i++;
+    this.buckets[i] = (this.buckets[i] as number) + 1;
+  }
+}
+
+interface MetricValue {
+  value: number;
+  labels: Record<string, string>;
+  metricName?: string;
+}
+
+/** A metric whose samples are made at scrape time from counts kept elsewhere. */
+function scrapedMetric(registry: Registry, name: string, help: string, type: 'counter' | 'histogram', values: () => MetricValue[]): void {
+  const metric = {
+    name, help, type, aggregator: 'sum',
+    get: async () => ({ name, help, type, aggregator: 'sum', values: values() }),
+    reset: () => undefined,
+  };
+  registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0]);
+}
+
+/**
+ * The daemon's Prometheus metrics (`ledgerfs mount --metrics`). A FUSE request that ends adds
+ * to numbers of its op's OpStats, made once per op at mount: no labels are hashed and no
+ * strings built per request (prom-client's own children hash their labels on every call).
+ * The samples, and everything else, are made when scraped.
+ */
+export class DaemonMetrics implements RequestMeters {
+  readonly registry = new Registry();
+  private readonly ops: OpStats[] = [];
+  private readonly denials: Counter<'rule' | 'root'>;
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: 'ledgerfs_process_' });
+    const ops = this.ops;
+    scrapedMetric(this.registry, 'ledgerfs_fuse_requests_total', 'FUSE requests answered, by op and errno (OK: success)', 'counter', () => {
+      const out: MetricValue[] = [];
+      for (const s of ops) {
+        out.push({ value: s.ok, labels: { op: s.op, errno: 'OK' } });
+        for (const [n, v] of s.failed) out.push({ value: v, labels: { op: s.op, errno: errnoName(n) } });
+      }
+      return out;
+    });
+    scrapedMetric(this.registry, 'ledgerfs_fuse_request_duration_seconds', 'time from a FUSE request reaching the core to its answer, by op', 'histogram', () => {
+      const out: MetricValue[] = [];
+      const name = 'ledgerfs_fuse_request_duration_seconds';
+      for (const s of ops) {
+        let acc = 0;
+        LATENCY_BUCKETS.forEach((le, i) => {
+          acc += s.buckets[i] as number;
+          out.push({ metricName: `${name}_bucket`, labels: { le: String(le), op: s.op }, value: acc });
+        });
+        out.push({ metricName: `${name}_bucket`, labels: { le: '+Inf', op: s.op }, value: s.count });
+        out.push({ metricName: `${name}_sum`, labels: { op: s.op }, value: s.sum });
+        out.push({ metricName: `${name}_count`, labels: { op: s.op }, value: s.count });
+      }
+      return out;
+    });
+    this.denials = new Counter({ name: 'ledgerfs_policy_denials_total', help: 'changes the policy refused, by rule and root', labelNames: ['rule', 'root'], registers: [this.registry] });
+  }
+
+  now(): number {
+    return performance.now();
+  }
+
+  forOp(op: string): OpMeter {
+    const s = new OpStats(op);
+    this.ops.push(s);
+    return {
+      ok: (t0) => {
+        s.ok++;
+        s.observe((performance.now() - t0) / 1000);
+      },
+      failed: (t0, err) => {
+        const n = -kernelErrno(err);
+        s.failed.set(n, (s.failed.get(n) ?? 0) + 1);
+        s.observe((performance.now() - t0) / 1000);
+      },
+    };
+  }
+
+  /** Read the layers at scrape time from now on. */
+  attach(s: MetricSources): void {
+    const r = this.registry;
+    const policy = s.policy;
+    if (policy) {
+      const roots = policy.compiled.roots;
+      const rootOf = (path: string) => {
+        let best = '';
+        for (const root of roots) if ((path === root.path || path.startsWith(root.path === '/' ? '/' : root.path + '/')) && root.path.length > best.length) best = root.path;
+        return best || '(none)';
+      };
+      policy.denials.onRecord = (d: Denial) => this.denials.inc({ rule: d.rule, root: rootOf(d.path) });
+      const quota = (name: string, help: string, read: (rootIndex: number) => number | undefined) =>
+        new Gauge({
+          name, help, labelNames: ['root'], registers: [r],
+          collect() {
+            for (const root of roots) {
+              const v = read(root.index);
+              if (v !== undefined) this.set({ root: root.path }, v);
+            }
+          },
+        });
+      const usage = (i: number) => policy.usage.byRoot[i] ?? undefined;
+      quota('ledgerfs_quota_used_bytes', 'bytes a root holds as its quota counts them (counted roots only)', (i) => usage(i)?.bytes);
+      quota('ledgerfs_quota_used_files', 'files and directories a root holds (counted roots only)', (i) => usage(i)?.files);
+      quota('ledgerfs_quota_limit_bytes', 'a root\'s byte quota (roots with one only)', (i) => roots[i]?.quota.bytes);
+      quota('ledgerfs_quota_limit_files', 'a root\'s file quota (roots with one only)', (i) => roots[i]?.quota.files);
+    }
+    const journal = s.journal;
+    if (journal) {
+      const w = journal.service.writer;
+      pulledCounter(r, 'ledgerfs_journal_records_total', 'records written to the journal by this mount', [], () => [[{}, w.recordsWritten]]);
+      pulledCounter(r, 'ledgerfs_journal_bytes_total', 'bytes written to the journal by this mount', [], () => [[{}, w.bytesWritten]]);
+      pulledCounter(r, 'ledgerfs_journal_before_image_bytes_total', 'bytes of before-images kept by this mount (for rollback)', [], () => [[{}, journal.service.blobs.capturedBytes]]);
+    }
+    const caches = s.store.caches;
+    pulledCounter(r, 'ledgerfs_cache_hits_total', 'lookups a cache layer answered itself, by layer', ['layer'], () => caches.map((c) => [{ layer: c.layer }, c.hits()]));
+    pulledCounter(r, 'ledgerfs_cache_misses_total', 'lookups a cache layer passed on, by layer', ['layer'], () => caches.map((c) => [{ layer: c.layer }, c.misses()]));
+    pulledCounter(r, 'ledgerfs_backend_retries_total', 'backend requests retried after a transient failure (GCS)', [], () => [[{}, s.store.retries()]]);
+    pulledCounter(r, 'ledgerfs_gcs_requests_total', 'requests to the bucket (each attempt), by HTTP method and status (ok, the HTTP code, or network)', ['method', 'status'], () =>
+      s.store.requests().map((q) => [{ method: q.method, status: q.status }, q.count]));
+    const vfs = s.vfs;
+    new Gauge({
+      name: 'ledgerfs_open_files', help: 'file handles programs hold open on the mount', registers: [r],
+      collect() {
+        this.set(vfs.openHandles);
+      },
+    });
+  }
+}

@@ -1,0 +1,109 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { run, startMount, startTestEmulator, type TestEmulator, type TestMount } from '../helpers/mount.js';
+import { makeTemp, rmTemp } from '../helpers/tmp.js';
+import { listSegments } from '../../src/journal/layout.js';
+
+/** `ledgerfs mount --metrics`: counters after a known workload, and /healthz following the backend. */
+
+function metricsUrl(m: TestMount): string {
+  const line = m.logs().split('\n').find((l) => l.includes('"metrics served"'));
+  if (!line) throw new Error(`no "metrics served" line in the log:\n${m.logs()}`);
+  return (JSON.parse(line) as { metrics: string }).metrics.replace(/\/metrics$/, '');
+}
+
+/** The value of one sample, e.g. sample(text, 'ledgerfs_fuse_requests_total', {op: 'create', errno: 'OK'}); 0 if absent. */
+function sample(text: string, name: string, labels: Record<string, string> = {}): number {
+  for (const line of text.split('\n')) {
+    const m = /^([a-z_]+)(?:\{([^}]*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const got = Object.fromEntries([...(m[2] ?? '').matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
+    if (Object.entries(labels).every(([k, v]) => got[k] === v) && Object.keys(got).length === Object.keys(labels).length) return Number(m[3]);
+  }
+  return 0;
+}
+
+async function get(url: string): Promise<{ status: number; text: string }> {
+  const r = await fetch(url);
+  return { status: r.status, text: await r.text() };
+}
+
+describe('metrics and health', () => {
+  let m: TestMount | undefined;
+  let emulator: TestEmulator | undefined;
+  let dir: string | undefined;
+  afterEach(async () => {
+    await m?.stop();
+    await emulator?.stop();
+    if (dir) rmTemp(dir);
+    m = emulator = dir = undefined;
+  });
+
+  it('counts creates, denials by rule and root, and journal records exactly', async () => {
+    dir = makeTemp('metrics');
+    const ws = path.join(dir, 'ws');
+    const state = path.join(dir, 'state');
+    fs.mkdirSync(path.join(ws, 'docs'), { recursive: true });
+    fs.mkdirSync(path.join(ws, 'w'));
+    fs.writeFileSync(path.join(ws, 'docs/readme.txt'), 'read me\n');
+    fs.writeFileSync(path.join(dir, 'p.yaml'), 'backend: {type: local, path: ./ws}\nroots:\n  - {path: /docs, mode: ro}\n  - {path: /w, mode: rw, quota: {bytes: 1MiB, files: 50}, suffixes: [.txt]}\n');
+    m = await startMount({ src: ws, omitSource: true, args: ['--policy', path.join(dir, 'p.yaml'), '--state', state, '--metrics', '127.0.0.1:0'] });
+    const url = metricsUrl(m);
+    expect((await get(`${url}/healthz`)).status).toBe(200);
+
+    const r = run('echo a > w/a.txt; echo bb > w/b.txt; : > w/c.txt; echo x > docs/new.txt; echo x > docs/new2.txt; echo x > w/bad.bin; true', m.mnt);
+    expect(r.stderr.match(/Read-only file system/g)).toHaveLength(2);
+    expect(r.stderr.match(/Permission denied/g)).toHaveLength(1);
+    // the journal's outcomes are written within a moment (group commit)
+    await new Promise((res) => setTimeout(res, 1500));
+    const text = (await get(`${url}/metrics`)).text;
+
+    expect(sample(text, 'ledgerfs_fuse_requests_total', { op: 'create', errno: 'OK' })).toBe(3);
+    expect(sample(text, 'ledgerfs_fuse_requests_total', { op: 'create', errno: 'EROFS' })).toBe(2);
+    expect(sample(text, 'ledgerfs_fuse_requests_total', { op: 'create', errno: 'EACCES' })).toBe(1);
+    expect(sample(text, 'ledgerfs_policy_denials_total', { rule: 'read-only-root', root: '/docs' })).toBe(2);
+    expect(sample(text, 'ledgerfs_policy_denials_total', { rule: 'suffix', root: '/w' })).toBe(1);
+    expect(sample(text, 'ledgerfs_fuse_request_duration_seconds_count', { op: 'create' })).toBe(6);
+    // quota: three files of 2 + 3 + 0 bytes in /w
+    expect(sample(text, 'ledgerfs_quota_used_files', { root: '/w' })).toBe(3);
+    expect(sample(text, 'ledgerfs_quota_used_bytes', { root: '/w' })).toBe(5);
+    expect(sample(text, 'ledgerfs_quota_limit_bytes', { root: '/w' })).toBe(1024 * 1024);
+    expect(sample(text, 'ledgerfs_quota_limit_files', { root: '/w' })).toBe(50);
+    // journal records: every line in this (fresh) state directory's segments, counted independently
+    const journalFiles = listSegments(path.join(state, 'journal')).map((seg) => seg.path);
+    expect(journalFiles.length).toBeGreaterThan(0);
+    const records = journalFiles.reduce((n, f) => n + fs.readFileSync(f, 'utf8').split('\n').filter((l) => l.length > 0).length, 0);
+    const bytes = journalFiles.reduce((n, f) => n + fs.statSync(f).size, 0);
+    expect(records).toBeGreaterThanOrEqual(6); // three creates and three writes at least
+    expect(sample(text, 'ledgerfs_journal_records_total')).toBe(records);
+    expect(sample(text, 'ledgerfs_journal_bytes_total')).toBe(bytes);
+    expect(sample(text, 'ledgerfs_open_files')).toBe(0);
+    expect(text).toMatch(/^ledgerfs_fuse_request_duration_seconds_bucket\{le="0.001",op="create"\} \d+$/m);
+  });
+
+  it('/healthz answers 503 with the reason while the GCS backend fails, 200 again after', async () => {
+    emulator = await startTestEmulator(['ledgerfs-health']);
+    m = await startMount({ gcs: { emulator, bucket: 'ledgerfs-health' }, args: ['--no-journal', '--metrics', ':0'] });
+    const url = metricsUrl(m);
+    expect(await get(`${url}/healthz`)).toEqual({ status: 200, text: 'ok\n' });
+    // a small workload: the bucket's requests are counted by method and status
+    run('echo hi > a.txt && cat a.txt && ls', m.mnt);
+    const text = (await get(`${url}/metrics`)).text;
+    expect(sample(text, 'ledgerfs_gcs_requests_total', { method: 'POST', status: 'ok' })).toBeGreaterThanOrEqual(1);
+    expect(sample(text, 'ledgerfs_gcs_requests_total', { method: 'GET', status: 'ok' })).toBeGreaterThanOrEqual(1);
+    expect(sample(text, 'ledgerfs_fuse_requests_total', { op: 'create', errno: 'OK' })).toBe(1);
+    const r = await fetch(`${emulator.url}/_emulator/faults`, { method: 'POST', body: JSON.stringify({ status: 503, count: -1 }) });
+    expect(r.ok).toBe(true);
+    const down = await get(`${url}/healthz`);
+    expect(down.status).toBe(503);
+    expect(down.text).toMatch(/backend gs:\/\/ledgerfs-health\/ unreachable: .*503/);
+    await fetch(`${emulator.url}/_emulator/faults`, { method: 'DELETE' });
+    expect((await get(`${url}/healthz`)).status).toBe(200);
+    // the emulator gone altogether
+    await emulator.stop();
+    const gone = await get(`${url}/healthz`);
+    expect(gone.status).toBe(503);
+    expect(gone.text).toMatch(/unreachable/);
+  });
+});
