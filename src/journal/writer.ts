@@ -84,6 +84,7 @@ export class JournalWriter {
     while (off < data.length) off += fs.writeSync(this.fd, data, off, data.length - off);
     this.segBytes += data.length;
     this.written += data.length;
+    this.recordsWritten++;
     this.o.onAppend?.(this.segIndex, this.segBytes);
   }
 
