@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { DEFAULTS } from '../config/index.js';
-import { buildHistory, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
+import { BlobStore, buildHistory, damagedImages, describeDamage, stateLayout, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import {
@@ -74,6 +74,8 @@ export function registerRollbackCommand(program: Command): void {
 Each touched path is restored to its recorded before-state, newest mutation first. If a path
 no longer is what the journal says a mutation left (changed beside the mount, or by a program
 still writing it), the rollback stops there and names the conflicts; --force overrides.
+Every before-image it would write back is checked against its hash first: a missing or
+damaged one refuses the rollback before anything changes (even with --force).
 On a mounted workspace the request goes to the mount's daemon (open files, quotas and the
 kernel's caches stay right; the command returns once cached attributes have expired); on an
 unmounted one it works on the source directly. Exit status: 0 done, 1 conflicts, 2 usage.
@@ -127,7 +129,11 @@ async function rollbackDirect(o: RollbackOptions, stateDir: string, req: Rollbac
   try {
     if (req.dryRun) {
       // read-only: no lock, nothing written (operations a crash left unresolved show as conflicts)
-      return (await planRollback(buildHistory(readJournal(stateDir).records), req, { backend: ws.backend })).result;
+      const { ops, result } = await planRollback(buildHistory(readJournal(stateDir).records), req, { backend: ws.backend });
+      // (a GCS workspace's blobs may be only in its bucket: the real run fetches and checks them)
+      const damaged = ws.journalRemote ? [] : await damagedImages(ops, new BlobStore(stateLayout(stateDir).blobsDir));
+      if (damaged.length > 0) throw new RollbackError(describeDamage(damaged));
+      return result;
     }
     const session = newSessionId('rollback-');
     const svc = await JournalService.open({

@@ -12,7 +12,8 @@ import { readJournal } from './reader.js';
 import { RECORD_VERSION } from './record.js';
 import { recoverPending } from './recovery.js';
 import type { JournalRemote } from './remote.js';
-import { applyRollback, planRollback, type RollbackResult, type RollbackSelection } from './rollback.js';
+import { damagedImages, describeDamage } from './before-images.js';
+import { applyRollback, planRollback, RollbackError, type RollbackResult, type RollbackSelection } from './rollback.js';
 import { newSessionId } from './session-id.js';
 import { JournalStage } from './stage.js';
 import { JournalWriter } from './writer.js';
@@ -173,6 +174,8 @@ export class JournalService {
       const { ops, result: plan } = await planRollback(history, req, { backend: this.o.backend, openWritePaths: openWritePaths() });
       const { planned, alreadyUndone, conflicts } = plan;
       const base = { planned, alreadyUndone, forced: [] };
+      const damaged = await damagedImages(ops, this.blobs);
+      if (damaged.length > 0) throw new RollbackError(describeDamage(damaged));
       if (req.dryRun) return plan;
       if (ops.length === 0) return { ...base, dryRun: false, session: null, undone: 0, conflicts: [], complete: true };
       if (conflicts.length > 0 && !req.force) return { ...base, dryRun: false, session: null, undone: 0, conflicts, complete: false };
