@@ -31,6 +31,16 @@ function report(r: RollbackResult, o: RollbackOptions, where: string): number {
     return r.conflicts.length > 0 || !r.complete ? 1 : 0;
   }
   const out = (s: string) => process.stdout.write(s + '\n');
+  const planned = new Set(r.planned.map((s) => s.seq));
+  for (const u of r.unfinished ?? []) {
+    const left = u.left.filter((seq) => planned.has(seq)).length;
+    const seqs = u.left.slice(0, 8).map((s) => `#${s}`).join(', ') + (u.left.length > 8 ? ', …' : '');
+    out(
+      `An earlier rollback (${u.session}, ${u.target}) ${u.interrupted ? 'was cut short' : 'stopped'} after ${u.restored} of ${u.total} undo(s); ` +
+        `${u.left.length} left (${seqs})` +
+        (left === u.left.length ? `: ${r.dryRun ? 'this rollback would finish them' : 'this rollback takes them up'}.` : left > 0 ? `; ${left} of them are in this selection.` : `; none is in this selection (roll back ${u.target} to finish it).`),
+    );
+  }
   if (r.alreadyUndone > 0) out(`${r.alreadyUndone} selected mutation(s) were already undone by an earlier rollback; left alone.`);
   if (r.planned.length === 0) {
     out('Nothing to roll back.');
@@ -76,6 +86,8 @@ no longer is what the journal says a mutation left (changed beside the mount, or
 still writing it), the rollback stops there and names the conflicts; --force overrides.
 Every before-image it would write back is checked against its hash first: a missing or
 damaged one refuses the rollback before anything changes (even with --force).
+A rollback that was killed part way is named by the next one; run the same command again to
+finish it (its own half-done work is not taken for a conflict).
 On a mounted workspace the request goes to the mount's daemon (open files, quotas and the
 kernel's caches stay right; the command returns once cached attributes have expired); on an
 unmounted one it works on the source directly. Exit status: 0 done, 1 conflicts, 2 usage.

@@ -51,8 +51,9 @@ function dropPrefix(h: History, cutoff: number): Set<number> {
 function keepRecord(r: JournalRecord, drop: Set<number>, cutoff: number): boolean {
   if (r.kind === 'op') return !drop.has(r.seq);
   if (r.kind === 'start') return r.time >= cutoff;
-  // a conflict tied to no operation goes by its time (its bytes stay in conflicts/ with their note)
-  if (r.of === undefined) return r.time >= cutoff;
+  // a conflict tied to no operation goes by its time (its bytes stay in conflicts/ with their
+  // note), and so does a rollback's intent and end
+  if (!('of' in r) || r.of === undefined) return r.time >= cutoff;
   return !drop.has(r.of);
 }
 

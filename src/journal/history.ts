@@ -1,5 +1,5 @@
 import type { LocatedRecord } from './reader.js';
-import type { ConflictRecord, EndRecord, JournalOp, OpArgs, OpRecord, StartRecord, State } from './record.js';
+import type { ConflictRecord, EndRecord, JournalOp, OpArgs, OpRecord, RollbackEndRecord, RollbackIntentRecord, StartRecord, State } from './record.js';
 
 export type OperationStatus = 'done' | 'failed' | 'pending' | 'open';
 
@@ -37,6 +37,15 @@ export interface Operation {
   records: LocatedRecord[];
 }
 
+/** A rollback that journaled its intent (rollback-intent), with its progress. */
+export interface RollbackRun {
+  intent: RollbackIntentRecord;
+  /** operations it finished undoing (its `restored` records) */
+  restored: Set<number>;
+  /** how it ended; absent: it is running, or was cut short */
+  end?: RollbackEndRecord;
+}
+
 export interface History {
   /** every operation in seq order */
   ops: Operation[];
@@ -48,6 +57,8 @@ export interface History {
   orphans: LocatedRecord[];
   /** every conflict record (those tied to an operation are also in its `conflicts`) */
   conflicts: ConflictRecord[];
+  /** rollbacks that journaled an intent, by their session, oldest first */
+  rollbacks: Map<string, RollbackRun>;
 }
 
 function fromOpRecord(r: OpRecord, loc: LocatedRecord): Operation {
@@ -68,8 +79,22 @@ export function buildHistory(records: LocatedRecord[]): History {
   const starts: StartRecord[] = [];
   const orphans: LocatedRecord[] = [];
   const conflicts: ConflictRecord[] = [];
+  const rollbacks = new Map<string, RollbackRun>();
   for (const loc of records) {
     const r = loc.record;
+    if (r.kind === 'rollback-intent') {
+      rollbacks.set(r.session, { intent: r, restored: new Set() });
+      continue;
+    }
+    if (r.kind === 'restored') {
+      rollbacks.get(r.session)?.restored.add(r.of);
+      continue;
+    }
+    if (r.kind === 'rollback-end') {
+      const run = rollbacks.get(r.session);
+      if (run) run.end = r;
+      continue;
+    }
     if (r.kind === 'op') {
       const op = fromOpRecord(r, loc);
       ops.push(op);
@@ -121,7 +146,7 @@ export function buildHistory(records: LocatedRecord[]): History {
   // Segments are appended in order, so ops are in seq order already; gc keeps that.
   let lastSeq = ops.length ? (ops[ops.length - 1] as Operation).seq : 0;
   for (const s of starts) if (s.lastSeq !== undefined && s.lastSeq > lastSeq) lastSeq = s.lastSeq;
-  return { ops, bySeq, starts, orphans, conflicts, firstSeq: ops.length ? (ops[0] as Operation).seq : lastSeq + 1, lastSeq };
+  return { ops, bySeq, starts, orphans, conflicts, rollbacks, firstSeq: ops.length ? (ops[0] as Operation).seq : lastSeq + 1, lastSeq };
 }
 
 /** Operations that changed something (or may have: pending and open ones). */
@@ -138,7 +163,17 @@ export function undoneSeqs(h: History): Set<number> {
   const undone = new Set<number>();
   for (let i = h.ops.length - 1; i >= 0; i--) {
     const op = h.ops[i] as Operation;
-    if (op.undoes !== undefined && effective(op) && !undone.has(op.seq)) undone.add(op.undoes);
+    if (op.undoes !== undefined && effective(op) && !undone.has(op.seq) && !partialUndo(h, op)) undone.add(op.undoes);
   }
   return undone;
+}
+
+/**
+ * An undo mutation of a rollback that journaled its intent but not (yet) that it finished
+ * undoing this operation: a part of an undo cut short, not an undo.
+ */
+export function partialUndo(h: History, op: Operation): boolean {
+  if (op.undoes === undefined) return false;
+  const run = h.rollbacks.get(op.session);
+  return run !== undefined && !run.restored.has(op.undoes);
 }

@@ -13,7 +13,7 @@ import { RECORD_VERSION } from './record.js';
 import { recoverPending } from './recovery.js';
 import type { JournalRemote } from './remote.js';
 import { damagedImages, describeDamage } from './before-images.js';
-import { applyRollback, planRollback, RollbackError, type RollbackResult, type RollbackSelection } from './rollback.js';
+import { applyRollback, describeSelection, partialWork, planRollback, RollbackError, type RollbackResult, type RollbackSelection } from './rollback.js';
 import { newSessionId } from './session-id.js';
 import { JournalStage } from './stage.js';
 import { JournalWriter } from './writer.js';
@@ -173,7 +173,7 @@ export class JournalService {
       const history = this.history();
       const { ops, result: plan } = await planRollback(history, req, { backend: this.o.backend, openWritePaths: openWritePaths() });
       const { planned, alreadyUndone, conflicts } = plan;
-      const base = { planned, alreadyUndone, forced: [] };
+      const base = { planned, alreadyUndone, forced: [], ...(plan.unfinished ? { unfinished: plan.unfinished } : {}) };
       const damaged = await damagedImages(ops, this.blobs);
       if (damaged.length > 0) throw new RollbackError(describeDamage(damaged));
       if (req.dryRun) return plan;
@@ -183,6 +183,7 @@ export class JournalService {
       const r = await applyRollback(ops, {
         vfs, stage: this.stage, blobs: this.blobs, session, actor: req.actor ?? DEFAULTS.journal.rollbackActor,
         force: req.force ?? false, openWritePaths, onProgress, history: history.ops,
+        writer: this.writer, target: describeSelection(req), partial: partialWork(history),
       });
       await this.writer.sync();
       return {
