@@ -14,6 +14,7 @@ interface RollbackOptions extends StateFlags {
   path?: string;
   dryRun: boolean;
   force: boolean;
+  skipConflicts: boolean;
   json: boolean;
   actor: string;
 }
@@ -51,8 +52,12 @@ function report(r: RollbackResult, o: RollbackOptions, where: string): number {
     for (const s of r.planned) out(`  #${s.seq}  ${formatTime(s.time)}  ${s.session}  ${s.op.padEnd(8)}  ${s.undo}`);
   }
   if (r.conflicts.length > 0) {
-    out(`${r.dryRun ? 'Conflicts (the rollback would stop here; --force overrides)' : `Stopped after ${r.undone} of ${r.planned.length}: conflicts (--force overrides)`}:`);
+    out(`${r.dryRun ? 'Conflicts (the rollback would stop here; --force overrides, --skip-conflicts leaves them)' : `Stopped after ${r.undone} of ${r.planned.length}: conflicts (--force overrides, --skip-conflicts leaves them)`}:`);
     for (const c of r.conflicts) out(`  #${c.seq} ${c.op} ${c.path}: ${c.reason}`);
+  }
+  if (r.skipped && r.skipped.length > 0) {
+    out(`Skipped ${r.skipped.length} mutation(s) (--skip-conflicts), left as they are:`);
+    for (const c of r.skipped) out(`  #${c.seq} ${c.op} ${c.path}: ${c.reason}`);
   }
   if (r.forced.length > 0) {
     out(`Overrode ${r.forced.length} conflict(s) (--force):`);
@@ -75,6 +80,7 @@ export function registerRollbackCommand(program: Command): void {
       .option('--path <prefix>', 'only mutations that name this path or something below it')
       .option('--dry-run', 'print the plan and the conflicts visible now; change nothing', false)
       .option('--force', 'restore recorded states even where someone changed them since', false)
+      .option('--skip-conflicts', 'undo everything else; leave what someone changed (and older changes to the same paths) and list it', false)
       .option('--actor <label>', 'actor label on the rollback\'s own journal records', DEFAULTS.journal.rollbackActor)
       .option('--json', 'print the result as JSON', false),
   )
@@ -83,14 +89,18 @@ export function registerRollbackCommand(program: Command): void {
       `
 Each touched path is restored to its recorded before-state, newest mutation first. If a path
 no longer is what the journal says a mutation left (changed beside the mount, or by a program
-still writing it), the rollback stops there and names the conflicts; --force overrides.
+still writing it), the rollback stops there and names the conflicts; --force overrides, and
+--skip-conflicts undoes everything else, leaving those paths (and older changes to them) as
+they are and listing them. Content is judged by its hash where the journal has one (files up
+to 8 MiB a write left): a file whose mtime alone changed (touch) is no conflict.
 Every before-image it would write back is checked against its hash first: a missing or
 damaged one refuses the rollback before anything changes (even with --force).
 A rollback that was killed part way is named by the next one; run the same command again to
 finish it (its own half-done work is not taken for a conflict).
 On a mounted workspace the request goes to the mount's daemon (open files, quotas and the
 kernel's caches stay right; the command returns once cached attributes have expired); on an
-unmounted one it works on the source directly. Exit status: 0 done, 1 conflicts, 2 usage.
+unmounted one it works on the source directly. Exit status: 0 done, 1 conflicts (also when
+--skip-conflicts left some), 2 usage or a missing or damaged before-image.
 
 Examples:
   ledgerfs rollback --source ./case-files --to 120 --dry-run
@@ -100,7 +110,9 @@ Examples:
 ${STATE_HELP}`,
     )
     .action(async (o: RollbackOptions) => {
+      if (o.force && o.skipConflicts) throw new UserError('--force and --skip-conflicts contradict each other: override the conflicts, or leave them');
       const req: RollbackRequest = { dryRun: o.dryRun, force: o.force, actor: o.actor };
+      if (o.skipConflicts) req.skipConflicts = true;
       if (o.to !== undefined) {
         const w = parseWhen(o.to);
         if ('seq' in w) req.toSeq = w.seq;

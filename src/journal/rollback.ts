@@ -3,7 +3,7 @@ import { type Backend, type Caller, isWithin, rebase, VfsError } from '../core/i
 import type { Vfs } from '../vfs/index.js';
 import type { BlobStore } from './blobs.js';
 import { effective, partialUndo, undoneSeqs, type History, type Operation } from './history.js';
-import { mismatch, stateOf, type Aspect } from './node-state.js';
+import { hashAt, mismatch, stateOf, type Aspect } from './node-state.js';
 import type { JournalOp, NodeState, State } from './record.js';
 import type { JournalStage } from './stage.js';
 import type { JournalWriter } from './writer.js';
@@ -49,6 +49,8 @@ export interface RollbackResult {
   complete: boolean;
   /** --force went past these conflicts */
   forced: Conflict[];
+  /** --skip-conflicts left these operations as they are (and older ones on the same paths) */
+  skipped?: Conflict[];
   /** earlier rollbacks that were cut short (killed) or stopped, with what they left undone */
   unfinished?: UnfinishedRollback[];
 }
@@ -239,6 +241,19 @@ function ownWork(op: Operation, i: number, now: State, ctx: ConflictContext): bo
   return false;
 }
 
+/**
+ * The content is what the journal expects, by its hash, and only the mtime differs (a touch):
+ * not a conflict, since the undo restores the mtime anyway. Files without a recorded hash (over
+ * journal.contentHashMaxBytes) are judged by size and mtime alone.
+ */
+async function onlyTimesChanged(expected: State, now: State, aspects: readonly Aspect[], backend: Backend, path: string): Promise<boolean> {
+  if (expected?.type !== 'file' || now?.type !== 'file' || !expected.sha256 || expected.size !== now.size) return false;
+  if (!aspects.includes('content')) return false;
+  // the other aspects (mode, owner) must hold by themselves
+  if (mismatch(expected, now, aspects.filter((a) => a !== 'content' && a !== 'mtime')) !== null) return false;
+  return (await hashAt(backend, path, now.size).catch(() => null)) === expected.sha256;
+}
+
 /** Why `op` cannot be undone as the journal says right now (path i only, or all paths). */
 export async function conflictsOf(op: Operation, ctx: ConflictContext, only?: number): Promise<Conflict[]> {
   const out: Conflict[] = [];
@@ -259,7 +274,9 @@ export async function conflictsOf(op: Operation, ctx: ConflictContext, only?: nu
     const path = op.paths[i] as string;
     const now = await stateOf(ctx.backend, path);
     const why = mismatch(e.expected, now, e.aspects);
-    if (why && !ownWork(op, i, now, ctx)) add(path, `${why} (someone changed it since #${op.seq})`);
+    if (why && !ownWork(op, i, now, ctx) && !(await onlyTimesChanged(e.expected, now, e.aspects, ctx.backend, path))) {
+      add(path, `${why} (someone changed it since #${op.seq})`);
+    }
   }
   return out;
 }
@@ -298,6 +315,8 @@ export interface ApplyEnv {
   session: string;
   actor: string;
   force: boolean;
+  /** leave operations with a conflict (and older ones on their paths) and undo the rest */
+  skipConflicts?: boolean;
   openWritePaths?: () => readonly string[];
   onProgress?: (done: number, total: number) => void;
   /** every operation of the journal: where else a hard-linked file was seen */
@@ -600,7 +619,7 @@ class Undoer {
  * first; on a conflict the rollback stops there (what was undone stays undone, and is itself
  * journaled) unless `force`, which restores the before-state anyway and reports what it overrode.
  */
-export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ undone: number; conflicts: Conflict[]; forced: Conflict[] }> {
+export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ undone: number; conflicts: Conflict[]; forced: Conflict[]; skipped: Conflict[] }> {
   const undoer = new Undoer(env);
   const ctx = (): ConflictContext => {
     const c: ConflictContext = { backend: env.vfs.backend };
@@ -610,6 +629,9 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
     return c;
   };
   const forced: Conflict[] = [];
+  const skipped: Conflict[] = [];
+  /** paths of skipped operations: an older operation on them (or above or below) is skipped too */
+  const left: { path: string; seq: number }[] = [];
   let undone = 0;
   let restored = 0;
   // the intent reaches the journal file before the first change: a rollback cut short is known
@@ -619,11 +641,26 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
   });
   const finish = (conflicts: Conflict[]) => {
     env.writer?.appendNow({ kind: 'rollback-end', time: Date.now(), session: env.session, restored, complete: restored === ops.length });
-    return { undone, conflicts, forced };
+    return { undone, conflicts, forced, skipped };
+  };
+  const skip = (op: Operation, why: Conflict[]) => {
+    skipped.push(...why);
+    for (const p of op.paths) left.push({ path: p, seq: op.seq });
   };
   for (const op of ops) {
+    if (env.skipConflicts) {
+      const after = left.find((l) => op.paths.some((p) => isWithin(p, l.path) || isWithin(l.path, p)));
+      if (after) {
+        skip(op, [{ seq: op.seq, op: op.op, path: after.path, reason: `left as it is: the undo of #${after.seq} on ${after.path} was skipped` }]);
+        continue;
+      }
+    }
     const conflicts = await conflictsOf(op, ctx());
     if (conflicts.length > 0) {
+      if (env.skipConflicts) {
+        skip(op, conflicts);
+        continue;
+      }
       if (!env.force) return finish(conflicts);
       forced.push(...conflicts);
       // a program's write session on it ends here, so the undo is not recorded as part of it
@@ -638,6 +675,10 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
     } catch (err) {
       const reason = err instanceof VfsError ? err.reason : (err as Error).message;
       const c: Conflict = { seq: op.seq, op: op.op, path: op.paths[0] as string, reason: `undo failed: ${reason}` };
+      if (env.skipConflicts) {
+        skip(op, [c]);
+        continue;
+      }
       if (!env.force) return finish([c]);
       forced.push(c);
     }

@@ -35,6 +35,8 @@ export interface OpenJournalOptions {
 
 export interface RollbackRequest extends RollbackSelection {
   force?: boolean;
+  /** undo everything but the operations with a conflict (and older ones on their paths) */
+  skipConflicts?: boolean;
   dryRun?: boolean;
   actor?: string;
   /** the session the undo is journaled under (default: a new rollback-... id) */
@@ -178,17 +180,17 @@ export class JournalService {
       if (damaged.length > 0) throw new RollbackError(describeDamage(damaged));
       if (req.dryRun) return plan;
       if (ops.length === 0) return { ...base, dryRun: false, session: null, undone: 0, conflicts: [], complete: true };
-      if (conflicts.length > 0 && !req.force) return { ...base, dryRun: false, session: null, undone: 0, conflicts, complete: false };
+      if (conflicts.length > 0 && !req.force && !req.skipConflicts) return { ...base, dryRun: false, session: null, undone: 0, conflicts, complete: false };
       const session = req.asSession ?? newSessionId('rollback-');
       const r = await applyRollback(ops, {
         vfs, stage: this.stage, blobs: this.blobs, session, actor: req.actor ?? DEFAULTS.journal.rollbackActor,
-        force: req.force ?? false, openWritePaths, onProgress, history: history.ops,
+        force: req.force ?? false, skipConflicts: req.skipConflicts ?? false, openWritePaths, onProgress, history: history.ops,
         writer: this.writer, target: describeSelection(req), partial: partialWork(history),
       });
       await this.writer.sync();
       return {
         ...base, dryRun: false, session: r.undone > 0 ? session : null, undone: r.undone, conflicts: r.conflicts,
-        complete: r.undone === ops.length, forced: r.forced,
+        complete: r.undone === ops.length, forced: r.forced, ...(req.skipConflicts ? { skipped: r.skipped } : {}),
       };
     });
   }

@@ -1,7 +1,7 @@
 import { type Backend, type BackendFile, type Caller, callerProcess, isWithin, type Logger, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import type { BlobStore } from './blobs.js';
-import { stateFromAttr, stateOf } from './node-state.js';
+import { hashOpenFile, stateFromAttr, stateOf } from './node-state.js';
 import type { ConflictRecord, DoneRecord, JournalOp, OpArgs, OpRecord, State } from './record.js';
 import type { JournalWriter } from './writer.js';
 
@@ -380,6 +380,11 @@ export class JournalStage implements MutationStage {
     this.endedAt.set(s.path, s.seq);
     if (this.endedAt.size > DEFAULTS.journal.endedSessionsKept) this.endedAt.delete(this.endedAt.keys().next().value as string);
     const after = await this.stateOfSession(s);
+    if (after?.type === 'file' && after.size <= DEFAULTS.journal.contentHashMaxBytes && s.file?.path === s.path) {
+      // (through the open file: no path walk, and no download from a remote store)
+      const sha = await hashOpenFile(s.file.file, after.size).catch(() => null);
+      if (sha) after.sha256 = sha;
+    }
     this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [after], reason });
   }
 
