@@ -165,6 +165,25 @@ export function undoneSeqs(h: History): Set<number> {
     const op = h.ops[i] as Operation;
     if (op.undoes !== undefined && effective(op) && !undone.has(op.seq) && !partialUndo(h, op)) undone.add(op.undoes);
   }
+  // A rollback that resumed an undo an earlier one cut short may have found every change made
+  // already, and made none itself: its `restored` stands for the earlier partial mutations, as
+  // long as none of them was undone since. (So does a restored undo that needed no change.)
+  let undosOf: Map<number, Operation[]> | null = null;
+  for (const run of h.rollbacks.values()) {
+    for (const seq of run.restored) {
+      if (undone.has(seq)) continue;
+      if (!undosOf) {
+        undosOf = new Map();
+        for (const op of h.ops) {
+          if (op.undoes === undefined || !effective(op)) continue;
+          const list = undosOf.get(op.undoes);
+          if (list) list.push(op);
+          else undosOf.set(op.undoes, [op]);
+        }
+      }
+      if ((undosOf.get(seq) ?? []).every((u) => !undone.has(u.seq))) undone.add(seq);
+    }
+  }
   return undone;
 }
 

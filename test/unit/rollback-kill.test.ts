@@ -143,6 +143,10 @@ describe('rollback killed at random moments, run again', () => {
     check();
     // and once done, done: a further run has nothing left
     const again = await runCli(args, state);
+    if (process.env.LEDGERFS_KILL_KEEP && /cut short|stopped after/.test(again.stdout)) {
+      fs.cpSync(state, process.env.LEDGERFS_KILL_KEEP, { recursive: true });
+      fs.writeFileSync(`${process.env.LEDGERFS_KILL_KEEP}/again.txt`, again.stdout);
+    }
     expect(again.stdout).toMatch(/Nothing to roll back|already undone/);
     expect(again.stdout).not.toMatch(/cut short|stopped after/);
     return { kills, cutShort, finalMs };
