@@ -21,6 +21,11 @@ const ROUNDS = Number(process.env.LEDGERFS_KILL_ROUNDS ?? 2);
 const MIB = Number(process.env.LEDGERFS_KILL_MIB ?? 32);
 const FILES = Number(process.env.LEDGERFS_KILL_FILES ?? 500);
 const STATS = process.env.LEDGERFS_KILL_STATS === '1';
+/** each round's numbers are appended here as they come (a long run can be read while it runs) */
+const STATS_FILE = process.env.LEDGERFS_KILL_STATS_FILE;
+const note = (line: Record<string, unknown>) => {
+  if (STATS_FILE) fs.appendFileSync(STATS_FILE, JSON.stringify({ time: new Date().toISOString(), ...line }) + '\n');
+};
 
 interface Outcome {
   code: number | null;
@@ -112,7 +117,7 @@ describe('rollback killed at random moments, run again', () => {
   afterEach(() => {
     rmTemp(dir);
     if (STATS && stats.length) console.log(JSON.stringify(stats.splice(0)));
-  });
+  }, 300_000);
 
   /**
    * One round: a kill at a random moment within `estMs` of the start, then at most one more kill,
@@ -155,7 +160,7 @@ describe('rollback killed at random moments, run again', () => {
   it(`a ${MIB} MiB restore, ${ROUNDS} round(s)`, async () => {
     const target = patterned(MIB, crypto.randomBytes(1 << 20));
     const want = sha(target);
-    let est = 600;
+    let est = 200;
     for (let round = 0; round < ROUNDS; round++) {
       fs.rmSync(state, { recursive: true, force: true });
       const file = path.join(src, 'big.bin');
@@ -171,20 +176,23 @@ describe('rollback killed at random moments, run again', () => {
         expect(got.length).toBe(target.length);
         expect(sha(got)).toBe(want);
       }, isTarget);
-      est = Math.max(100, r.finalMs);
+      est = Math.max(50, r.finalMs);
       stats.push({ scenario: 'big', round, ...r });
+      note({ scenario: 'big', mib: MIB, round, ...r });
     }
   }, 30_000 + ROUNDS * MIB * 600);
 
   it(`a ${FILES}-file rollback, ${ROUNDS} round(s)`, async () => {
-    for (let i = 0; i < FILES; i++) {
-      const d = path.join(src, `d${i % 20}`);
-      fs.mkdirSync(d, { recursive: true });
-      fs.writeFileSync(path.join(d, `f${i}.txt`), `original ${i}\n`);
-    }
-    const target = snapshotTree(src);
-    let est = 600;
+    let est = 200;
     for (let round = 0; round < ROUNDS; round++) {
+      // a fresh tree and journal each round (rounds stay alike however many there are)
+      for (const p of [src, state]) fs.rmSync(p, { recursive: true, force: true });
+      for (let i = 0; i < FILES; i++) {
+        const d = path.join(src, `d${i % 20}`);
+        fs.mkdirSync(d, { recursive: true });
+        fs.writeFileSync(path.join(d, `f${i}.txt`), `original ${i}\n`);
+      }
+      const target = snapshotTree(src);
       const j = await openTestJournal(src, state, `round-${round}`);
       // creates, overwrites, removals and renames, spread over the tree
       for (let i = 0; i < FILES; i++) {
@@ -201,8 +209,9 @@ describe('rollback killed at random moments, run again', () => {
       const r = await killAndFinish(['rollback', '--state', state, '--source', src, '--session', `round-${round}`], est, () => {
         expect(snapshotTree(src)).toEqual(target);
       }, isTarget);
-      est = Math.max(100, r.finalMs);
+      est = Math.max(50, r.finalMs);
       stats.push({ scenario: 'files', round, ...r });
+      note({ scenario: 'files', files: FILES, round, ...r });
     }
   }, 60_000 + ROUNDS * FILES * 20);
 });
