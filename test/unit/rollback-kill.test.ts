@@ -18,8 +18,8 @@ import { snapshotTree } from '../helpers/tree.js';
 // (LEDGERFS_KILL_ROUNDS, LEDGERFS_KILL_MIB, LEDGERFS_KILL_FILES); the suite runs fewer, smaller.
 
 const ROUNDS = Number(process.env.LEDGERFS_KILL_ROUNDS ?? 2);
-const MIB = Number(process.env.LEDGERFS_KILL_MIB ?? 32);
-const FILES = Number(process.env.LEDGERFS_KILL_FILES ?? 500);
+const MIB = Number(process.env.LEDGERFS_KILL_MIB ?? 24);
+const FILES = Number(process.env.LEDGERFS_KILL_FILES ?? 300);
 const STATS = process.env.LEDGERFS_KILL_STATS === '1';
 /** each round's numbers are appended here as they come (a long run can be read while it runs) */
 const STATS_FILE = process.env.LEDGERFS_KILL_STATS_FILE;
