@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import { constants as C } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { undoneByMap } from '../../src/journal/describe.js';
 import { collectGarbage } from '../../src/journal/gc.js';
 import { buildHistory } from '../../src/journal/history.js';
 import { stateLayout } from '../../src/journal/layout.js';
@@ -203,6 +204,9 @@ describe('rollback on a Vfs (no mount)', () => {
       if (o.op === 'write') await vfsFs.write(j.vfs, '/docs/a.txt', Buffer.alloc(6), C.O_WRONLY | C.O_TRUNC); // zeros, as a kill leaves
     }
     expect(tree()).not.toEqual(t0);
+    // `log` does not call them undone either
+    const cut = j.svc.history();
+    expect(ops.filter((o) => undoneByMap(cut.ops, cut).has(o.seq))).toEqual([]);
     const dry = await rollback({ toSeq: s0, dryRun: true });
     expect(dry.conflicts).toEqual([]);
     expect(dry.unfinished).toEqual([expect.objectContaining({ session: 'rollback-killed', interrupted: true, restored: 0, total: ops.length })]);
@@ -214,6 +218,8 @@ describe('rollback on a Vfs (no mount)', () => {
     const again = await rollback({ toSeq: s0 });
     expect(again.planned).toEqual([]);
     expect(again.unfinished).toBeUndefined();
+    const done = j.svc.history();
+    expect(ops.filter((o) => undoneByMap(done.ops, done).has(o.seq))).toHaveLength(ops.length);
   });
 
   it('collectGarbage never drops a write session still open', async () => {
