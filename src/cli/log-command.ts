@@ -119,7 +119,7 @@ ${STATE_HELP}`,
       const prefix = o.path !== undefined ? pathArg(o.path) : undefined;
       const limit = o.limit !== undefined ? Number(o.limit) : Infinity;
       if (Number.isNaN(limit) || limit < 0) throw new UserError(`--limit: expected a number, got ${JSON.stringify(o.limit)}`);
-      const undoneBy = undoneByMap(h.ops);
+      const undoneBy = undoneByMap(h.ops, h);
       const out: Operation[] = [];
       for (let i = h.ops.length - 1; i >= 0 && out.length < limit; i--) {
         const op = h.ops[i] as Operation;

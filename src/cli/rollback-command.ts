@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { DEFAULTS } from '../config/index.js';
-import { buildHistory, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readIntactJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
+import { BlobStore, buildHistory, damagedImages, describeDamage, stateLayout, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readIntactJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import {
@@ -16,6 +16,7 @@ interface RollbackOptions extends StateFlags {
   dryRun: boolean;
   force: boolean;
   partial: boolean;
+  skipConflicts: boolean;
   json: boolean;
   actor: string;
 }
@@ -33,6 +34,16 @@ function report(r: RollbackResult, o: RollbackOptions, where: string): number {
     return r.conflicts.length > 0 || !r.complete ? 1 : 0;
   }
   const out = (s: string) => process.stdout.write(s + '\n');
+  const planned = new Set(r.planned.map((s) => s.seq));
+  for (const u of r.unfinished ?? []) {
+    const left = u.left.filter((seq) => planned.has(seq)).length;
+    const seqs = u.left.slice(0, 8).map((s) => `#${s}`).join(', ') + (u.left.length > 8 ? ', …' : '');
+    out(
+      `An earlier rollback (${u.session}, ${u.target}) ${u.interrupted ? 'was cut short' : 'stopped'} after ${u.restored} of ${u.total} undo(s); ` +
+        `${u.left.length} left (${seqs})` +
+        (left === u.left.length ? `: ${r.dryRun ? 'this rollback would finish them' : 'this rollback takes them up'}.` : left > 0 ? `; ${left} of them are in this selection.` : `; none is in this selection (roll back ${u.target} to finish it).`),
+    );
+  }
   if (r.alreadyUndone > 0) out(`${r.alreadyUndone} selected mutation(s) were already undone by an earlier rollback; left alone.`);
   if (r.planned.length === 0) {
     out('Nothing to roll back.');
@@ -43,8 +54,12 @@ function report(r: RollbackResult, o: RollbackOptions, where: string): number {
     for (const s of r.planned) out(`  #${s.seq}  ${formatTime(s.time)}  ${s.session}  ${s.op.padEnd(8)}  ${s.undo}`);
   }
   if (r.conflicts.length > 0) {
-    out(`${r.dryRun ? 'Conflicts (the rollback would stop here; --force overrides)' : `Stopped after ${r.undone} of ${r.planned.length}: conflicts (--force overrides)`}:`);
+    out(`${r.dryRun ? 'Conflicts (the rollback would stop here; --force overrides, --skip-conflicts leaves them)' : `Stopped after ${r.undone} of ${r.planned.length}: conflicts (--force overrides, --skip-conflicts leaves them)`}:`);
     for (const c of r.conflicts) out(`  #${c.seq} ${c.op} ${c.path}: ${c.reason}`);
+  }
+  if (r.skipped && r.skipped.length > 0) {
+    out(`Skipped ${r.skipped.length} mutation(s) (--skip-conflicts), left as they are:`);
+    for (const c of r.skipped) out(`  #${c.seq} ${c.op} ${c.path}: ${c.reason}`);
   }
   if (r.forced.length > 0) {
     out(`Overrode ${r.forced.length} conflict(s) (--force):`);
@@ -68,6 +83,7 @@ export function registerRollbackCommand(program: Command): void {
       .option('--dry-run', 'print the plan and the conflicts visible now; change nothing', false)
       .option('--force', 'restore recorded states even where someone changed them since', false)
       .option('--partial', 'with --session: undo what remains of a session an older gc cut the start of', false)
+      .option('--skip-conflicts', 'undo everything else; leave what someone changed (and older changes to the same paths) and list it', false)
       .option('--actor <label>', 'actor label on the rollback\'s own journal records', DEFAULTS.journal.rollbackActor)
       .option('--json', 'print the result as JSON', false),
   )
@@ -76,13 +92,21 @@ export function registerRollbackCommand(program: Command): void {
       `
 Each touched path is restored to its recorded before-state, newest mutation first. If a path
 no longer is what the journal says a mutation left (changed beside the mount, or by a program
-still writing it), the rollback stops there and names the conflicts; --force overrides.
+still writing it), the rollback stops there and names the conflicts; --force overrides, and
+--skip-conflicts undoes everything else, leaving those paths (and older changes to them) as
+they are and listing them. Content is judged by its hash where the journal has one (files up
+to 8 MiB a write left): a file whose mtime alone changed (touch) is no conflict.
+Every before-image it would write back is checked against its hash first: a missing or
+damaged one refuses the rollback before anything changes (even with --force).
+A rollback that was killed part way is named by the next one; run the same command again to
+finish it (its own half-done work is not taken for a conflict).
 On a mounted workspace the request goes to the mount's daemon (open files, quotas and the
 kernel's caches stay right; the command returns once cached attributes have expired); on an
 unmounted one it works on the source directly. A journal that cannot be read whole (see
 'ledgerfs verify') is refused, as is --session of a session whose start an older gc dropped
-(--partial undoes what remains of it). Exit status: 0 done, 1 conflicts or a damaged journal,
-2 usage or a selection refused (a split session, a point gc dropped).
+(--partial undoes what remains of it). Exit status: 0 done, 1 conflicts (also when
+--skip-conflicts left some) or a damaged journal, 2 usage, a selection refused (a split
+session, a point gc dropped) or a missing or damaged before-image.
 
 Examples:
   ledgerfs rollback --source ./case-files --to 120 --dry-run
@@ -92,7 +116,9 @@ Examples:
 ${STATE_HELP}`,
     )
     .action(async (o: RollbackOptions) => {
+      if (o.force && o.skipConflicts) throw new UserError('--force and --skip-conflicts contradict each other: override the conflicts, or leave them');
       const req: RollbackRequest = { dryRun: o.dryRun, force: o.force, actor: o.actor, ...(o.partial ? { partial: true } : {}) };
+      if (o.skipConflicts) req.skipConflicts = true;
       if (o.to !== undefined) {
         const w = parseWhen(o.to);
         if ('seq' in w) req.toSeq = w.seq;
@@ -135,7 +161,11 @@ async function rollbackDirect(o: RollbackOptions, stateDir: string, req: Rollbac
   try {
     if (req.dryRun) {
       // read-only: no lock, nothing written (operations a crash left unresolved show as conflicts)
-      return (await planRollback(buildHistory(readIntactJournal(stateDir).records), req, { backend: ws.backend })).result;
+      const { ops, result } = await planRollback(buildHistory(readIntactJournal(stateDir).records), req, { backend: ws.backend });
+      // (a GCS workspace's blobs may be only in its bucket: the real run fetches and checks them)
+      const damaged = ws.journalRemote ? [] : await damagedImages(ops, new BlobStore(stateLayout(stateDir).blobsDir));
+      if (damaged.length > 0) throw new RollbackError(describeDamage(damaged));
+      return result;
     }
     readIntactJournal(stateDir); // a damaged journal is refused before anything is written
     const session = newSessionId('rollback-');

@@ -28,7 +28,7 @@ export function registerShowCommand(program: Command): void {
       if (!op) {
         throw new UserError(seq < h.firstSeq ? `#${seq} is older than the journal's start (#${h.firstSeq}); gc dropped it` : `no #${seq} in the journal (it ends at #${h.lastSeq})`);
       }
-      const undoneBy = undoneByMap(h.ops).get(seq);
+      const undoneBy = undoneByMap(h.ops, h).get(seq);
       if (o.json) {
         printJson({ ...operationJson(op, undoneBy), records: op.records.map((r) => r.record) });
         return;

@@ -139,6 +139,10 @@ export const DEFAULTS = {
     syncIntervalMs: 1000,
     /** outcome records wait at most this long for the next intent to share its write(2) */
     flushDelayMs: 5,
+    /** a write session's end records the sha256 of files up to this size, so rollback can tell
+     * a file whose mtime alone changed (touch) from one whose content did; larger files are
+     * judged by size and mtime */
+    contentHashMaxBytes: 8 * 1024 * 1024,
     /** actor label of a mount's records, and of a rollback's */
     mountActor: 'mount',
     rollbackActor: 'rollback',

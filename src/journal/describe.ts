@@ -1,4 +1,4 @@
-import type { Operation } from './history.js';
+import { type History, type Operation, undoneSeqs } from './history.js';
 import type { ConflictRecord } from './record.js';
 
 /** "1 byte", "7 bytes": the summaries are read by people. */
@@ -60,14 +60,21 @@ export function statusNotes(op: Operation, undoneBy?: number): string[] {
   return n;
 }
 
-/** Which op (the newest live one) undid each seq. */
-export function undoneByMap(ops: Operation[]): Map<number, number> {
+/**
+ * Which op (the newest live one) undid each seq. With the history, only what undoneSeqs counts
+ * (the part of an undo a rollback cut short does not make its operation "undone").
+ */
+export function undoneByMap(ops: Operation[], h?: History): Map<number, number> {
   const undone = new Map<number, number>();
   for (let i = ops.length - 1; i >= 0; i--) {
     const op = ops[i] as Operation;
     // as undoneSeqs: an undo that was itself undone no longer counts
     if (op.undoes === undefined || op.status === 'failed' || undone.has(op.seq)) continue;
     if (!undone.has(op.undoes)) undone.set(op.undoes, op.seq);
+  }
+  if (h) {
+    const really = undoneSeqs(h);
+    for (const seq of [...undone.keys()]) if (!really.has(seq)) undone.delete(seq);
   }
   return undone;
 }

@@ -74,8 +74,9 @@ function keepRecord(r: JournalRecord, drop: Set<number>, cutoff: number, startKe
   if (r.kind === 'segment' || r.kind === 'close') return true; // framing: rewritten with the segment
   if (r.kind === 'op') return !drop.has(r.seq);
   if (r.kind === 'start') return r.time >= cutoff || startKept;
-  // a conflict tied to no operation goes by its time (its bytes stay in conflicts/ with their note)
-  if (r.of === undefined) return r.time >= cutoff;
+  // a conflict tied to no operation goes by its time (its bytes stay in conflicts/ with their
+  // note), and so does a rollback's intent and end
+  if (!('of' in r) || r.of === undefined) return r.time >= cutoff;
   return !drop.has(r.of);
 }
 

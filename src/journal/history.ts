@@ -1,5 +1,5 @@
 import type { LocatedRecord } from './reader.js';
-import type { ConflictRecord, EndRecord, JournalOp, OpArgs, OpRecord, StartRecord, State } from './record.js';
+import type { ConflictRecord, EndRecord, JournalOp, OpArgs, OpRecord, RollbackEndRecord, RollbackIntentRecord, StartRecord, State } from './record.js';
 
 export type OperationStatus = 'done' | 'failed' | 'pending' | 'open';
 
@@ -37,6 +37,15 @@ export interface Operation {
   records: LocatedRecord[];
 }
 
+/** A rollback that journaled its intent (rollback-intent), with its progress. */
+export interface RollbackRun {
+  intent: RollbackIntentRecord;
+  /** operations it finished undoing (its `restored` records) */
+  restored: Set<number>;
+  /** how it ended; absent: it is running, or was cut short */
+  end?: RollbackEndRecord;
+}
+
 export interface History {
   /** every operation in seq order */
   ops: Operation[];
@@ -54,6 +63,8 @@ export interface History {
    * (a writer records its start before anything else; gc keeps it for every kept session).
    */
   possiblySplit: Set<string>;
+  /** rollbacks that journaled an intent, by their session, oldest first */
+  rollbacks: Map<string, RollbackRun>;
 }
 
 function fromOpRecord(r: OpRecord, loc: LocatedRecord): Operation {
@@ -75,8 +86,22 @@ export function buildHistory(records: LocatedRecord[]): History {
   const orphans: LocatedRecord[] = [];
   const conflicts: ConflictRecord[] = [];
   const beforeAnyStart = new Set<string>();
+  const rollbacks = new Map<string, RollbackRun>();
   for (const loc of records) {
     const r = loc.record;
+    if (r.kind === 'rollback-intent') {
+      rollbacks.set(r.session, { intent: r, restored: new Set() });
+      continue;
+    }
+    if (r.kind === 'restored') {
+      rollbacks.get(r.session)?.restored.add(r.of);
+      continue;
+    }
+    if (r.kind === 'rollback-end') {
+      const run = rollbacks.get(r.session);
+      if (run) run.end = r;
+      continue;
+    }
     if (r.kind === 'op') {
       if (starts.length === 0) beforeAnyStart.add(r.session);
       const op = fromOpRecord(r, loc);
@@ -132,7 +157,7 @@ export function buildHistory(records: LocatedRecord[]): History {
   for (const s of starts) if (s.lastSeq !== undefined && s.lastSeq > lastSeq) lastSeq = s.lastSeq;
   const firstSeq = ops.length ? (ops[0] as Operation).seq : lastSeq + 1;
   const possiblySplit = firstSeq > 1 ? beforeAnyStart : new Set<string>();
-  return { ops, bySeq, starts, orphans, conflicts, firstSeq, lastSeq, possiblySplit };
+  return { ops, bySeq, starts, orphans, conflicts, rollbacks, firstSeq, lastSeq, possiblySplit };
 }
 
 /** Operations that changed something (or may have: pending and open ones). */
@@ -149,7 +174,26 @@ export function undoneSeqs(h: History): Set<number> {
   const undone = new Set<number>();
   for (let i = h.ops.length - 1; i >= 0; i--) {
     const op = h.ops[i] as Operation;
-    if (op.undoes !== undefined && effective(op) && !undone.has(op.seq)) undone.add(op.undoes);
+    if (op.undoes !== undefined && effective(op) && !undone.has(op.seq) && !partialUndo(h, op)) undone.add(op.undoes);
+  }
+  // A rollback that resumed an undo an earlier one cut short may have found every change made
+  // already, and made none itself: its `restored` stands for the earlier partial mutations, as
+  // long as none of them was undone since. (So does a restored undo that needed no change.)
+  let undosOf: Map<number, Operation[]> | null = null;
+  for (const run of h.rollbacks.values()) {
+    for (const seq of run.restored) {
+      if (undone.has(seq)) continue;
+      if (!undosOf) {
+        undosOf = new Map();
+        for (const op of h.ops) {
+          if (op.undoes === undefined || !effective(op)) continue;
+          const list = undosOf.get(op.undoes);
+          if (list) list.push(op);
+          else undosOf.set(op.undoes, [op]);
+        }
+      }
+      if ((undosOf.get(seq) ?? []).every((u) => !undone.has(u.seq))) undone.add(seq);
+    }
   }
   return undone;
 }
@@ -166,4 +210,14 @@ export function splitSessionRefusal(h: History, sel: { session?: string; partial
     `so a rollback would undo only the part that remains${first ? ` (from #${first.seq})` : ''}, not the whole session. ` +
     `--partial undoes that part anyway; --to SEQ undoes everything after a point`
   );
+}
+
+/**
+ * An undo mutation of a rollback that journaled its intent but not (yet) that it finished
+ * undoing this operation: a part of an undo cut short, not an undo.
+ */
+export function partialUndo(h: History, op: Operation): boolean {
+  if (op.undoes === undefined) return false;
+  const run = h.rollbacks.get(op.session);
+  return run !== undefined && !run.restored.has(op.undoes);
 }

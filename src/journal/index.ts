@@ -1,4 +1,5 @@
 /** The journal layer's public surface: other layers import journal/ only through this file (.dependency-cruiser.cjs). */
+export * from './before-images.js';
 export * from './blobs.js';
 export * from './bucket-mirror.js';
 export * from './control.js';

@@ -1,4 +1,5 @@
-import { type Attr, type Backend, VfsError } from '../core/index.js';
+import crypto from 'node:crypto';
+import { type Attr, type Backend, type BackendFile, VfsError } from '../core/index.js';
 import type { NodeState, State } from './record.js';
 
 /**
@@ -92,4 +93,31 @@ export function mismatch(expected: State, actual: State, aspects: readonly Aspec
     }
   }
   return null;
+}
+
+const EMPTY_SHA256 = crypto.createHash('sha256').digest('hex');
+
+/** sha256 of the first `size` bytes of an open file (null if it is shorter now). */
+export async function hashOpenFile(file: BackendFile, size: number): Promise<string | null> {
+  if (size === 0) return EMPTY_SHA256;
+  const h = crypto.createHash('sha256');
+  const buf = Buffer.allocUnsafe(Math.min(size, 1 << 20));
+  for (let off = 0; off < size; ) {
+    const n = await file.read(buf, Math.min(buf.length, size - off), off);
+    if (n <= 0) return null;
+    h.update(buf.subarray(0, n));
+    off += n;
+  }
+  return h.digest('hex');
+}
+
+/** sha256 of the file at `path` now, if it is a file of `size` bytes. */
+export async function hashAt(backend: Backend, path: string, size: number): Promise<string | null> {
+  if (size === 0) return EMPTY_SHA256;
+  const f = await backend.open(path, { write: false });
+  try {
+    return await hashOpenFile(f, size);
+  } finally {
+    await f.close();
+  }
 }

@@ -58,6 +58,9 @@ export const NodeStateSchema = z.object({
   rdev: z.number().int().optional(),
   /** the content's before-image, when it was kept (BLOB_REF) */
   blob: z.string().regex(BLOB_REF).optional(),
+  /** sha256 of the content (files a write session left, up to journal.contentHashMaxBytes):
+   * what rollback compares when the mtime differs but the size does not */
+  sha256: z.string().regex(SHA256_HEX).optional(),
 });
 export type NodeState = z.infer<typeof NodeStateSchema>;
 export const StateSchema = NodeStateSchema.nullable();
@@ -207,9 +210,51 @@ export const CloseRecordSchema = z.object({
 });
 export type CloseRecord = z.infer<typeof CloseRecordSchema>;
 
+/**
+ * A rollback's own progress, so that one cut short (SIGKILL, a daemon that died) is known as
+ * such: the intent, written before its first change, lists the operations it will undo (newest
+ * first); `restored` follows each undo once all its changes are made; `rollback-end` says how it
+ * finished. Its undo mutations are ordinary `op` records of session `session`, tagged `undoes`.
+ * Until `restored` names an operation, the undo mutations of it are partial work: the operation
+ * still counts as not undone, and a re-run recognises that state as its own (rollback.ts).
+ * Journals from before these records have undo mutations only; those count as complete.
+ */
+export const RollbackIntentRecordSchema = z.object({
+  kind: z.literal('rollback-intent'),
+  time: z.number(),
+  session: z.string(),
+  actor: z.string(),
+  /** the selection, in words ("after #42, of session X") */
+  target: z.string(),
+  /** seqs to undo, in the order they will be undone */
+  ops: z.array(z.number().int().positive()),
+  force: z.literal(true).optional(),
+});
+export type RollbackIntentRecord = z.infer<typeof RollbackIntentRecordSchema>;
+
+export const RestoredRecordSchema = z.object({
+  kind: z.literal('restored'),
+  /** the operation undone */
+  of: z.number().int().positive(),
+  time: z.number(),
+  /** the rollback (its intent's session) that undid it */
+  session: z.string(),
+});
+export type RestoredRecord = z.infer<typeof RestoredRecordSchema>;
+
+export const RollbackEndRecordSchema = z.object({
+  kind: z.literal('rollback-end'),
+  time: z.number(),
+  session: z.string(),
+  restored: z.number().int().nonnegative(),
+  /** every operation of the intent was undone */
+  complete: z.boolean(),
+});
+export type RollbackEndRecord = z.infer<typeof RollbackEndRecordSchema>;
+
 export const RecordSchema = z.discriminatedUnion('kind', [
   OpRecordSchema, DoneRecordSchema, FailedRecordSchema, CaptureRecordSchema, EndRecordSchema, StartRecordSchema, ConflictRecordSchema,
-  SegmentRecordSchema, CloseRecordSchema,
+  SegmentRecordSchema, CloseRecordSchema, RollbackIntentRecordSchema, RestoredRecordSchema, RollbackEndRecordSchema,
 ]);
 export type JournalRecord = z.infer<typeof RecordSchema>;
 export type OutcomeRecord = DoneRecord | FailedRecord | EndRecord;

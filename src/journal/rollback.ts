@@ -2,10 +2,11 @@ import { constants as C } from 'node:fs';
 import { type Backend, type Caller, isSpecial, isWithin, rebase, type SpecialType, VfsError } from '../core/index.js';
 import type { Vfs } from '../vfs/index.js';
 import type { BlobStore } from './blobs.js';
-import { effective, splitSessionRefusal, undoneSeqs, type History, type Operation } from './history.js';
-import { mismatch, stateOf, type Aspect } from './node-state.js';
+import { effective, partialUndo, splitSessionRefusal, undoneSeqs, type History, type Operation } from './history.js';
+import { hashAt, mismatch, stateOf, type Aspect } from './node-state.js';
 import type { JournalOp, NodeState, State } from './record.js';
 import type { JournalStage } from './stage.js';
+import type { JournalWriter } from './writer.js';
 
 /** S_IFMT of the special files a rollback brings back with mknod */
 const SPECIAL_IFMT: Record<SpecialType, number> = { fifo: C.S_IFIFO, socket: C.S_IFSOCK, chardev: C.S_IFCHR, blockdev: C.S_IFBLK };
@@ -53,6 +54,53 @@ export interface RollbackResult {
   complete: boolean;
   /** --force went past these conflicts */
   forced: Conflict[];
+  /** --skip-conflicts left these operations as they are (and older ones on the same paths) */
+  skipped?: Conflict[];
+  /** earlier rollbacks that were cut short (killed) or stopped, with what they left undone */
+  unfinished?: UnfinishedRollback[];
+}
+
+export interface UnfinishedRollback {
+  session: string;
+  target: string;
+  time: number;
+  /** operations of its plan it finished undoing */
+  restored: number;
+  total: number;
+  /** what it left: operations neither it nor a later rollback undid, newest first */
+  left: number[];
+  /** it was cut short (no end record), rather than stopped by a conflict */
+  interrupted: boolean;
+}
+
+/** Rollbacks whose plan is not all undone yet (by them or by a later rollback). */
+export function unfinishedRollbacks(h: History): UnfinishedRollback[] {
+  const undone = undoneSeqs(h);
+  const out: UnfinishedRollback[] = [];
+  for (const [session, run] of h.rollbacks) {
+    const left = run.intent.ops.filter((seq) => !undone.has(seq) && h.bySeq.has(seq));
+    if (left.length === 0) continue;
+    out.push({
+      session, target: run.intent.target, time: run.intent.time, restored: run.restored.size, total: run.intent.ops.length, left,
+      interrupted: run.end === undefined,
+    });
+  }
+  return out;
+}
+
+/**
+ * The undo mutations a rollback cut short made towards undoing each operation (seq order):
+ * its own partial work, which a re-run must not take for someone else's change.
+ */
+export function partialWork(h: History): Map<number, Operation[]> {
+  const out = new Map<number, Operation[]>();
+  for (const op of h.ops) {
+    if (op.status === 'failed' || !partialUndo(h, op)) continue;
+    const list = out.get(op.undoes as number);
+    if (list) list.push(op);
+    else out.set(op.undoes as number, [op]);
+  }
+  return out;
 }
 
 export class RollbackError extends Error {}
@@ -178,6 +226,42 @@ export interface ConflictContext {
   backend: Backend;
   /** paths with a write session in progress (a live mount) */
   openWritePaths?: readonly string[];
+  /** partialWork(): what an earlier, cut-short rollback already did towards each undo */
+  partial?: Map<number, Operation[]>;
+}
+
+/**
+ * Is `now` at `path` what a rollback's own earlier partial undo of `op` left there (after its
+ * newest mutation of that path), or the before-state `op` recorded (that part is undone)? Then
+ * it is no one else's change.
+ */
+function ownWork(op: Operation, i: number, now: State, ctx: ConflictContext): boolean {
+  const mine = ctx.partial?.get(op.seq);
+  if (!mine) return false;
+  const path = op.paths[i] as string;
+  if (mismatch(op.before[i] ?? null, now, ['content']) === null) return true;
+  for (let k = mine.length - 1; k >= 0; k--) {
+    const u = mine[k] as Operation;
+    const j = u.paths.indexOf(path);
+    if (j < 0) continue;
+    // unresolved (a dry run before recovery): what it left is not known yet; it is ours
+    if (!u.after) return true;
+    return mismatch(u.after[j] ?? null, now, ['content']) === null;
+  }
+  return false;
+}
+
+/**
+ * The content is what the journal expects, by its hash, and only the mtime differs (a touch):
+ * not a conflict, since the undo restores the mtime anyway. Files without a recorded hash (over
+ * journal.contentHashMaxBytes) are judged by size and mtime alone.
+ */
+async function onlyTimesChanged(expected: State, now: State, aspects: readonly Aspect[], backend: Backend, path: string): Promise<boolean> {
+  if (expected?.type !== 'file' || now?.type !== 'file' || !expected.sha256 || expected.size !== now.size) return false;
+  if (!aspects.includes('content')) return false;
+  // the other aspects (mode, owner) must hold by themselves
+  if (mismatch(expected, now, aspects.filter((a) => a !== 'content' && a !== 'mtime')) !== null) return false;
+  return (await hashAt(backend, path, now.size).catch(() => null)) === expected.sha256;
 }
 
 /** Why `op` cannot be undone as the journal says right now (path i only, or all paths). */
@@ -200,7 +284,9 @@ export async function conflictsOf(op: Operation, ctx: ConflictContext, only?: nu
     const path = op.paths[i] as string;
     const now = await stateOf(ctx.backend, path);
     const why = mismatch(e.expected, now, e.aspects);
-    if (why) add(path, `${why} (someone changed it since #${op.seq})`);
+    if (why && !ownWork(op, i, now, ctx) && !(await onlyTimesChanged(e.expected, now, e.aspects, ctx.backend, path))) {
+      add(path, `${why} (someone changed it since #${op.seq})`);
+    }
   }
   return out;
 }
@@ -239,10 +325,18 @@ export interface ApplyEnv {
   session: string;
   actor: string;
   force: boolean;
+  /** leave operations with a conflict (and older ones on their paths) and undo the rest */
+  skipConflicts?: boolean;
   openWritePaths?: () => readonly string[];
   onProgress?: (done: number, total: number) => void;
   /** every operation of the journal: where else a hard-linked file was seen */
   history?: readonly Operation[];
+  /** where the rollback's intent and progress are journaled (none: not journaled, old style) */
+  writer?: JournalWriter;
+  /** the selection in words, for the intent */
+  target?: string;
+  /** partialWork() of the journal: undos an earlier rollback began; they are resumed */
+  partial?: Map<number, Operation[]>;
 }
 
 const WRITE_ONLY = C.O_WRONLY;
@@ -357,9 +451,46 @@ class Undoer {
     return this.env.vfs;
   }
 
-  async undo(op: Operation, caller: Caller): Promise<void> {
+  private exists(path: string): Promise<boolean> {
+    return stateOf(this.vfs.backend, path).then((s) => s !== null);
+  }
+
+  /**
+   * Undo `op`. `resume`: an earlier rollback was cut short part way through this very undo, so
+   * each step checks whether it is done already (a removal whose name is gone, a rename already
+   * moved back) and a node it was recreating is made again from the start.
+   */
+  async undo(op: Operation, caller: Caller, resume = false): Promise<void> {
     const [p0, p1] = op.paths as [string, string | undefined];
     const b0 = op.before[0] ?? null;
+    if (resume) {
+      switch (op.op) {
+        case 'create':
+        case 'symlink':
+        case 'link':
+          if (!b0 && !(await this.exists(p0))) return;
+          break;
+        case 'mkdir':
+          if (!(await this.exists(p0))) return;
+          break;
+        case 'unlink':
+        case 'rmdir':
+          if (b0) await this.clearPartial(p0, b0, caller);
+          break;
+        case 'rename': {
+          if (op.after && (op.after[0] ?? null) !== null) return;
+          if (!(await this.exists(p0)) && (await this.exists(p1 as string))) await this.vfs.rename(p1 as string, p0, caller);
+          const b1 = op.before[1] ?? null;
+          if (b1) {
+            await this.clearPartial(p1 as string, b1, caller);
+            if (!(await this.exists(p1 as string))) await this.recreate(p1 as string, b1, op, caller);
+          }
+          return;
+        }
+        default:
+          break;
+      }
+    }
     switch (op.op) {
       case 'create':
         if (b0) return this.restoreContent(p0, b0, b0.blob, caller);
@@ -438,10 +569,28 @@ class Undoer {
     }
   }
 
+  /**
+   * Resuming: what a cut-short rollback left at `path` while recreating `st` there. A directory
+   * stays (its content may be back already); a file or symlink is removed and made again
+   * (a partial copy cannot be told from a whole one cheaply).
+   */
+  private async clearPartial(path: string, st: NodeState, caller: Caller): Promise<void> {
+    const now = await stateOf(this.vfs.backend, path);
+    if (!now) return;
+    if (now.type === 'dir' && st.type === 'dir') {
+      this.skipCreate.add(path);
+      return;
+    }
+    if (now.type !== 'dir') await this.vfs.unlink(path, caller);
+  }
+
+  /** directories a resumed undo found already made: only their metadata is restored */
+  private readonly skipCreate = new Set<string>();
+
   /** Bring back a node that was removed (or replaced): type, content, mode, owner, mtime. */
   private async recreate(path: string, st: NodeState, op: Operation, caller: Caller): Promise<void> {
     if (st.type === 'dir') {
-      await this.vfs.mkdir(path, st.mode, caller);
+      if (!this.skipCreate.delete(path)) await this.vfs.mkdir(path, st.mode, caller);
     } else if (st.type === 'symlink') {
       await this.vfs.symlink(st.target ?? '', path, caller);
     } else if (isSpecial(st.type)) {
@@ -483,20 +632,49 @@ class Undoer {
  * first; on a conflict the rollback stops there (what was undone stays undone, and is itself
  * journaled) unless `force`, which restores the before-state anyway and reports what it overrode.
  */
-export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ undone: number; conflicts: Conflict[]; forced: Conflict[] }> {
+export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ undone: number; conflicts: Conflict[]; forced: Conflict[]; skipped: Conflict[] }> {
   const undoer = new Undoer(env);
   const ctx = (): ConflictContext => {
     const c: ConflictContext = { backend: env.vfs.backend };
     const open = env.openWritePaths?.();
     if (open) c.openWritePaths = open;
+    if (env.partial) c.partial = env.partial;
     return c;
   };
   const forced: Conflict[] = [];
+  const skipped: Conflict[] = [];
+  /** paths of skipped operations: an older operation on them (or above or below) is skipped too */
+  const left: { path: string; seq: number }[] = [];
   let undone = 0;
+  let restored = 0;
+  // the intent reaches the journal file before the first change: a rollback cut short is known
+  env.writer?.appendNow({
+    kind: 'rollback-intent', time: Date.now(), session: env.session, actor: env.actor, target: env.target ?? '',
+    ops: ops.map((o) => o.seq), ...(env.force ? { force: true as const } : {}),
+  });
+  const finish = (conflicts: Conflict[]) => {
+    env.writer?.appendNow({ kind: 'rollback-end', time: Date.now(), session: env.session, restored, complete: restored === ops.length });
+    return { undone, conflicts, forced, skipped };
+  };
+  const skip = (op: Operation, why: Conflict[]) => {
+    skipped.push(...why);
+    for (const p of op.paths) left.push({ path: p, seq: op.seq });
+  };
   for (const op of ops) {
+    if (env.skipConflicts) {
+      const after = left.find((l) => op.paths.some((p) => isWithin(p, l.path) || isWithin(l.path, p)));
+      if (after) {
+        skip(op, [{ seq: op.seq, op: op.op, path: after.path, reason: `left as it is: the undo of #${after.seq} on ${after.path} was skipped` }]);
+        continue;
+      }
+    }
     const conflicts = await conflictsOf(op, ctx());
     if (conflicts.length > 0) {
-      if (!env.force) return { undone, conflicts, forced };
+      if (env.skipConflicts) {
+        skip(op, conflicts);
+        continue;
+      }
+      if (!env.force) return finish(conflicts);
       forced.push(...conflicts);
       // a program's write session on it ends here, so the undo is not recorded as part of it
       for (const p of op.paths) await env.stage.endSessionAt(p);
@@ -504,17 +682,23 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
     const caller: Caller = { operator: true };
     env.stage.tag(caller, { session: env.session, actor: env.actor, undoes: op.seq });
     try {
-      await undoer.undo(op, caller);
+      await undoer.undo(op, caller, env.partial?.has(op.seq) ?? false);
+      env.writer?.appendSoon({ kind: 'restored', of: op.seq, time: Date.now(), session: env.session });
+      restored++;
     } catch (err) {
       const reason = err instanceof VfsError ? err.reason : (err as Error).message;
       const c: Conflict = { seq: op.seq, op: op.op, path: op.paths[0] as string, reason: `undo failed: ${reason}` };
-      if (!env.force) return { undone, conflicts: [c], forced };
+      if (env.skipConflicts) {
+        skip(op, [c]);
+        continue;
+      }
+      if (!env.force) return finish([c]);
       forced.push(c);
     }
     undone++;
     env.onProgress?.(undone, ops.length);
   }
-  return { undone, conflicts: [], forced };
+  return finish([]);
 }
 
 /**
@@ -523,9 +707,14 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
  */
 export async function planRollback(h: History, sel: RollbackSelection, ctx: ConflictContext): Promise<{ ops: Operation[]; result: RollbackResult }> {
   const { ops, alreadyUndone } = selectOperations(h, sel);
-  const conflicts = await preflight(ops, ctx);
+  const partial = partialWork(h);
+  const conflicts = await preflight(ops, { ...ctx, partial });
+  const unfinished = unfinishedRollbacks(h);
   return {
     ops,
-    result: { dryRun: true, session: null, planned: plannedSteps(ops), alreadyUndone, undone: 0, conflicts, complete: conflicts.length === 0, forced: [] },
+    result: {
+      dryRun: true, session: null, planned: plannedSteps(ops), alreadyUndone, undone: 0, conflicts, complete: conflicts.length === 0, forced: [],
+      ...(unfinished.length ? { unfinished } : {}),
+    },
   };
 }

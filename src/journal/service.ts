@@ -14,7 +14,8 @@ import { encodeRecord } from './codec.js';
 import { RECORD_VERSION } from './record.js';
 import { recoverPending } from './recovery.js';
 import type { JournalRemote } from './remote.js';
-import { applyRollback, planRollback, type RollbackResult, type RollbackSelection } from './rollback.js';
+import { damagedImages, describeDamage } from './before-images.js';
+import { applyRollback, describeSelection, partialWork, planRollback, RollbackError, type RollbackResult, type RollbackSelection } from './rollback.js';
 import { newSessionId } from './session-id.js';
 import { JournalStage } from './stage.js';
 import { JournalWriter } from './writer.js';
@@ -48,6 +49,8 @@ function closeRecovered(file: string, index: number, bytes: number, cut: number)
 
 export interface RollbackRequest extends RollbackSelection {
   force?: boolean;
+  /** undo everything but the operations with a conflict (and older ones on their paths) */
+  skipConflicts?: boolean;
   dryRun?: boolean;
   actor?: string;
   /** the session the undo is journaled under (default: a new rollback-... id) */
@@ -192,19 +195,22 @@ export class JournalService {
       const history = this.history();
       const { ops, result: plan } = await planRollback(history, req, { backend: this.o.backend, openWritePaths: openWritePaths() });
       const { planned, alreadyUndone, conflicts } = plan;
-      const base = { planned, alreadyUndone, forced: [] };
+      const base = { planned, alreadyUndone, forced: [], ...(plan.unfinished ? { unfinished: plan.unfinished } : {}) };
+      const damaged = await damagedImages(ops, this.blobs);
+      if (damaged.length > 0) throw new RollbackError(describeDamage(damaged));
       if (req.dryRun) return plan;
       if (ops.length === 0) return { ...base, dryRun: false, session: null, undone: 0, conflicts: [], complete: true };
-      if (conflicts.length > 0 && !req.force) return { ...base, dryRun: false, session: null, undone: 0, conflicts, complete: false };
+      if (conflicts.length > 0 && !req.force && !req.skipConflicts) return { ...base, dryRun: false, session: null, undone: 0, conflicts, complete: false };
       const session = req.asSession ?? newSessionId('rollback-');
       const r = await applyRollback(ops, {
         vfs, stage: this.stage, blobs: this.blobs, session, actor: req.actor ?? DEFAULTS.journal.rollbackActor,
-        force: req.force ?? false, openWritePaths, onProgress, history: history.ops,
+        force: req.force ?? false, skipConflicts: req.skipConflicts ?? false, openWritePaths, onProgress, history: history.ops,
+        writer: this.writer, target: describeSelection(req), partial: partialWork(history),
       });
       await this.writer.sync();
       return {
         ...base, dryRun: false, session: r.undone > 0 ? session : null, undone: r.undone, conflicts: r.conflicts,
-        complete: r.undone === ops.length, forced: r.forced,
+        complete: r.undone === ops.length, forced: r.forced, ...(req.skipConflicts ? { skipped: r.skipped } : {}),
       };
     });
   }

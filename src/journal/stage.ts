@@ -1,7 +1,7 @@
 import { type Backend, type BackendFile, type Caller, callerProcess, isWithin, type Logger, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import type { BlobStore } from './blobs.js';
-import { stateFromAttr, stateOf } from './node-state.js';
+import { hashOpenFile, stateFromAttr, stateOf } from './node-state.js';
 import type { ConflictRecord, DoneRecord, JournalOp, OpArgs, OpRecord, State } from './record.js';
 import type { JournalWriter } from './writer.js';
 
@@ -24,6 +24,17 @@ interface WriteSession {
   busy: Promise<void> | null;
   /** the open file written through (its fstat is cheaper than a stat by path) */
   file: OpenFileState | undefined;
+  /** requests of the session being applied now; its end waits for them */
+  applying: number;
+  idle: (() => void)[];
+}
+
+/** A namespace mutation between its split of write sessions and its outcome. */
+interface NamespaceChange {
+  paths: string[];
+  /** renames and rmdirs reach everything below their paths */
+  subtree: boolean;
+  done: Promise<void>;
 }
 
 export interface JournalStageOptions {
@@ -68,6 +79,13 @@ function errnoOf(err: unknown): string {
 export class JournalStage implements MutationStage {
   readonly name = 'journal';
   private readonly sessions = new Map<string, WriteSession>();
+  /**
+   * Namespace mutations in progress. A write session cannot begin at a path one of them names
+   * (or that a rename or rmdir of a parent reaches) until it is applied: begun in between, the
+   * session would miss the split and be journaled under a name the rename then changed (its end
+   * recorded "nothing there", and rollback stopped on it as a conflict: issue 13.7).
+   */
+  private readonly changing = new Set<NamespaceChange>();
   /**
    * The file the last create made, with its outcome record while that still waits in the
    * writer's buffer. If the first write to it comes before anything else reaches the journal
@@ -139,6 +157,37 @@ export class JournalStage implements MutationStage {
   private async namespaceOp<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
     const paths = recordPaths(m);
     if (paths.some((p) => !p)) return apply(); // a node unlinked while open: not in the view
+    // One at a time where names overlap (one at or below another): after-states are read by
+    // path once the change is applied, and a rename of a parent in between moved them away (a
+    // rename recorded as leaving nothing at its target, a false conflict at rollback: 13.7).
+    for (let c = this.overlapping(paths); c; c = this.overlapping(paths)) await c;
+    let finished!: () => void;
+    const change: NamespaceChange = { paths, subtree: m.op === 'rename' || m.op === 'rmdir', done: new Promise<void>((r) => (finished = r)) };
+    this.changing.add(change); // before the split: a session begun from here on waits
+    try {
+      return await this.namespaceOpGated(m, paths, apply);
+    } finally {
+      this.changing.delete(change);
+      finished();
+    }
+  }
+
+  private overlapping(paths: string[]): Promise<void> | null {
+    for (const c of this.changing) {
+      if (c.paths.some((q) => paths.some((p) => isWithin(p, q) || isWithin(q, p)))) return c.done;
+    }
+    return null;
+  }
+
+  /** A namespace mutation in progress that a write session at `path` must wait for. */
+  private changeAt(path: string): Promise<void> | null {
+    for (const c of this.changing) {
+      if (c.paths.some((q) => path === q || (c.subtree && isWithin(path, q)))) return c.done;
+    }
+    return null;
+  }
+
+  private async namespaceOpGated<T>(m: Mutation, paths: string[], apply: () => Promise<T>): Promise<T> {
     this.lastCreate = null;
     await this.splitSessions(m, paths);
     const before = await this.beforeStates(m, paths);
@@ -252,36 +301,51 @@ export class JournalStage implements MutationStage {
   // ---- write sessions ----------------------------------------------------------------------------
 
   private async sessionOp<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
-    const path = m.file ? m.file.path : m.path;
-    if (!path) return apply(); // unlinked while open: the view no longer has it
-    let s = this.sessions.get(path) ?? this.beginSession(path, m);
-    while (s.busy) await s.busy; // a failed begin throws here, and the request fails unapplied
-    if (this.sessions.get(path) !== s) {
-      // ended meanwhile (a chmod or rename split it): this request begins the next one
+    let s: WriteSession;
+    // (no await between the last checks and `applying++`: a namespace change that starts later
+    // sees the session and splits it, and the split waits for this request)
+    for (;;) {
+      let path = m.file ? m.file.path : m.path;
+      for (let wait = path ? this.changeAt(path) : null; wait; wait = path ? this.changeAt(path) : null) {
+        await wait;
+        path = m.file ? m.file.path : m.path;
+      }
+      if (!path) return apply(); // unlinked while open: the view no longer has it
       s = this.sessions.get(path) ?? this.beginSession(path, m);
-      while (s.busy) await s.busy;
+      while (s.busy) await s.busy; // a failed begin throws here, and the request fails unapplied
+      // ended meanwhile (a chmod or rename split it): this request begins the next one
+      if (this.sessions.get(path) !== s) continue;
+      // fallocate's 'allocate' and 'keep-size' keep every byte (they may only grow the file or
+      // its blocks, undone by a truncate)
+      const overwrites = m.allocate === 'allocate' || m.allocate === 'keep-size' ? false
+        : m.op === 'write' ? (m.offset ?? 0) < s.oldSize : (m.size ?? 0) < s.oldSize;
+      if (!s.captured && overwrites) {
+        const sess = s;
+        sess.busy = this.capture(sess).finally(() => (sess.busy = null));
+        await sess.busy;
+        if (this.sessions.get(path) !== s) continue;
+      }
+      break;
     }
-    // fallocate's 'allocate' and 'keep-size' keep every byte (they may only grow the file or
-    // its blocks, undone by a truncate)
-    const overwrites = m.allocate === 'allocate' || m.allocate === 'keep-size' ? false
-      : m.op === 'write' ? (m.offset ?? 0) < s.oldSize : (m.size ?? 0) < s.oldSize;
-    if (!s.captured && overwrites) {
-      const sess = s;
-      sess.busy = this.capture(sess).finally(() => (sess.busy = null));
-      await sess.busy;
+    // the session's end (a split) waits until this request is applied, so its after-state and
+    // the request are in the same session
+    s.applying++;
+    try {
+      return await apply();
+    } finally {
+      if (--s.applying === 0) for (const wake of s.idle.splice(0)) wake();
     }
-    return apply();
   }
 
   private beginSession(path: string, m: Mutation): WriteSession {
     const lc = this.lastCreate;
     this.lastCreate = null;
     if (lc && m.file && m.file.file === lc.file && lc.path === path && this.writer.retract(lc.done)) {
-      const s: WriteSession = { seq: lc.seq, path, oldSize: 0, captured: true, busy: null, file: m.file };
+      const s: WriteSession = { seq: lc.seq, path, oldSize: 0, captured: true, busy: null, file: m.file, applying: 0, idle: [] };
       this.sessions.set(path, s);
       return s;
     }
-    const s: WriteSession = { seq: 0, path, oldSize: 0, captured: false, busy: null, file: m.file };
+    const s: WriteSession = { seq: 0, path, oldSize: 0, captured: false, busy: null, file: m.file, applying: 0, idle: [] };
     this.sessions.set(path, s);
     s.busy = (async () => {
       try {
@@ -312,11 +376,17 @@ export class JournalStage implements MutationStage {
   private async finishSession(s: WriteSession, reason: 'close' | 'fsync' | 'split'): Promise<void> {
     while (s.busy) await s.busy.catch(() => undefined);
     if (this.sessions.get(s.path) !== s) return;
-    this.sessions.delete(s.path);
+    this.sessions.delete(s.path); // no request joins it from here on
+    while (s.applying > 0) await new Promise<void>((r) => s.idle.push(r));
     this.endedAt.delete(s.path);
     this.endedAt.set(s.path, s.seq);
     if (this.endedAt.size > DEFAULTS.journal.endedSessionsKept) this.endedAt.delete(this.endedAt.keys().next().value as string);
     const after = await this.stateOfSession(s);
+    if (after?.type === 'file' && after.size <= DEFAULTS.journal.contentHashMaxBytes && s.file?.path === s.path) {
+      // (through the open file: no path walk, and no download from a remote store)
+      const sha = await hashOpenFile(s.file.file, after.size).catch(() => null);
+      if (sha) after.sha256 = sha;
+    }
     this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [after], reason });
   }
 

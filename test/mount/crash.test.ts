@@ -147,3 +147,56 @@ describe('crash: SIGKILL of the daemon under load', () => {
     expect(recoveries).toBeGreaterThan(0);
   }, 240_000);
 });
+
+// Issue 13.7 (second half) and 13.2 on a mount: the daemon dies in the middle of a rollback it
+// is applying; after a restart, the same rollback finishes without blaming "someone" for its
+// own half-done restore, and the file is the original byte for byte.
+describe('crash: the daemon killed mid-rollback', () => {
+  let base: string;
+  let m: TestMount | null = null;
+  beforeEach(() => {
+    base = makeTemp('crash-rollback');
+  });
+  afterEach(async () => {
+    await m?.stop().catch(() => undefined);
+    rmTemp(base);
+  });
+
+  it('a re-run after the restart finishes the restore; no conflict', async () => {
+    const src = path.join(base, 'src');
+    const state = path.join(base, 'state');
+    fs.mkdirSync(src);
+    const block = Buffer.alloc(1 << 20);
+    for (let i = 0; i < block.length; i++) block[i] = (i * 7919) & 0xff;
+    const original = Buffer.concat(Array.from({ length: 64 }, (_, k) => { const b = Buffer.from(block); b.writeUInt32LE(k, 0); return b; }));
+    fs.writeFileSync(path.join(src, 'big.bin'), original);
+    fs.writeFileSync(path.join(src, 'small.txt'), 'small as it was\n');
+    m = await startMount({ src, args: ['--state', state, '--session', 'agent'] });
+    // the agent: overwrites the big file, rewrites a small one, makes a new one
+    fs.writeFileSync(path.join(m.mnt, 'big.bin'), Buffer.alloc(original.length + 4096, 0x5a));
+    fs.writeFileSync(path.join(m.mnt, 'small.txt'), 'small by the agent\n');
+    fs.writeFileSync(path.join(m.mnt, 'new.txt'), 'new');
+    // the rollback goes to the daemon; kill the daemon once its undo has begun writing
+    const rb = spawn(process.execPath, [CLI, 'rollback', '--state', state, '--session', 'agent'], { stdio: 'ignore' });
+    const journalDir = path.join(state, 'journal');
+    const undoBegun = () => fs.readdirSync(journalDir).some((n) => fs.readFileSync(path.join(journalDir, n)).includes('"undoes":'));
+    const t0 = Date.now();
+    while (!undoBegun() && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, 30 + Math.floor(Math.random() * 60)));
+    m.daemon.kill('SIGKILL');
+    await new Promise<void>((r) => (rb.exitCode !== null ? r() : rb.once('exit', () => r())));
+    await m.stop().catch(() => undefined); // "the daemon died": we killed it
+    m = null;
+    m = await startMount({ src, args: ['--state', state, '--session', 'after'] });
+    const r = ledgerfs(['rollback', '--state', state, '--session', 'agent']);
+    expect(r.stdout).not.toMatch(/someone changed it|Nothing to roll back/);
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    const got = fs.readFileSync(path.join(src, 'big.bin'));
+    expect(got.length).toBe(original.length);
+    expect(got.equals(original)).toBe(true);
+    expect(fs.readFileSync(path.join(src, 'small.txt'), 'utf8')).toBe('small as it was\n');
+    expect(fs.existsSync(path.join(src, 'new.txt'))).toBe(false);
+    expect(ledgerfs(['verify', '--state', state]).status).toBe(0);
+  }, 120_000);
+});

@@ -58,3 +58,65 @@ describe('journal: conflict records', () => {
     expect(cli('verify', '--state', state)).toMatch(/^clean$/m);
   });
 });
+
+// Issue 16.8: conflicts are judged on content (a touch is not one), and --skip-conflicts undoes
+// the rest, listing what it left.
+describe('rollback conflicts: content, and --skip-conflicts', () => {
+  let dir: string;
+  let src: string;
+  let state: string;
+  let j: TestJournal;
+  beforeEach(async () => {
+    dir = makeTemp('journal-conflict');
+    src = path.join(dir, 'src');
+    state = path.join(dir, 'state');
+    fs.mkdirSync(src);
+    for (const n of ['a', 'b', 'c']) fs.writeFileSync(path.join(src, `${n}.txt`), `${n} as it was\n`);
+    j = await openTestJournal(src, state, 'agent');
+    for (const n of ['a', 'b', 'c']) await vfsFs.write(j.vfs, `/${n}.txt`, `${n} by the agent\n`, fs.constants.O_WRONLY | fs.constants.O_TRUNC);
+    await vfsFs.write(j.vfs, '/new.txt', 'new');
+    await vfsFs.write(j.vfs, '/b.txt', 'b again by the agent\n', fs.constants.O_WRONLY | fs.constants.O_TRUNC);
+    await j.close();
+  });
+  afterEach(() => rmTemp(dir));
+
+  const rollback = (...args: string[]) => spawnSync(process.execPath, [CLI, 'rollback', '--state', state, '--source', src, '--session', 'agent', ...args], { encoding: 'utf8' });
+  const read = (n: string) => fs.readFileSync(path.join(src, n), 'utf8');
+
+  it('proceeds when only the mtime changed; a content change of the same size is a conflict', () => {
+    const later = new Date(Date.now() + 3600_000);
+    fs.utimesSync(path.join(src, 'a.txt'), later, later); // touch beside the mount
+    const dry = rollback('--dry-run', '--json');
+    expect(JSON.parse(dry.stdout).conflicts).toEqual([]);
+    fs.writeFileSync(path.join(src, 'c.txt'), 'C BY THE AGENT\n'); // same size, other bytes
+    const r = rollback();
+    expect(r.status).toBe(1);
+    expect(r.stdout).toMatch(/#\d+ write \/c.txt: .*content changed/);
+    expect(r.stdout).not.toMatch(/a\.txt/);
+    fs.writeFileSync(path.join(src, 'c.txt'), 'c by the agent\n');
+    const ok = rollback();
+    expect(ok.stdout).toMatch(/^Rolled back 5 mutation\(s\)/);
+    expect(ok.status).toBe(0);
+    expect(read('a.txt')).toBe('a as it was\n');
+    expect(fs.statSync(path.join(src, 'a.txt')).mtimeMs).toBeLessThan(later.getTime() - 1000);
+  });
+
+  it('--skip-conflicts undoes the rest and lists what it left (text and --json)', () => {
+    fs.writeFileSync(path.join(src, 'b.txt'), 'b edited by a person\n');
+    const r = rollback('--skip-conflicts');
+    expect(r.status, r.stderr).toBe(1);
+    expect(r.stdout).toMatch(/Skipped 2 mutation\(s\) \(--skip-conflicts\), left as they are:/);
+    expect(r.stdout).toMatch(/#\d+ write \/b.txt: .*content changed/);
+    expect(r.stdout).toMatch(/#\d+ write \/b.txt: left as it is: the undo of #\d+ on \/b.txt was skipped/);
+    expect(read('a.txt')).toBe('a as it was\n');
+    expect(read('c.txt')).toBe('c as it was\n');
+    expect(fs.existsSync(path.join(src, 'new.txt'))).toBe(false);
+    expect(read('b.txt')).toBe('b edited by a person\n');
+    // the rest is done; the skipped ones are still to do, and --json lists them
+    const again = JSON.parse(rollback('--skip-conflicts', '--json').stdout) as { planned: unknown[]; skipped: { path: string }[]; undone: number };
+    expect(again.planned).toHaveLength(2);
+    expect(again.undone).toBe(0);
+    expect(again.skipped.map((s) => s.path)).toEqual(['/b.txt', '/b.txt']);
+    expect(rollback('--skip-conflicts', '--force').status).toBe(2);
+  });
+});

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import { constants as C } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { undoneByMap } from '../../src/journal/describe.js';
 import { collectGarbage } from '../../src/journal/gc.js';
 import { buildHistory } from '../../src/journal/history.js';
 import { stateLayout } from '../../src/journal/layout.js';
@@ -183,6 +184,42 @@ describe('rollback on a Vfs (no mount)', () => {
     const v = await verifyJournal(state);
     expect(v.problems.some((p) => /blob .* is missing/.test(p))).toBe(true);
     expect(v.problems.some((p) => /checksum mismatch/.test(p))).toBe(true);
+  });
+
+  it('resumes a rollback cut short: its own partial work is no conflict, and done counts once', async () => {
+    const t0 = tree();
+    const s0 = lastSeq();
+    await vfsFs.write(j.vfs, '/docs/a.txt', 'rewritten by the session, longer than before');
+    await vfsFs.write(j.vfs, '/made.txt', 'made by the session');
+    await j.vfs.rename('/docs/b.bin', '/moved.bin');
+    const ops = j.svc.history().ops.filter((o) => o.seq > s0).reverse();
+    // a rollback killed part way: intent journaled; the rename undone and the create undone
+    // (their changes made, no `restored` yet); the write's restore cut short half way
+    j.svc.writer.appendNow({ kind: 'rollback-intent', time: Date.now(), session: 'rollback-killed', actor: 'rollback', target: `after #${s0}`, ops: ops.map((o) => o.seq) });
+    const caller = { operator: true };
+    for (const o of ops) {
+      j.svc.stage.tag(caller, { session: 'rollback-killed', actor: 'rollback', undoes: o.seq });
+      if (o.op === 'rename') await j.vfs.rename('/moved.bin', '/docs/b.bin', caller);
+      if (o.op === 'create') await j.vfs.unlink('/made.txt', caller);
+      if (o.op === 'write') await vfsFs.write(j.vfs, '/docs/a.txt', Buffer.alloc(6), C.O_WRONLY | C.O_TRUNC); // zeros, as a kill leaves
+    }
+    expect(tree()).not.toEqual(t0);
+    // `log` does not call them undone either
+    const cut = j.svc.history();
+    expect(ops.filter((o) => undoneByMap(cut.ops, cut).has(o.seq))).toEqual([]);
+    const dry = await rollback({ toSeq: s0, dryRun: true });
+    expect(dry.conflicts).toEqual([]);
+    expect(dry.unfinished).toEqual([expect.objectContaining({ session: 'rollback-killed', interrupted: true, restored: 0, total: ops.length })]);
+    const r = await rollback({ toSeq: s0 });
+    expect(r.conflicts).toEqual([]);
+    expect(r.complete).toBe(true);
+    expect(tree()).toEqual(t0);
+    // done is done: nothing left, no earlier rollback reported as unfinished
+    const again = await rollback({ toSeq: s0 });
+    expect(again.planned).toEqual([]);
+    expect(again.unfinished).toBeUndefined();
+    const done = j.svc.history();
+    expect(ops.filter((o) => undoneByMap(done.ops, done).has(o.seq))).toHaveLength(ops.length);
   });
 
   it('collectGarbage never drops a write session still open', async () => {
