@@ -2,7 +2,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { py, startMount, type TestMount } from '../helpers/mount.js';
+import { DEFAULTS } from '../../src/config/index.js';
+import { py, RUNNING_BINDING, startMount, type TestMount } from '../helpers/mount.js';
 import { startGcsFixture, type GcsFixture } from './fixture.js';
 
 /**
@@ -42,7 +43,8 @@ got, size = read_all(a)
 print(json.dumps({'before': before.hex(), 'got': got.hex(), 'size': size, 'stat': os.stat(a).st_size}))
 `;
 
-describe('gcs: a file another host rewrote reads as its new bytes at the next open', () => {
+// fuse-native cannot make the kernel forget a file's size (README: consistency between hosts)
+describe.skipIf(RUNNING_BINDING === 'fuse-native')('gcs: a file another host rewrote reads as its new bytes at the next open', () => {
   let g: GcsFixture;
   let a: TestMount;
   let b: TestMount;
@@ -50,11 +52,13 @@ describe('gcs: a file another host rewrote reads as its new bytes at the next op
   beforeAll(async () => {
     g = await startGcsFixture();
     await g.seed(['shared.txt'], 'OLD CON');
-    // default metadata TTL and attribute timeout: the ones the issue's reads were cut by
+    // the default metadata TTL (mounted tests shorten it) and attribute timeout: the ones the
+    // issue's reads were cut by
     const mount = () => {
       const state = fs.mkdtempSync('/tmp/ledgerfs-state-');
       states.push(state);
-      return startMount({ gcs: { emulator: g.emulator, bucket: g.bucket }, args: ['--state', path.join(state, 's')] });
+      const ttl = String(DEFAULTS.gcsCache.metadataTtlSec);
+      return startMount({ gcs: { emulator: g.emulator, bucket: g.bucket }, args: ['--metadata-ttl', ttl, '--state', path.join(state, 's')] });
     };
     a = await mount();
     b = await mount();
@@ -80,19 +84,25 @@ describe('gcs: a file another host rewrote reads as its new bytes at the next op
   });
 
   it(`grown, shrunk and rewritten by B: A reads exactly B's bytes (${RUNS} rounds)`, () => {
-    let last = Buffer.from('NEW CONTENT, longer than before').toString('hex');
+    let last = Buffer.from('NEW CONTENT, longer than before');
+    const kinds = { grown: 0, shrunk: 0, same: 0 };
     fc.assert(
-      fc.property(fc.uint8Array({ minLength: 0, maxLength: 200 }), (bytes) => {
-        const want = Buffer.from(bytes);
+      // a third of the rounds rewrite the file at its current length (same size, new bytes)
+      fc.property(fc.uint8Array({ minLength: 0, maxLength: 200 }), fc.integer({ min: 0, max: 2 }), (bytes, kind) => {
+        let want = Buffer.from(bytes);
+        if (kind === 0) want = Buffer.concat([want, Buffer.alloc(last.length)]).subarray(0, last.length);
         const r = round(want);
         // A read the previous round's bytes before B wrote: the caches held a real old version
-        expect(r.before).toBe(last);
+        expect(r.before).toBe(last.toString('hex'));
         expect(r.got).toBe(want.toString('hex'));
         expect(r.size).toBe(want.length);
         expect(r.stat).toBe(want.length);
-        last = r.got;
+        kinds[want.length > last.length ? 'grown' : want.length < last.length ? 'shrunk' : 'same']++;
+        last = want;
       }),
       { numRuns: RUNS, seed: SEED, endOnFailure: true, verbose: 1 },
     );
-  });
+    console.log(`cross-host rounds: ${JSON.stringify(kinds)}`);
+    expect(Math.min(kinds.grown, kinds.shrunk, kinds.same)).toBeGreaterThan(0);
+  }, 30_000 + RUNS * 2_000);
 });
