@@ -968,6 +968,31 @@ static napi_value js_set_scratch(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+/*
+ * invalAttr(handle, ino) -> 0 or -errno: the kernel forgets the attributes it cached for the
+ * node (its i_size above all, which cuts reads of a file another host made longer), so its next
+ * stat or read past the cached size asks us. Attributes only (offset -1): dropping pages would
+ * lock them, and a page locked by a read waiting for this very thread would deadlock the write
+ * to /dev/fuse; the page cache is dropped by the open reply instead (no keep_cache). Called from
+ * the OPEN handler before its reply: the opener holds the inode, so the kernel's iput here
+ * cannot evict it and send a FORGET we would have to read first.
+ */
+static napi_value js_inval_attr(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2], result;
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  struct mnt *m = NULL;
+  double ino = 0;
+  if (argc < 2 || napi_get_value_external(env, argv[0], (void **)&m) != napi_ok || napi_get_value_double(env, argv[1], &ino) != napi_ok) {
+    napi_throw_type_error(env, NULL, "invalAttr(handle, ino)");
+    return NULL;
+  }
+  int rc = -ENOTCONN;
+  if (m && !m->destroyed && !m->closed && m->se) rc = fuse_lowlevel_notify_inval_inode(m->se, (fuse_ino_t)ino, -1, 0);
+  napi_create_int32(env, rc, &result);
+  return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_value names, name;
   napi_create_array_with_length(env, OP_COUNT, &names);
@@ -976,6 +1001,9 @@ static napi_value init(napi_env env, napi_value exports) {
     napi_set_element(env, names, k, name);
   }
   napi_set_named_property(env, exports, "opNames", names);
+  napi_value fn;
+  napi_create_function(env, "invalAttr", NAPI_AUTO_LENGTH, js_inval_attr, NULL, &fn);
+  napi_set_named_property(env, exports, "invalAttr", fn);
   return define_exports(env, exports, js_mount, js_destroy, js_reply, js_unref, js_set_scratch);
 }
 

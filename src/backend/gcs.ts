@@ -769,9 +769,12 @@ export class GcsBackend implements Backend, GcsFileHost {
         if (!isPreconditionFailed(err)) throw toVfsError(err, `${what} ${path}`);
         const cur = await this.req.head(obj.name).catch(() => undefined);
         if (!cur || !Object.entries(entries).every(([k, v]) => cur.metadata[k] === v)) continue;
-        info = cur; // an earlier attempt of this patch landed; only its response was lost
+        // an earlier attempt of this patch landed; only its response was lost. A head is not
+        // our response: its generation is taken only if it is the one we patched
+        if (cur.generation !== obj.generation) continue;
+        info = cur;
       }
-      for (const of of this.filesAt(path)) of.noteMetadata(info);
+      for (const of of this.filesAt(path)) of.noteMetadata(info, obj.generation);
       return false;
     }
     throw new VfsError('ESTALE', `${what} ${path}: the object kept changing in the bucket`);

@@ -25,6 +25,8 @@ interface Addon {
   /** -1: the request was no longer waiting; else entries sent (readdir) or 0 */
   reply(id: number, code: number, payload?: unknown, records?: ArrayBuffer): number;
   setScratch(buf: ArrayBuffer): void;
+  /** the kernel forgets the node's cached attributes (0, or -errno: e.g. -ENOENT, not cached) */
+  invalAttr(handle: object, ino: number): number;
   libfuseVersion: string;
   /** its op codes' names, by code (LEDGERFS_OPS) */
   opNames: string[];
@@ -139,7 +141,12 @@ function need(p: string | null): string {
 }
 const gone = () => new VfsError('ENOENT', 'the node has no path any more (unlinked, or forgotten by the kernel)');
 
-function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
+/** Remember the size and mtime an attribute reply gives the kernel for `node` (see `open`). */
+function told(node: Node | undefined, a: Attr): void {
+  if (node) { node.toldSize = a.size; node.toldMtimeNs = a.mtimeNs; }
+}
+
+function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: () => object | undefined): Handler {
   const reply = addon.reply;
   // hard links share one kernel node where the store's inode numbers name its nodes (local)
   const nodes = new NodeTable(ops.inodesNameNodes === true);
@@ -155,6 +162,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
     const node = nodes.ref(parent, name, 1, identity(attr));
     if (!node) return void reply(id, ENOENT);
     writeRecord(f64, i64, i32, 0, attr, node.id);
+    told(node, attr);
     if (fh >= 0) {
       nodes.opened(node, fh);
       fhNode.set(fh, node);
@@ -190,6 +198,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
     try {
       const a = await attrOf(c, ino, fh);
       writeRecord(f64, i64, i32, 0, a, ino);
+      told(nodes.get(ino), a);
       reply(id, 0);
     } catch (e) {
       reply(id, kernelErrno(e));
@@ -216,6 +225,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       // directory's, which is not a core file handle
       const a = await attrOf(c, ino, -1);
       writeRecord(f64, i64, i32, 0, a, ino);
+      told(nodes.get(ino), a);
       reply(id, 0);
     } catch (e) {
       reply(id, kernelErrno(e));
@@ -246,13 +256,31 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       reply(id, kernelErrno(e));
     }
   }
+  /*
+   * Close-to-open across hosts: the open fetched the file's current version, but the kernel may
+   * still hold the size of the one before (attrTimeoutSec) and cuts reads at it: another host's
+   * longer file read as its new bytes up to the old length. So when the open's attributes differ
+   * from the last ones the kernel was given for the node, the kernel forgets its attributes before
+   * the open is answered, and asks again (a read past the cached size does). The reply never sets
+   * keep_cache, so the kernel drops the node's pages at every open as well.
+   */
   async function open(id: number, c: Caller, ino: number, flags: number) {
     try {
-      const fh = await ops.open(c, need(nodes.path(ino)), flags);
+      const p = need(nodes.path(ino));
+      const fh = await ops.open(c, p, flags);
       const node = nodes.get(ino);
       if (node) {
         nodes.opened(node, fh);
         fhNode.set(fh, node);
+        if (node.toldSize !== undefined) {
+          const a = await ops.fgetattr(c, p, fh).catch(() => null);
+          const handle = session();
+          if ((!a || a.size !== node.toldSize || a.mtimeNs !== node.toldMtimeNs) && handle) {
+            node.toldSize = undefined;
+            node.toldMtimeNs = undefined;
+            addon.invalAttr(handle, ino);
+          }
+        }
       }
       if (reply(id, fh) < 0) await closeHandle(fh, c);
     } catch (e) {
@@ -335,8 +363,10 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void): Handler {
       for (let k = 0; k < n; k++) {
         const node = offered[k];
         if (!node) continue;
-        if (k < sent) node.lookups++;
-        else nodes.release(node);
+        if (k < sent) {
+          node.lookups++;
+          told(node, d.attrs[off + k] as Attr);
+        } else nodes.release(node);
       }
     } catch (e) {
       reply(id, kernelErrno(e));
@@ -425,6 +455,6 @@ export class NativeLlBinding implements Binding {
   async mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs> {
     const addon = loadNativeLlAddon();
     if (addon instanceof Error) throw addon;
-    return serveSession(addon, mountpoint, (onClosed) => makeHandler(addon, ops, onClosed), options, !!ops.xattr);
+    return serveSession(addon, mountpoint, (onClosed, session) => makeHandler(addon, ops, onClosed, session), options, !!ops.xattr);
   }
 }

@@ -103,7 +103,7 @@ export interface SessionAddon<H> {
  * Mount through `addon` and keep the session until it ends: the addon reports the end through
  * the handler (`onClosed`), unmounted by us or from outside; then it is destroyed.
  */
-export function serveSession<H>(addon: SessionAddon<H>, mountpoint: string, makeHandler: (onClosed: () => void) => H,
+export function serveSession<H>(addon: SessionAddon<H>, mountpoint: string, makeHandler: (onClosed: () => void, session: () => object | undefined) => H,
   options: MountOptions, xattrs: boolean): MountedFs {
   let closedResolve!: () => void;
   const loopEnded = new Promise<void>((r) => (closedResolve = r));
@@ -117,7 +117,7 @@ export function serveSession<H>(addon: SessionAddon<H>, mountpoint: string, make
     }
     closedResolve();
   };
-  handle = addon.mount(mountpoint, makeHandler(onClosed), { ...options }, xattrs);
+  handle = addon.mount(mountpoint, makeHandler(onClosed, () => (destroyed ? undefined : handle)), { ...options }, xattrs);
   void raiseReadahead(mountpoint, options.maxWriteBytes).catch(() => undefined);
   return {
     mountpoint,

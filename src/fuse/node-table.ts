@@ -36,6 +36,10 @@ export interface Node {
   ino?: number;
   /** its other names (hard links), when it has some */
   aliases?: Array<{ parent: Node; name: string }>;
+  /** the size and mtime the kernel was last given for it (attribute and entry replies); the
+   * open that finds others compares them to have the kernel forget its cached attributes */
+  toldSize?: number | undefined;
+  toldMtimeNs?: bigint | undefined;
 }
 
 /** What an entry reply knows of the node behind a name: a hard link is a shared inode. */

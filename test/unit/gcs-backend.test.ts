@@ -454,6 +454,30 @@ describe('attributes', () => {
     });
   });
 
+  it('a server that makes a new generation on a metadata patch: the open handle takes it from the response, its upload is no conflict', async () => {
+    // GCS keeps the generation on a patch; some compatible servers do not (issue 21)
+    const store = fx.emu.store;
+    const original = store.updateMetadata.bind(store);
+    store.updateMetadata = (o, apply) => {
+      const r = original(o, apply);
+      r.generation += 1000n;
+      return r;
+    };
+    try {
+      await writeFile('/p', 'old');
+      const f = await b.open('/p', { write: true });
+      await b.chmod('/p', 0o600);
+      await b.utimens('/p', { mtimeNs: 7_000_000_000n });
+      const buf = Buffer.from('new bytes');
+      await f.write(buf, buf.length, 0);
+      await f.close(); // ESTALE when the handle kept the generation it opened
+      expect(await readFile('/p')).toBe('new bytes');
+      expect((await b.stat('/p')).mode & 0o7777).toBe(0o600);
+    } finally {
+      store.updateMetadata = original;
+    }
+  });
+
   it('utimens "now", and leaves an unspecified time alone', async () => {
     await writeFile('/f', 'f');
     await b.utimens('/f', { mtimeNs: 5_000_000_000n });

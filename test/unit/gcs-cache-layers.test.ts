@@ -158,6 +158,20 @@ describe('MetadataCacheLayer', () => {
     expect((await c.stat('/other')).size).toBe(1);
   });
 
+  it('an open that finds another client\'s version drops the cached attributes at once (close-to-open); an unchanged one keeps them', async () => {
+    await put('o.txt', 'OLD CON');
+    expect((await c.stat('/o.txt')).size).toBe(7);
+    const same = await c.open('/o.txt', { write: false });
+    await same.close();
+    expect(await cost(() => c.stat('/o.txt'))).toBe(0);
+    await put('o.txt', 'NEW CONTENT, longer than before');
+    expect((await c.stat('/o.txt')).size).toBe(7); // within the TTL, no open: the cache answers
+    const f = await c.open('/o.txt', { write: false });
+    expect((await c.stat('/o.txt')).size).toBe(31);
+    expect((await readAll(f)).toString()).toBe('NEW CONTENT, longer than before');
+    await f.close();
+  });
+
   it('listing a directory with subdirectories walks the tree below it: their listings and lookups ask nothing, until the TTL', async () => {
     await Promise.all(['w/a/1', 'w/a/2', 'w/b/c/3', 'w/b/4', 'w/top'].map((k) => put(k, k)));
     expect((await c.readdir('/w')).map((e) => e.name).sort()).toEqual(['a', 'b', 'top']);

@@ -226,10 +226,16 @@ export class GcsFile implements BackendFile {
     else this.base = { ...info, size: this.base.size };
   }
 
-  /** Our own metadata patch of the object this handle is based on (chmod, utimens...). */
-  noteMetadata(info: ObjectInfo): void {
-    if (info.generation !== this.base.generation) return;
-    this.base = { ...this.base, metageneration: info.metageneration, metadata: info.metadata, updatedNs: info.updatedNs };
+  /**
+   * Our own metadata patch (chmod, utimens...) of generation `patched`, answered with `info`.
+   * The patch was conditioned on that generation, so when this handle is based on it, the
+   * response is the object it is now based on, generation included: GCS keeps the generation on
+   * a patch, but some compatible servers make a new one, and keeping ours would make the
+   * handle's own upload look like a change by another host (ESTALE at close).
+   */
+  noteMetadata(info: ObjectInfo, patched: bigint): void {
+    if (patched !== this.base.generation) return;
+    this.base = { ...this.base, generation: info.generation, metageneration: info.metageneration, metadata: info.metadata, updatedNs: info.updatedNs };
   }
 
   /** chmod/chown/utimens while this handle has changes to upload: they go with the upload. */

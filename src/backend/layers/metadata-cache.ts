@@ -208,6 +208,21 @@ export class MetadataCacheLayer extends ForwardingLayer {
     return target;
   }
 
+  /**
+   * A read-only open asks the store for the object's current version (close-to-open): when that
+   * differs from the attributes cached for the path (another host rewrote it), the cached ones
+   * are forgotten, so a stat after the open (the kernel's, whose size cuts reads) sees the new size.
+   */
+  private async openToRead(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
+    const file = await this.inner.open(path, mode, createMode);
+    const k = this.nodes.peek(path);
+    if (k) {
+      const now = await file.stat().catch(() => null);
+      if (!now || 'missing' in k || now.size !== k.attr.size || now.mtimeNs !== k.attr.mtimeNs) this.forget(path);
+    }
+    return file;
+  }
+
   // ---- invalidation --------------------------------------------------------------------------
 
   /** Forget `path` (and with `below`, everything under it); in-flight lookups will not store. */
@@ -248,7 +263,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
   // ---- mutations -----------------------------------------------------------------------------
 
   override async open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
-    if (!mode.write) return this.inner.open(path, mode, createMode);
+    if (!mode.write) return this.openToRead(path, mode, createMode);
     const hint = mode.create && this.knownAbsent(path) ? { ...mode, knownAbsent: true } : mode;
     const token: Writer = { path, gone: false };
     this.writers.add(token);
