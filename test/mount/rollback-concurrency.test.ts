@@ -81,7 +81,7 @@ describe('mount: rollback after parallel renames and writes', () => {
     expect(await Promise.all(procs)).toEqual(procs.map(() => 0));
     expect(snapshotTree(m.src)).not.toEqual(initial);
 
-    const r = spawnSync(process.execPath, [CLI, 'rollback', '--state', state, '--session', 'race', '--json'], { encoding: 'utf8', env: { ...process.env, ...m.env } });
+    const r = spawnSync(process.execPath, [CLI, 'rollback', '--state', state, '--session', 'race', '--json'], { encoding: 'utf8', maxBuffer: 64 << 20, env: { ...process.env, ...m.env } });
     const result = JSON.parse(r.stdout) as { planned: unknown[]; undone: number; conflicts: unknown[]; complete: boolean };
     expect(result.conflicts).toEqual([]);
     expect(result.complete).toBe(true);
