@@ -191,8 +191,29 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
     return Promise.reject(gone());
   }
 
+  /**
+   * A new name of an inode the table knows is served by that inode's node (a hard link), but
+   * only while the node's own name still leads to the inode: a rollback through the daemon (or a
+   * change beside the mount) can free an inode number the store then gives to another file, and
+   * the new name must not read the old node's file. One stat, only for inodes with nlink > 1 the
+   * table has seen under another name.
+   */
+  async function checkAlias(c: Caller, parent: number, name: string, a: Attr): Promise<void> {
+    if (a.type === 'dir' || a.nlink < 2) return;
+    const same = nodes.nodeOfInode(a.ino);
+    if (!same || (same.parent?.id === parent && same.name === name)) return;
+    const p = nodes.path(same.id);
+    const now = p === null ? null : await ops.getattr(c, p).catch(() => null);
+    if (now?.ino !== a.ino) nodes.forgetInode(a.ino);
+  }
   async function lookup(id: number, c: Caller, parent: number, name: string) {
-    try { entry(id, parent, name, await ops.getattr(c, need(nodes.childPath(parent, name)))); } catch (e) { reply(id, kernelErrno(e)); }
+    try {
+      const a = await ops.getattr(c, need(nodes.childPath(parent, name)));
+      await checkAlias(c, parent, name, a);
+      entry(id, parent, name, a);
+    } catch (e) {
+      reply(id, kernelErrno(e));
+    }
   }
   async function getattr(id: number, c: Caller, ino: number, fh: number) {
     try {
@@ -239,7 +260,9 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
       else if (op === Op.MKNOD) await ops.mknod(c, p, mode, rdev);
       else if (op === Op.SYMLINK) await ops.symlink(c, other as string, p);
       else await ops.link(c, other as string, p);
-      entry(id, parent, name, await ops.getattr(c, p));
+      const a = await ops.getattr(c, p);
+      if (op === Op.LINK) await checkAlias(c, parent, name, a);
+      entry(id, parent, name, a);
     } catch (e) {
       reply(id, kernelErrno(e));
     }
@@ -348,6 +371,11 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
       }
       // ids for the entries this reply may hold; each one sent is a lookup, the rest are dropped
       const n = Math.min(d.names.length - off, Math.floor(size / MIN_PLUS_ENTRY) + 1);
+      for (let k = 0; k < n; k++) {
+        const a = d.attrs[off + k];
+        const name = d.names[off + k] as string;
+        if (a && a.nlink > 1 && name !== '.' && name !== '..') await checkAlias(c, d.ino, name, a);
+      }
       const { buf, f, t, n: ns } = plusRecords(Math.max(n, 0));
       const offered: (Node | undefined)[] = [];
       for (let k = 0; k < n; k++) {

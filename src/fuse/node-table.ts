@@ -132,6 +132,20 @@ export class NodeTable {
     return node;
   }
 
+  /** The attached node the table serves inode `ino` by (hard links), if any. */
+  nodeOfInode(ino: number): Node | undefined {
+    const n = this.byIno.get(ino);
+    return n?.parent ? n : undefined;
+  }
+
+  /**
+   * The store no longer has inode `ino` under that node's name (the number went to another
+   * file): new names of `ino` get a node of their own.
+   */
+  forgetInode(ino: number): void {
+    this.byIno.delete(ino);
+  }
+
   /** The kernel dropped `n` references (FORGET). */
   forget(id: number, n: number): void {
     const node = this.byId.get(id);

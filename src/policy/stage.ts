@@ -433,26 +433,21 @@ export class PolicyStage implements MutationStage {
     return r;
   }
 
-  private async mkdir<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
-    const root = this.creating(m, m.path, 'make directory', false);
-    const u = this.usage.of(root);
-    if (u === null) return apply();
-    this.checkFiles(m, m.path, 'make directory', root, u);
-    u.files += 1;
-    try {
-      return await apply();
-    } catch (err) {
-      u.files -= 1;
-      throw err;
-    }
+  private mkdir<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    return this.newName(m, 'make directory', false, apply);
   }
 
   /** a FIFO, socket or (granted) device node: a new name, counted as a file */
-  private async mknod<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
-    const root = this.creating(m, m.path, 'create', true);
+  private mknod<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    return this.newName(m, 'create', true, apply);
+  }
+
+  /** A name with no bytes of its own (a directory, a special file): it costs one file of the quota. */
+  private async newName<T>(m: Mutation, verb: string, isFile: boolean, apply: () => Promise<T>): Promise<T> {
+    const root = this.creating(m, m.path, verb, isFile);
     const u = this.usage.of(root);
     if (u === null) return apply();
-    this.checkFiles(m, m.path, 'create', root, u);
+    this.checkFiles(m, m.path, verb, root, u);
     u.files += 1;
     try {
       return await apply();

@@ -2,7 +2,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CLI } from '../helpers/mount.js';
+import { CLI, onGcs } from '../helpers/mount.js';
 import { startJournaledMount, type JournaledMount } from '../helpers/journaled-mount.js';
 import { snapshotTree } from '../helpers/tree.js';
 
@@ -63,7 +63,10 @@ function runPy(code: string, cwd: string, args: string[]): Promise<number | null
   return new Promise((resolve) => child.on('close', (c) => resolve(c)));
 }
 
-describe('mount: rollback after parallel renames and writes', () => {
+// Local backend only: on GCS a rename is a copy and a delete, so renaming a file another process
+// is writing makes that writer's close find a newer generation and keep its bytes in conflicts/
+// (README, GCS semantics) — a conflict by design there, not the journal race this test is about.
+describe.skipIf(onGcs)('mount: rollback after parallel renames and writes', () => {
   let j: JournaledMount;
   beforeEach(async () => {
     j = await startJournaledMount('race', { populate, args: ['--attr-timeout', '0.2', '--entry-timeout', '0.2'] });

@@ -41,6 +41,27 @@ describe('run --source hides what the sandboxed preset hides, unless --preset tr
   });
 });
 
+describe('run --source refuses privileged changes by default (issue 13.8)', () => {
+  let sb: SandboxDir | undefined;
+  afterEach(() => {
+    sb?.cleanup();
+    sb = undefined;
+  });
+
+  it('chmod u+s and g+s on a file: EPERM and a denial line; nothing reaches the source; --preset trusted allows it', async () => {
+    sb = sandboxDir((src) => fs.writeFileSync(path.join(src, 'tool'), '#!/bin/sh\n', { mode: 0o755 }));
+    const r = await sb.run(['--source', sb.src, '--state', sb.state, '--', 'sh', '-c', 'chmod u+s tool; echo "u=$?"; chmod g+s tool; echo "g=$?"; cat .ledgerfs/denials']);
+    expect(r.stdout).toMatch(/u=1/);
+    expect(r.stdout).toMatch(/g=1/);
+    expect(r.stderr).toMatch(/Operation not permitted/);
+    expect(r.stdout).toMatch(/tool/); // the denial line names the file
+    expect(fs.statSync(path.join(sb.src, 'tool')).mode & 0o6000).toBe(0);
+    const trusted = await sb.run(['--source', sb.src, '--state', sb.state, '--preset', 'trusted', '--', 'chmod', 'u+s', 'tool']);
+    expect(trusted.code).toBe(0);
+    expect(fs.statSync(path.join(sb.src, 'tool')).mode & 0o4000).toBe(0o4000);
+  });
+});
+
 describe('a policy file\'s hide list joins its preset\'s (issue 16.3)', () => {
   let m: TestMount | undefined;
   let dir: string | undefined;
