@@ -204,7 +204,10 @@ function ledgerfsTarget(name, fixedArgs, opts, repo) {
     },
     argv: (src, mnt) => {
       const state = ledgerfsHas(cli, '--state') ? ['--state', path.join(path.dirname(path.dirname(mnt)), 'state', `${name}-${path.basename(mnt)}`)] : [];
-      return [process.execPath, cli, 'mount', '--source', src, ...state, ...splitArgs(fixedArgs), ...splitArgs(opts.ledgerfsArgs), mnt];
+      // every column mounts the same source tree at once: a build that refuses a second journaled
+      // mount of one source is told this is on purpose
+      const shared = ledgerfsHas(cli, '--shared-source') ? ['--shared-source'] : [];
+      return [process.execPath, cli, 'mount', '--source', src, ...state, ...shared, ...splitArgs(fixedArgs), ...splitArgs(opts.ledgerfsArgs), mnt];
     },
   });
 }

@@ -36,6 +36,8 @@ export interface MountCommandOptions {
   actor?: string;
   /** false: no journal at all (--no-journal, for benchmarks) */
   journal?: boolean;
+  /** allow a second journaled mount of a local source already mounted (bench peers side by side) */
+  sharedSource?: boolean;
   /**
    * Serve for a parent (`ledgerfs run`) over an IPC channel: report the mount to it, unmount
    * when it goes away (done or killed), remove the mount point it made, print no banner.
@@ -95,7 +97,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   // Everything that can be known before the journal is touched is checked first: a mount that
   // fails leaves no state directory and no start record behind.
   const fsName = fsNameFor(ws.store.location);
-  if (o.journal !== false) refuseSecondMount(fsName, ws.sourceDir);
+  if (o.journal !== false && !o.sharedSource) refuseSecondMount(fsName, ws.sourceDir);
   let stateDir: string | undefined;
   let stateDirExisted = true;
   if (o.journal !== false) {
@@ -275,6 +277,6 @@ function refuseSecondMount(fsName: string, sourceDir: string | undefined): void 
   const state = other.record?.stateDir ? `, journal ${other.record.stateDir}` : '';
   const pid = other.record ? `, daemon pid ${other.record.pid}` : '';
   throw new UserError(
-    `${sourceDir} is already mounted at ${other.mountpoint}${state}${pid}; a second mount would keep a second journal of the same directory. Use that mount, or unmount it first: ledgerfs unmount ${other.mountpoint}`,
+    `${sourceDir} is already mounted at ${other.mountpoint}${state}${pid}; a second mount would keep a second journal of the same directory. Use that mount, or unmount it first: ledgerfs unmount ${other.mountpoint} (--shared-source mounts it anyway)`,
   );
 }

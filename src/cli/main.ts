@@ -68,6 +68,7 @@ export function buildProgram(): Command {
     .option('--actor <label>', 'actor label on this mount\'s journal records', DEFAULTS.journal.mountActor)
     .option('--metrics [addr]', `serve Prometheus metrics at http://ADDR/metrics and a health check at /healthz (HOST:PORT, :PORT or PORT; default 127.0.0.1:${DEFAULTS.metricsPort}, but then not right before the mount point, which would be taken for the address); off unless given`)
     .option('--no-journal', 'record nothing (no log, no rollback); for measuring the journal\'s cost')
+    .option('--shared-source', 'mount a local source another journaled mount already serves (refused by default: each journal then sees the other\'s changes as made beside the mount, and a rollback of one may undo over the other); for benchmarks side by side', false)
     .addOption(new Option('--parent-link', 'serve for `ledgerfs run` over its IPC channel').hideHelp())
     .addOption(new Option('--binding <name>', `kernel binding: native-ll (the libfuse3 addon in native/, low-level API served from the JS thread; knows the calling uid/gid/pid) or fuse-native (libfuse 2); ` +
       `default: ${DEFAULTS.binding}, falling back to fuse-native when the addon was not built`).choices(BINDING_NAMES as string[]))
@@ -99,7 +100,7 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
       state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number; preset?: PresetName;
-      metrics?: string | true;
+      metrics?: string | true; sharedSource: boolean;
     }) => {
       process.exitCode = await serveMount(mountpoint, { ...o, metrics: o.metrics === true ? `127.0.0.1:${DEFAULTS.metricsPort}` : o.metrics });
     });

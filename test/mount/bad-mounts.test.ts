@@ -111,5 +111,12 @@ describe.skipIf(onGcs)('a mount that cannot be: a sentence and an exit code, not
     expect(r.status).toBe(2);
     expect(mountAt(mnt2)).toBeUndefined();
     expect(fs.existsSync(state2)).toBe(false);
+    // said on purpose (bench columns side by side), it mounts
+    const m2 = await startMount({ src, args: ['--state', state2, '--shared-source'] });
+    try {
+      expect(fs.readdirSync(m2.mnt)).toEqual(fs.readdirSync(m.mnt));
+    } finally {
+      await m2.stop();
+    }
   });
 });
