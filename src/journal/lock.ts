@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import { pidAlive } from '../core/index.js';
 
 export class JournalLockedError extends Error {
   constructor(
@@ -30,7 +29,11 @@ function processStart(pid: number): string | undefined {
 }
 
 function alive(info: LockInfo): boolean {
-  if (!pidAlive(info.pid)) return false;
+  try {
+    process.kill(info.pid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
+  }
   const start = processStart(info.pid);
   return info.start === undefined || start === undefined || start === info.start;
 }
