@@ -58,7 +58,7 @@ export const NodeStateSchema = z.object({
   rdev: z.number().int().optional(),
   /** the content's before-image, when it was kept (BLOB_REF) */
   blob: z.string().regex(BLOB_REF).optional(),
-  /** sha256 of the content (files a write session left at a close, up to journal.contentHashMaxBytes):
+  /** sha256 of the content (files a write session left, up to journal.contentHashMaxBytes):
    * what rollback compares when the mtime differs but the size does not */
   sha256: z.string().regex(SHA256_HEX).optional(),
 });

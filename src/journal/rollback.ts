@@ -254,7 +254,7 @@ function ownWork(op: Operation, i: number, now: State, ctx: ConflictContext): bo
 /**
  * The content is what the journal expects, by its hash, and only the mtime differs (a touch):
  * not a conflict, since the undo restores the mtime anyway. Files without a recorded hash (over
- * journal.contentHashMaxBytes, or a session an fsync ended) are judged by size and mtime alone.
+ * journal.contentHashMaxBytes) are judged by size and mtime alone.
  */
 async function onlyTimesChanged(expected: State, now: State, aspects: readonly Aspect[], backend: Backend, path: string): Promise<boolean> {
   if (expected?.type !== 'file' || now?.type !== 'file' || !expected.sha256 || expected.size !== now.size) return false;

@@ -382,9 +382,7 @@ export class JournalStage implements MutationStage {
     this.endedAt.set(s.path, s.seq);
     if (this.endedAt.size > DEFAULTS.journal.endedSessionsKept) this.endedAt.delete(this.endedAt.keys().next().value as string);
     const after = await this.stateOfSession(s);
-    // Not at an fsync: a database commits with one per transaction, and re-reading its file each
-    // time would cost more than the commit; such a session is judged by size and mtime.
-    if (reason !== 'fsync' && after?.type === 'file' && after.size <= DEFAULTS.journal.contentHashMaxBytes && s.file?.path === s.path) {
+    if (after?.type === 'file' && after.size <= DEFAULTS.journal.contentHashMaxBytes && s.file?.path === s.path) {
       // (through the open file: no path walk, and no download from a remote store)
       const sha = await hashOpenFile(s.file.file, after.size).catch(() => null);
       if (sha) after.sha256 = sha;
