@@ -41,7 +41,8 @@ function sys<T>(what: string, fn: () => T): T {
  * new generation with ifGenerationMatch/ifMetagenerationMatch on what was read. If another
  * writer got there first the upload is refused (412) and the staged file is kept under the
  * staging dir's conflicts/ area and reported (GcsConflict): the caller gets ESTALE, nothing is
- * lost.
+ * lost. An upload that fails for good otherwise is kept the same way before its EIO is answered:
+ * an error from sync/flush/close means the bytes are not in the bucket and are in conflicts/.
  */
 export class GcsFile implements BackendFile {
   /** the view path; follows renames (the backend retargets it) */
