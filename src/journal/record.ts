@@ -161,9 +161,9 @@ export type StartRecord = z.infer<typeof StartRecordSchema>;
 
 /**
  * (GCS) A local version that did not reach the bucket: another writer changed the object since
- * it was read (the upload was refused, 412), or the upload failed at last close. The bytes are
- * kept in `localFile`, in the conflict area of the state directory. `of` names the write session
- * (or operation) that made them, when the journal knows it.
+ * it was read (the upload was refused, 412), or the upload failed at close(2), fsync or the last
+ * close. The bytes are kept in `localFile`, in the conflict area of the state directory. `of`
+ * names the write session (or operation) that made them, when the journal knows it.
  */
 export const CONFLICT_REASONS = ['changed-remotely', 'upload-failed'] as const;
 export const ConflictRecordSchema = z.object({

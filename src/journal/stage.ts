@@ -407,8 +407,8 @@ export class JournalStage implements MutationStage {
 
   /**
    * A local version the store could not upload (GCS: another writer changed the object; or the
-   * upload failed at last close) and kept aside: journaled, tied to the write session that made
-   * it when there is one, so `ledgerfs log`/`show` say where the bytes are.
+   * upload failed at close(2), fsync or the last close) and kept aside: journaled, tied to the
+   * write session that made it when there is one, so `ledgerfs log`/`show` say where the bytes are.
    */
   noteConflict(c: Omit<ConflictRecord, 'kind' | 'of'>): void {
     const of = this.sessions.get(c.path)?.seq || this.endedAt.get(c.path);

@@ -1,6 +1,7 @@
 import { Storage } from '@google-cloud/storage';
 import { clientFor } from '../helpers/gcs-emulator.js';
-import { startTestEmulator, type TestEmulator } from '../helpers/mount.js';
+import { EXTERNAL_GCS_ENDPOINT, externalBucketName } from '../helpers/gcs-external.js';
+import { externalEmulator, startTestEmulator, type TestEmulator } from '../helpers/mount.js';
 
 /** An emulator process with one bucket, a real client on it, and its request counter. */
 export interface GcsFixture {
@@ -16,10 +17,17 @@ export interface GcsFixture {
   stop(): Promise<void>;
 }
 
-export async function startGcsFixture(bucket = 'ledgerfs-gcs-test'): Promise<GcsFixture> {
-  const emulator = await startTestEmulator([bucket]);
+/**
+ * With LEDGERFS_TEST_GCS_ENDPOINT the fixture is a fresh bucket (named after `bucket`) on that
+ * server, and the admin calls (requests, fault, clearFaults) throw: tests that need them skip
+ * there (NEEDS_OWN_EMULATOR).
+ */
+export async function startGcsFixture(base = 'ledgerfs-gcs-test'): Promise<GcsFixture> {
+  const bucket = EXTERNAL_GCS_ENDPOINT ? externalBucketName(base) : base;
+  const emulator = EXTERNAL_GCS_ENDPOINT ? await externalEmulator([bucket]) : await startTestEmulator([bucket]);
   const storage = clientFor(emulator.url, { retries: false });
   const admin = async (method: string, what: string, body?: unknown) => {
+    if (EXTERNAL_GCS_ENDPOINT) throw new Error(`/_emulator/${what} is the project emulator's; ${emulator.url} (LEDGERFS_TEST_GCS_ENDPOINT) has none`);
     const r = await fetch(`${emulator.url}/_emulator/${what}`, { method, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
     if (!r.ok) throw new Error(`admin ${method} ${what}: ${r.status} ${await r.text()}`);
     return r.status === 204 ? undefined : r.json();

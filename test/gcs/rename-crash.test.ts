@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULTS } from '../../src/config/defaults.js';
 import { CLI, sh, startMount, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
+import { NEEDS_OWN_EMULATOR } from '../helpers/gcs-external.js';
 import { startGcsFixture, type GcsFixture } from './fixture.js';
 
 /**
@@ -14,7 +15,8 @@ import { startGcsFixture, type GcsFixture } from './fixture.js';
  * as done (recovered), and `ledgerfs rollback` of it brings the whole directory back. If a source
  * not yet copied changed in between, finishing is impossible: the rename is undone instead.
  */
-describe('gcs: a daemon killed during a directory rename', () => {
+if (NEEDS_OWN_EMULATOR) console.warn(`test/gcs/rename-crash.test.ts (slows copies with injected delays): ${NEEDS_OWN_EMULATOR}`);
+describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed during a directory rename', () => {
   const N = 300;
   let g: GcsFixture;
   let home: string;

@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { DEFAULTS } from '../../src/config/defaults.js';
 import { mountDirPrefix } from './run.js';
+import { EXTERNAL_GCS_ENDPOINT, createExternalBucket, externalBucketName } from './gcs-external.js';
 import { isFuseMount, mountAt, unmountPathSync } from '../../src/fuse/mounts.js';
 
 export const REPO = path.resolve(import.meta.dirname, '../..');
@@ -83,8 +84,16 @@ export const onGcs = TEST_BACKEND === 'gcs';
 /** An emulator in a child process (tests block their own event loop with synchronous tools). */
 export interface TestEmulator {
   url: string;
-  pid: number;
+  /** the emulator's process; absent for an external one (LEDGERFS_TEST_GCS_ENDPOINT) */
+  pid?: number;
   stop(): Promise<void>;
+}
+
+/** The external emulator of LEDGERFS_TEST_GCS_ENDPOINT with `buckets` made there; stop() leaves it running. */
+export async function externalEmulator(buckets: string[]): Promise<TestEmulator> {
+  const url = EXTERNAL_GCS_ENDPOINT as string;
+  for (const b of buckets) await createExternalBucket(url, b);
+  return { url, stop: async () => undefined };
 }
 
 export async function startTestEmulator(buckets: string[], port = 0): Promise<TestEmulator> {
@@ -119,6 +128,13 @@ export async function startTestEmulator(buckets: string[], port = 0): Promise<Te
   };
 }
 
+const externalBuckets = new Map<string, string>();
+function externalSourceBucket(src: string): string {
+  let b = externalBuckets.get(src);
+  if (!b) externalBuckets.set(src, (b = externalBucketName('ledgerfs-test')));
+  return b;
+}
+
 const shared = new Map<string, Promise<TestEmulator>>();
 const sharedPids = new Set<number>();
 
@@ -126,7 +142,7 @@ function sharedEmulator(key: string, bucket: string): Promise<TestEmulator> {
   let e = shared.get(key);
   if (!e) {
     e = startTestEmulator([bucket]);
-    void e.then((em) => sharedPids.add(em.pid), () => undefined);
+    void e.then((em) => em.pid !== undefined && sharedPids.add(em.pid), () => undefined);
     shared.set(key, e);
     if (shared.size === 1) {
       process.once('exit', () => {
@@ -224,9 +240,13 @@ export async function startMount(opts: StartOptions = {}): Promise<TestMount> {
   let main: Daemon;
   try {
     if ((onGcs || opts.gcs) && !opts.omitSource) {
-      const bucket = opts.gcs?.bucket ?? 'ledgerfs-test';
+      let bucket = opts.gcs?.bucket ?? 'ledgerfs-test';
       let emulator = opts.gcs?.emulator;
-      if (!emulator && opts.src) {
+      if (!emulator && EXTERNAL_GCS_ENDPOINT) {
+        // one bucket per source (a source the test names is mounted again on the same bucket)
+        bucket = opts.src ? externalSourceBucket(fs.realpathSync(opts.src)) : externalBucketName('ledgerfs-test');
+        emulator = await externalEmulator([bucket]);
+      } else if (!emulator && opts.src) {
         // A source the test names outlives the mount (restart tests mount it again): so does
         // its bucket, until this worker exits.
         emulator = await sharedEmulator(fs.realpathSync(opts.src), bucket);

@@ -205,6 +205,38 @@ describe('retries', () => {
     expect(conflicts[0]?.reason).toBe('upload-failed');
     expect(fs.readFileSync(conflicts[0]?.localFile as string, 'utf8')).toBe('precious');
   });
+
+  it('fsync that fails with EIO has kept the bytes already, and nothing uploads them once GCS is back (issue 21)', async () => {
+    const brief = await createGcsBackend(testBackendOptions(fx.emu.url, 'conflict-test', staging, { prefix, retryAttempts: 2, onConflict: (c: GcsConflict) => conflicts.push(c) }));
+    await writeFile('/kept.txt', 'old');
+    const f = await brief.open('/kept.txt', { write: true });
+    await f.write(Buffer.from('NEW'), 3, 0);
+    await fx.fault({ status: 503, count: -1, method: 'POST', pathPrefix: '/upload/' });
+    await expectCode(f.sync(false), 'EIO');
+    expect(conflicts).toHaveLength(1);
+    expect(conflicts[0]).toMatchObject({ reason: 'upload-failed', path: '/kept.txt' });
+    expect(fs.readFileSync(conflicts[0]?.localFile as string, 'utf8')).toBe('NEW');
+    await fx.clearFaults(); // GCS is back: the handle still does not upload, and says why
+    await expectCode(f.sync(false), 'EIO');
+    await expectCode(f.close(), 'EIO');
+    expect(await content('kept.txt')).toBe('old');
+    expect(conflicts).toHaveLength(1);
+    expect(fs.readFileSync(conflicts[0]?.localFile as string, 'utf8')).toBe('NEW');
+  });
+
+  it('an upload whose last attempt landed with its answer lost is a success, not EIO (issue 21)', async () => {
+    const brief = await createGcsBackend(testBackendOptions(fx.emu.url, 'conflict-test', staging, { prefix, retryAttempts: 2, onConflict: (c: GcsConflict) => conflicts.push(c) }));
+    const f = await brief.open('/lost.txt', { write: true, create: true });
+    await f.write(Buffer.from('landed'), 6, 0);
+    // attempt 1: refused before it takes effect; attempt 2 (the last): applied, answer lost
+    await fx.fault([
+      { status: 503, count: 1, method: 'POST', pathPrefix: '/upload/' },
+      { status: 503, count: 1, method: 'POST', pathPrefix: '/upload/', when: 'after' },
+    ]);
+    await f.close();
+    expect(await content('lost.txt')).toBe('landed');
+    expect(conflicts).toHaveLength(0);
+  });
 });
 
 describe('setup errors', () => {

@@ -90,6 +90,26 @@ describe('fault injection', () => {
     await expect(storage.bucket('faults').file('quirk').getMetadata()).rejects.toMatchObject({ code: 503 });
   });
 
+  it('an outage fails every request before it takes effect (503, or a dropped connection), then ends by itself', async () => {
+    const noRetry = clientFor(fx.emu.url, { retries: false }).bucket('faults');
+    const outage = (body: unknown) => fetch(`${fx.emu.url}/_emulator/outage`, { method: 'POST', body: JSON.stringify(body) });
+    expect((await outage({ ms: 600 })).status).toBe(200);
+    await expect(noRetry.file('f1').getMetadata()).rejects.toMatchObject({ code: 503 });
+    await expect(noRetry.file('during-503').save('x', { resumable: false, preconditionOpts: { ifGenerationMatch: 0 } })).rejects.toMatchObject({ code: 503 });
+    // admin calls still answer during the outage
+    expect(((await (await fetch(`${fx.emu.url}/_emulator/outage`)).json()) as { outage: unknown }).outage).toMatchObject({ status: 503, reset: false });
+    await new Promise((r) => setTimeout(r, 650));
+    await expect(noRetry.file('f1').getMetadata()).resolves.toBeDefined();
+    await outage({ ms: 10_000, reset: true });
+    const dropped = await noRetry.file('during-reset').save('x', { resumable: false, preconditionOpts: { ifGenerationMatch: 0 } }).catch((e: Error) => e);
+    expect(dropped).toBeInstanceOf(Error);
+    expect(String((dropped as Error).message)).toMatch(/socket hang up|ECONNRESET|other side closed/i);
+    expect((await fetch(`${fx.emu.url}/_emulator/outage`, { method: 'DELETE' })).status).toBe(204);
+    // nothing sent during either outage landed
+    for (const name of ['during-503', 'during-reset']) expect((await noRetry.file(name).exists())[0]).toBe(false);
+    expect((await outage({ ms: -1 })).status).toBe(400);
+  });
+
   it('faults can be listed and cleared', async () => {
     await fx.fault([{ status: 503, count: 5, pathPrefix: '/never/' }, { status: 502, count: -1, pathPrefix: '/never/' }]);
     const listed = (await (await fetch(`${fx.emu.url}/_emulator/faults`)).json()) as { rules: unknown[] };

@@ -93,6 +93,21 @@ export class GcsRequests {
   }
 
   /**
+   * The live object, or undefined if there is none, asked once: for a last look after the
+   * retries of another request gave up, when waiting through more backoff would only delay an
+   * answer that is the same either way.
+   */
+  async headOnce(key: string): Promise<ObjectInfo | undefined> {
+    try {
+      const [m] = await this.file(key).getMetadata();
+      return objectInfo(m as RawObjectMetadata);
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  /**
    * One page of objects.list. A plain JSON request through the client (its auth, endpoint and
    * errors) rather than bucket.getFiles(), which builds a File object per item: for a page of
    * 1,000 that costs several times the request itself.

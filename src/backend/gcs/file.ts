@@ -41,7 +41,8 @@ function sys<T>(what: string, fn: () => T): T {
  * new generation with ifGenerationMatch/ifMetagenerationMatch on what was read. If another
  * writer got there first the upload is refused (412) and the staged file is kept under the
  * staging dir's conflicts/ area and reported (GcsConflict): the caller gets ESTALE, nothing is
- * lost.
+ * lost. An upload that fails for good otherwise is kept the same way before its EIO is answered:
+ * an error from sync/flush/close means the bytes are not in the bucket and are in conflicts/.
  */
 export class GcsFile implements BackendFile {
   /** the view path; follows renames (the backend retargets it) */
@@ -320,15 +321,23 @@ export class GcsFile implements BackendFile {
     try {
       info = await this.host.req.uploadFile(this.key, staged.file, size, spec);
     } catch (err) {
-      if (!isPreconditionFailed(err)) throw toVfsError(err, `upload ${this.path}`);
-      // 412: either another writer changed the object, or an earlier attempt of this very
-      // upload succeeded and only its response was lost. The second case leaves exactly our
-      // bytes and our metadata (mtime to the nanosecond) in the bucket.
-      const cur = await this.host.req.head(this.key);
-      if (cur && (await this.isOurs(cur, size, metadata))) {
-        info = cur;
+      if (isPreconditionFailed(err)) {
+        // 412: either another writer changed the object, or an earlier attempt of this very
+        // upload succeeded and only its response was lost. The second case leaves exactly our
+        // bytes and our metadata (mtime to the nanosecond) in the bucket.
+        const cur = await this.host.req.head(this.key);
+        if (cur && (await this.isOurs(cur, size, metadata))) info = cur;
+        else throw this.setAside('changed-remotely', cur);
       } else {
-        throw this.setAside('changed-remotely', cur);
+        // The upload failed for good (GCS unreachable through every retry, access refused...).
+        // The attempts ran one after another and the last one has ended, so none can land
+        // later. The last may have landed with its answer lost, though: if the bucket answers
+        // and holds our bytes, that is a success. Otherwise the bytes go to conflicts/ before
+        // the error is answered, and this handle never uploads again: an error from close or
+        // fsync always means "not in the bucket, kept aside".
+        const landed = await this.landed(size, metadata);
+        if (landed) info = landed;
+        else throw this.setAside('upload-failed', undefined, toVfsError(err, `upload ${this.path}`));
       }
     }
     this.base = info;
@@ -340,6 +349,16 @@ export class GcsFile implements BackendFile {
     }
   }
 
+  /** The live object if it is this upload's (one look, no retries), else undefined. */
+  private async landed(size: number, metadata: Record<string, string>): Promise<ObjectInfo | undefined> {
+    try {
+      const cur = await this.host.req.headOnce(this.key);
+      return cur && cur.generation !== this.base.generation && (await this.isOurs(cur, size, metadata)) ? cur : undefined;
+    } catch {
+      return undefined; // still unreachable: no attempt of ours is left that could land
+    }
+  }
+
   private async isOurs(cur: ObjectInfo, size: number, metadata: Record<string, string>): Promise<boolean> {
     if (cur.size !== size || cur.metadata[META.mtime] !== metadata[META.mtime] || !cur.crc32c) return false;
     const local = await CRC32C.fromFile((this.staged as { file: string }).file);
@@ -347,7 +366,7 @@ export class GcsFile implements BackendFile {
   }
 
   /** Move the staged file to the conflicts area, report it, and remember the error. */
-  private setAside(reason: GcsConflict['reason'], cur: ObjectInfo | undefined): VfsError {
+  private setAside(reason: GcsConflict['reason'], cur: ObjectInfo | undefined, failure?: VfsError): VfsError {
     const staged = this.staged as { fd: number; file: string };
     const dir = this.host.conflictsDir;
     const flat = this.path.slice(1).replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
@@ -375,7 +394,10 @@ export class GcsFile implements BackendFile {
             'ESTALE',
             `${this.path}: not uploaded: the object changed in the bucket since it was read (generation ${this.base.generation} -> ${cur ? cur.generation : 'deleted'}); the local version is kept at ${staged.file}`,
           )
-        : new VfsError('EIO', `${this.path}: upload failed at close; the local version is kept at ${staged.file}`);
+        : new VfsError(failure?.code ?? 'EIO', `${this.path}: not uploaded (${failure?.reason ?? 'the upload failed'}); the local version is kept at ${staged.file}`, {
+            ...(failure?.cause !== undefined ? { cause: failure.cause } : {}),
+            level: failure?.level ?? 'warn',
+          });
     this.conflict = { error, info };
     this.host.reportConflict(info);
     return error;

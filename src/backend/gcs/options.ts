@@ -51,8 +51,9 @@ export interface GcsBackendOptions {
 export interface GcsConflict {
   /**
    * changed-remotely: another writer replaced or deleted the object (the upload got 412);
-   * upload-failed: the upload failed for another reason at last close (e.g. GCS unreachable
-   * after all retries), so the staged bytes had nowhere else to go.
+   * upload-failed: the upload failed for another reason at close(2), fsync or the last close
+   * (e.g. GCS unreachable after all retries), so the staged bytes had nowhere else to go; the
+   * handle does not upload them again.
    */
   reason: 'changed-remotely' | 'upload-failed';
   /** view path the handle was writing */

@@ -24,10 +24,49 @@ export interface FaultRule {
 
 export type FaultSpec = Partial<Omit<FaultRule, 'id'>>;
 
+/**
+ * An outage: for `ms` from when it is started, every request (admin calls excepted) fails
+ * before it takes effect, with `status` or, with `reset`, by the connection being dropped as
+ * soon as the request arrives (what a client sees of a server that went away).
+ */
+export interface OutageSpec {
+  ms: number;
+  /** default 503 */
+  status?: number;
+  reset?: boolean;
+}
+
+export interface Outage {
+  /** epoch ms the outage ends at */
+  until: number;
+  status: number;
+  reset: boolean;
+}
+
 export class FaultInjector {
   private rules: FaultRule[] = [];
   private nextId = 1;
+  private down: Outage | undefined;
   injected = 0;
+
+  startOutage(spec: OutageSpec): Outage {
+    const ms = Number(spec.ms);
+    if (!Number.isFinite(ms) || ms <= 0) throw badRequest(`outage "ms" must be a positive number, got ${spec.ms}`);
+    const status = spec.status ?? 503;
+    if (!Number.isInteger(status) || status < 400 || status > 599) throw badRequest(`outage status must be 400..599, got ${spec.status}`);
+    this.down = { until: Date.now() + ms, status, reset: spec.reset ?? false };
+    return { ...this.down };
+  }
+
+  endOutage(): void {
+    this.down = undefined;
+  }
+
+  /** The outage in force now, if any (each request it fails counts as an injected fault). */
+  outage(): Outage | undefined {
+    if (this.down && Date.now() >= this.down.until) this.down = undefined;
+    return this.down ? { ...this.down } : undefined;
+  }
 
   add(spec: FaultSpec): FaultRule {
     const status = spec.status ?? 503;
@@ -50,6 +89,7 @@ export class FaultInjector {
 
   clear(): void {
     this.rules = [];
+    this.down = undefined;
   }
 
   list(): FaultRule[] {

@@ -2,7 +2,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EmulatorError } from './errors.js';
-import { FaultInjector, type FaultSpec } from './faults.js';
+import { FaultInjector, type FaultSpec, type OutageSpec } from './faults.js';
 import { errorReply, json, parseJsonBody, readBody, send, type Reply, type RequestContext } from './http.js';
 import { route } from './router.js';
 import { EmulatorStore } from './store.js';
@@ -58,6 +58,14 @@ function admin(ctx: RequestContext, emu: { store: EmulatorStore; faults: FaultIn
     emu.faults.clear();
     return json({ ok: true });
   }
+  if (what === 'outage') {
+    if (ctx.method === 'GET') return json({ outage: emu.faults.outage() ?? null });
+    if (ctx.method === 'DELETE') {
+      emu.faults.endOutage();
+      return { status: 204 };
+    }
+    if (ctx.method === 'POST') return json({ outage: emu.faults.startOutage(parseJsonBody(ctx) as unknown as OutageSpec) });
+  }
   if (what === 'faults') {
     if (ctx.method === 'GET') return json({ rules: emu.faults.list() });
     if (ctx.method === 'DELETE') {
@@ -85,6 +93,19 @@ export async function startGcsEmulator(opts: GcsEmulatorOptions = {}): Promise<G
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://emulator');
+    // An outage fails a request before its body is read, so nothing of it takes effect.
+    const down = url.pathname.startsWith('/_emulator/') ? undefined : faults.outage();
+    if (down) {
+      faults.injected++;
+      opts.log?.(`${req.method} ${url.pathname} -> outage (${down.reset ? 'reset' : down.status})`);
+      if (down.reset) req.socket.destroy();
+      else {
+        // the body is not read: close the connection after the answer rather than drain it
+        const reply = errorReply(injected(down.status));
+        send(res, { ...reply, headers: { ...reply.headers, Connection: 'close' } });
+      }
+      return;
+    }
     const body = await readBody(req);
     const ctx: RequestContext = {
       method: (req.method ?? 'GET').toUpperCase(),
