@@ -51,6 +51,11 @@ export interface MountCommandOptions {
   preset?: PresetName;
   /** serve /metrics and /healthz on this address (HOST:PORT); default: off */
   metrics?: string;
+  /** owner and permission bits every node shows (display only) */
+  uid?: number;
+  gid?: number;
+  fileMode?: number;
+  dirMode?: number;
 }
 
 export async function serveMount(mountpointArg: string, o: MountCommandOptions): Promise<number> {
@@ -163,6 +168,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     }
     running = await mountVfs({
       vfs, mountpoint, log, binding, ...(metrics ? { meters: metrics } : {}),
+      display: { uid: o.uid, gid: o.gid, fileMode: o.fileMode, dirMode: o.dirMode },
       options: { fsName, allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate

@@ -28,6 +28,23 @@ function busyPollMicros(v: string): number {
   return n;
 }
 
+function numericId(flag: string) {
+  return (v: string): number => {
+    const n = Number(v);
+    // (uid_t)-1 means "no change" to chown: it cannot be an owner
+    if (!/^\d+$/.test(v) || n >= 0xffffffff) throw new UserError(`${flag}: expected a numeric id (0 to 4294967294), got ${JSON.stringify(v)}`);
+    return n;
+  };
+}
+
+function permissionBits(flag: string) {
+  return (v: string): number => {
+    // no setuid/setgid/sticky bits: exec honours a shown setuid bit
+    if (!/^0?[0-7]{1,3}$/.test(v)) throw new UserError(`${flag}: expected octal permission bits from 000 to 777 (e.g. 644), got ${JSON.stringify(v)}`);
+    return parseInt(v, 8);
+  };
+}
+
 /** The version in package.json (dist/cli/ and src/cli/ both sit two levels below it). */
 function packageVersion(): string {
   try {
@@ -57,6 +74,10 @@ export function buildProgram(): Command {
     .addOption(new Option('--preset <name>', `with --source: hide what this preset hides (sandboxed: ${POLICY_PRESETS.sandboxed.hide.slice(0, 3).join(', ')}, ...); the tree stays read-write; default: nothing hidden`).choices(PRESET_NAMES as string[]))
     .option('--metadata-ttl <sec>', `GCS: how long attributes and listings are cached; changes by other hosts show up after this (default ${DEFAULTS.gcsCache.metadataTtlSec})`, positiveNumber)
     .option('--allow-other', 'let other users and containers use the mount (needs root or user_allow_other)', false)
+    .option('--uid <uid>', 'show every file and directory as owned by this numeric user id (display only: the source keeps its owners; as in gcsfuse and bindfs)', numericId('--uid'))
+    .option('--gid <gid>', 'show every file and directory with this numeric group id (display only)', numericId('--gid'))
+    .option('--file-mode <octal>', 'show these permission bits on every file, e.g. 644 (display only: chmod still changes the source; no setuid bits)', permissionBits('--file-mode'))
+    .option('--dir-mode <octal>', 'show these permission bits on every directory, e.g. 755 (display only)', permissionBits('--dir-mode'))
     .addOption(new Option('--log-level <level>', 'log verbosity on stderr').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
     .option('--attr-timeout <sec>', 'kernel attribute cache lifetime', positiveNumber, DEFAULTS.attrTimeoutSec)
     .option('--entry-timeout <sec>', 'kernel name lookup cache lifetime', positiveNumber, DEFAULTS.entryTimeoutSec)
@@ -86,6 +107,9 @@ Examples:
       serve a GCS bucket (here on the emulator: ledgerfs dev gcs-emulator)
   ledgerfs mount --source /srv/ws --metrics 127.0.0.1:9464 /mnt/ws
       with Prometheus metrics at http://127.0.0.1:9464/metrics and a health check at /healthz
+  ledgerfs mount --source /srv/ws --allow-other --uid 65534 --gid 65534 /srv/mnt
+      let user nobody (e.g. a bwrap or container user) use every file as its owner, whoever
+      owns it in /srv/ws; the kernel checks the shown owner and bits, the policy still applies
   ledgerfs mount --policy case.yaml /mnt/ws
       serve what case.yaml exposes (roots, modes, hidden names, quotas); see
       'ledgerfs policy check --help'; inside the mount, /.ledgerfs/ explains it
@@ -100,7 +124,7 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
       state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number; preset?: PresetName;
-      metrics?: string | true; sharedSource: boolean;
+      metrics?: string | true; sharedSource: boolean; uid?: number; gid?: number; fileMode?: number; dirMode?: number;
     }) => {
       process.exitCode = await serveMount(mountpoint, { ...o, metrics: o.metrics === true ? `127.0.0.1:${DEFAULTS.metricsPort}` : o.metrics });
     });
