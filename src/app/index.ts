@@ -6,3 +6,4 @@ export * from './run.js';
 export * from './self.js';
 export * from './workspace.js';
 export * from './mount-registry.js';
+export * from './daemon.js';

@@ -1,8 +1,8 @@
 import fs from 'node:fs';
 import { Command, Option } from 'commander';
-import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
+import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_FORMATS, LOG_LEVELS, type LogFormat, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
-import { serveMount, UserError } from '../app/index.js';
+import { serveMount, startDaemon, UserError } from '../app/index.js';
 import { JournalDamagedError } from '../journal/index.js';
 import { registerPolicyCommand } from './policy-command.js';
 import { registerRunCommand } from './run-command.js';
@@ -78,7 +78,10 @@ export function buildProgram(): Command {
     .option('--gid <gid>', 'show every file and directory with this numeric group id (display only)', numericId('--gid'))
     .option('--file-mode <octal>', 'show these permission bits on every file, e.g. 644 (display only: chmod still changes the source; no setuid bits)', permissionBits('--file-mode'))
     .option('--dir-mode <octal>', 'show these permission bits on every directory, e.g. 755 (display only)', permissionBits('--dir-mode'))
-    .addOption(new Option('--log-level <level>', 'log verbosity on stderr').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
+    .addOption(new Option('--log-level <level>', 'log verbosity').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
+    .option('--log-file <path>', 'append logs to this file instead of stderr (with --daemon: else they are dropped)')
+    .addOption(new Option('--log-format <format>', 'text (one readable line) or json (one object a line, for jq or a collector); default: text when logging to a terminal, else json').choices(LOG_FORMATS as string[]))
+    .option('--daemon', `run in the background: return (exit 0, printing the daemon's pid) once the mount answers stat, or fail with the daemon's error and its exit code; waits at most ${DEFAULTS.daemonReadyTimeoutSec} s`, false)
     .option('--attr-timeout <sec>', 'kernel attribute cache lifetime', positiveNumber, DEFAULTS.attrTimeoutSec)
     .option('--entry-timeout <sec>', 'kernel name lookup cache lifetime', positiveNumber, DEFAULTS.entryTimeoutSec)
     .option('--busy-poll <us>', 'native-ll: after answering, keep reading requests this many microseconds before sleeping, ' +
@@ -99,8 +102,9 @@ export function buildProgram(): Command {
 Examples:
   mkdir -p /mnt/ws && ledgerfs mount /mnt/ws
       serve a demo workspace; Ctrl-C unmounts
-  ledgerfs mount --source ./case-files /mnt/ws &
-      serve ./case-files in the background; stop it with: ledgerfs unmount /mnt/ws
+  ledgerfs mount --daemon --log-file /var/log/ledgerfs-ws.log --source ./case-files /mnt/ws
+      serve ./case-files in the background; returns once /mnt/ws answers;
+      stop it with: ledgerfs unmount /mnt/ws
   ledgerfs mount --source /srv/ws --allow-other --log-level debug /mnt/ws
       let a container user see the mount, and log every failed request
   LEDGERFS_GCS_ENDPOINT=http://127.0.0.1:4443 ledgerfs mount --source gs://my-bucket/ws /mnt/ws
@@ -114,8 +118,10 @@ Examples:
       serve what case.yaml exposes (roots, modes, hidden names, quotas); see
       'ledgerfs policy check --help'; inside the mount, /.ledgerfs/ explains it
 
-The mount stays in the foreground (logs on stderr as JSON lines) until SIGINT, SIGTERM,
-SIGHUP or 'ledgerfs unmount'. A signal unmounts cleanly when no program uses the mount. While
+The mount stays in the foreground (logs on stderr: text on a terminal, else JSON lines) until
+SIGINT, SIGTERM, SIGHUP or 'ledgerfs unmount'; with --daemon it goes to the background once
+it answers. Under systemd (Type=notify, see the README) it sends READY=1 once the mount answers
+a stat made by another process. A signal unmounts cleanly when no program uses the mount. While
 one does (its working directory is inside, or it holds a file open), the first signal unmounts
 nothing: it names those processes (pid, command, what they hold) on stderr and the daemon keeps
 serving; close them and signal again, or send a second SIGTERM/SIGINT to detach the mount
@@ -124,8 +130,13 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
       state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number; preset?: PresetName;
-      metrics?: string | true; sharedSource: boolean; uid?: number; gid?: number; fileMode?: number; dirMode?: number;
+      metrics?: string | true; sharedSource: boolean; logFile?: string; logFormat?: LogFormat; daemon: boolean; uid?: number; gid?: number; fileMode?: number; dirMode?: number;
     }) => {
+      if (o.daemon) {
+        if (o.parentLink) throw new UserError('--daemon and --parent-link cannot be used together');
+        process.exitCode = await startDaemon(process.argv, mountpoint);
+        return;
+      }
       process.exitCode = await serveMount(mountpoint, { ...o, metrics: o.metrics === true ? `127.0.0.1:${DEFAULTS.metricsPort}` : o.metrics });
     });
 

@@ -1,0 +1,36 @@
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { isLedgerfsMount, mountAt } from '../fuse/index.js';
+
+/*
+ * "The mount is ready" means a stat of the mount point is answered by our file system: the
+ * kernel has a fuse.ledgerfs mount there and its root's device differs from the directory
+ * above. Only another process may look: a daemon that stats its own mount point deadlocks (its
+ * JS thread or libuv's pool waits on a request only it can answer).
+ */
+
+/** For a process that is not the daemon (`mount --daemon`'s parent): whether the mount answers stat now. */
+export async function mountAnswersStat(mountpoint: string): Promise<boolean> {
+  const m = mountAt(mountpoint);
+  if (!m || !isLedgerfsMount(m)) return false;
+  try {
+    const [inside, above] = await Promise.all([fs.promises.stat(mountpoint), fs.promises.stat(path.dirname(mountpoint))]);
+    return inside.dev !== above.dev;
+  } catch {
+    return false;
+  }
+}
+
+const STAT_IN_CHILD = `const fs = require('fs'), p = process.argv[1];
+process.exit(fs.statSync(p).dev !== fs.statSync(require('path').dirname(p)).dev ? 0 : 1);`;
+
+/**
+ * For the daemon itself: the same check made by a child process, so that the daemon keeps
+ * serving (the child's stat is one of the requests it answers) while it waits.
+ */
+export function mountAnswersStatFromChild(mountpoint: string, timeoutMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, ['-e', STAT_IN_CHILD, mountpoint], { timeout: timeoutMs, killSignal: 'SIGKILL' }, (err) => resolve(err === null));
+  });
+}
