@@ -17,7 +17,8 @@ export function isDaemonChild(): boolean {
  * failure), and return once the mount answers stat (looked at from here, never by the daemon)
  * or the daemon has exited (its exit code). The daemon's logs go to --log-file, else nowhere.
  */
-export async function startDaemon(argv: readonly string[], mountpointArg: string, timeoutSec = DEFAULTS.daemonReadyTimeoutSec): Promise<number> {
+export async function startDaemon(argv: readonly string[], mountpointArg: string, opts: { printPid?: boolean; timeoutSec?: number } = {}): Promise<number> {
+  const timeoutSec = opts.timeoutSec ?? DEFAULTS.daemonReadyTimeoutSec;
   const mountpoint = path.resolve(mountpointArg);
   const args = argv.slice(1).filter((a) => a !== '--daemon');
   const child = spawn(process.execPath, [...process.execArgv, ...args], {
@@ -45,7 +46,7 @@ export async function startDaemon(argv: readonly string[], mountpointArg: string
       // let the daemon go: its stderr has nobody to read it from now on
       child.stderr?.destroy();
       child.unref();
-      process.stdout.write(`${child.pid}\n`);
+      if (opts.printPid !== false) process.stdout.write(`${child.pid}\n`);
       return 0;
     }
     if (Date.now() > deadline) {

@@ -14,6 +14,7 @@ import { registerVerifyCommand } from './verify-command.js';
 import { registerGcCommand } from './gc-command.js';
 import { registerDevCommand } from './dev-command.js';
 import { registerStatusCommand } from './status-command.js';
+import { runMountHelper } from './mount-helper.js';
 
 function positiveNumber(v: string): number {
   const n = Number(v);
@@ -171,13 +172,27 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
 }
 
 export async function main(argv: string[]): Promise<void> {
+  await reportingErrors(async () => {
+    await buildProgram().parseAsync(argv);
+  });
+}
+
+/** bin/mount.fuse.ledgerfs: mount(8)'s helper (`cli`: bin/ledgerfs.js, which the daemon runs). */
+export async function helperMain(args: string[], cli: string): Promise<void> {
+  await reportingErrors(async () => {
+    process.exitCode = await runMountHelper(args, cli);
+  });
+}
+
+/** Errors as one sentence and an exit code, never a stack trace (UserError, system errors). */
+async function reportingErrors(body: () => Promise<void>): Promise<void> {
   // `ledgerfs log | head`: a reader that stops early is not an error
   process.stdout.on('error', (err: NodeJS.ErrnoException) => {
     if (err.code === 'EPIPE') process.exit(process.exitCode ?? 0);
     throw err;
   });
   try {
-    await buildProgram().parseAsync(argv);
+    await body();
   } catch (err) {
     if (err instanceof UserError) {
       process.stderr.write(`ledgerfs: ${err.message}\n`);
