@@ -7,3 +7,4 @@ export * from './self.js';
 export * from './workspace.js';
 export * from './mount-registry.js';
 export * from './daemon.js';
+export * from './state-dirs.js';

@@ -15,6 +15,7 @@ import { registerGcCommand } from './gc-command.js';
 import { registerDevCommand } from './dev-command.js';
 import { registerStatusCommand } from './status-command.js';
 import { runMountHelper } from './mount-helper.js';
+import { registerStateCommand } from './state-command.js';
 
 function positiveNumber(v: string): number {
   const n = Number(v);
@@ -159,6 +160,7 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
       }
     });
   registerStatusCommand(program);
+  registerStateCommand(program);
   registerRunCommand(program);
   registerPolicyCommand(program);
   registerLogCommand(program);

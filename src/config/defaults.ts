@@ -43,6 +43,8 @@ export const DEFAULTS = {
   /** copy_file_range between stores that cannot copy themselves: read+write in pieces this big */
   copyBufferBytes: 1024 * 1024,
   logLevel: 'info' as const,
+  /** `ledgerfs state prune` without --older-than: state directories unused this long go */
+  statePruneOlderThan: '30d',
   /** `mount --daemon`: how long the parent waits for the mount to answer stat before giving up */
   daemonReadyTimeoutSec: 60,
   fsName: 'ledgerfs',
