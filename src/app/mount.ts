@@ -17,7 +17,7 @@ import { stateDirProblem } from './state-dir-check.js';
 import { DaemonMetrics } from './metrics.js';
 import { serveMetrics, type MetricsServer } from './metrics-server.js';
 import { storeStatsOf } from './workspace.js';
-import { isDaemonChild } from './daemon.js';
+import { bannerWritten, isDaemonChild } from './daemon.js';
 import { mountAnswersStatFromChild } from './readiness.js';
 
 export interface MountCommandOptions {
@@ -211,6 +211,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
           : `  journal: off (--no-journal): changes are not recorded and cannot be rolled back\n`),
     );
   }
+  bannerWritten();
 
   mounted = true;
   void running.closed.then(() => (mounted = false));

@@ -71,7 +71,10 @@ describe.skipIf(onGcs)('mount --daemon, --log-file, --log-format, systemd readin
     expect(answersStat(s.mnt)).toBe(true);
     expect(fs.readFileSync(path.join(s.mnt, 'hello.txt'), 'utf8')).toBe('hello\n');
     expect(alive(pid)).toBe(true);
+    // the whole banner came through before the parent left; no Ctrl-C to offer
     expect(r.stderr).toContain(`is mounted at ${s.mnt}`);
+    expect(r.stderr).toMatch(/\n {2}stop: {2}\S+.* unmount .*\n {2}journal: .*\(session /);
+    expect(r.stderr).not.toContain('Ctrl-C');
     // the daemon is on its own: not this test's child, in a session of its own
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
     expect(Number(stat[3])).toBe(pid); // session id
