@@ -69,7 +69,7 @@ export function buildProgram(): Command {
 
   program
     .command('mount')
-    .description('Mount a workspace at MOUNTPOINT and serve it in the foreground until unmounted or signalled.')
+    .description('Mount a workspace at MOUNTPOINT and serve it in the foreground (or, with --daemon, in the background) until unmounted or signalled.')
     .argument('<mountpoint>', 'an existing, empty directory')
     .option('--source <dir>', `workspace directory to serve (local backend), or gs://BUCKET[/PREFIX] (GCS; endpoint from LEDGERFS_GCS_ENDPOINT); default (with no --policy either): the demo workspace ${DEFAULTS.demoWorkspaceDir}, served through its demo policy`)
     .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
@@ -119,6 +119,10 @@ Examples:
   ledgerfs mount --policy case.yaml /mnt/ws
       serve what case.yaml exposes (roots, modes, hidden names, quotas); see
       'ledgerfs policy check --help'; inside the mount, /.ledgerfs/ explains it
+  mount -t fuse.ledgerfs /srv/ws /mnt/ws -o allow_other,uid=65534,gid=65534
+      the same through mount(8) or an fstab line (type fuse.ledgerfs): each -o
+      name=VALUE is the flag --name VALUE (file_mode: --file-mode); needs the
+      /sbin/mount.fuse.ledgerfs link scripts/setup makes
 
 The mount stays in the foreground (logs on stderr: text on a terminal, else JSON lines) until
 SIGINT, SIGTERM, SIGHUP or 'ledgerfs unmount'; with --daemon it goes to the background once
