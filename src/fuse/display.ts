@@ -1,4 +1,4 @@
-import type { Attr } from '../core/index.js';
+import { type Attr, type Caller, VfsError } from '../core/index.js';
 import type { DirEntryAttr, FsOps } from './binding.js';
 
 /**
@@ -34,22 +34,41 @@ export function displayAttr(a: Attr, d: DisplayOverrides): Attr {
 }
 
 /**
- * The ops with their attributes shown through `d`. A chown to the shown owner is what the kernel
- * let through as "no change" (default_permissions checks the shown owner), so it goes on as no
- * change of that id: it must not give a store node to the caller. Any other id goes on as asked,
- * judged as always.
+ * The ops with their attributes shown through `d`. The kernel checks the shown owner
+ * (default_permissions), so with `--uid` every caller seems to own every node and the kernel
+ * lets chmod and chown through. The store's real owner decides again here, as the kernel would
+ * without display options: only root or the node's real owner may chmod it or change its owner
+ * or group. A chown to the shown owner is what the kernel let through as "no change": it goes on
+ * as no change of that id, and must not give a store node to the caller. What passes is then
+ * judged by the policy's privilege rules as always (policy/privileges.ts).
  */
 export function displayOps(ops: FsOps, d: DisplayOverrides): FsOps {
   const show = (a: Attr) => displayAttr(a, d);
   const showEntries = (es: DirEntryAttr[]) => es.map((e) => (e.attr ? { name: e.name, attr: show(e.attr) } : e));
+  /** the kernel judged ownership on the shown owner: judge it on the real one */
+  const ownerOnly = async (c: Caller, p: string, op: string): Promise<void> => {
+    if (d.uid === undefined || c.uid === 0) return;
+    const real = await ops.getattr(c, p);
+    // a binding that does not know the caller: only a node whose real owner is the shown one
+    const owner = c.uid ?? d.uid;
+    if (real.uid !== owner) {
+      throw new VfsError('EPERM', `${op} ${p} refused: its real owner is uid ${real.uid}; --uid ${d.uid} only shows the caller as its owner`);
+    }
+  };
   const out: FsOps = {
     ...ops,
     getattr: (c, p) => ops.getattr(c, p).then(show),
     fgetattr: (c, p, fh) => ops.fgetattr(c, p, fh).then(show),
-    chown: (c, p, uid, gid) => {
+    chmod: async (c, p, mode) => {
+      await ownerOnly(c, p, 'chmod');
+      return ops.chmod(c, p, mode);
+    },
+    chown: async (c, p, uid, gid) => {
       const u = d.uid !== undefined && uid === d.uid ? KEEP_ID : uid;
       const g = d.gid !== undefined && gid === d.gid ? KEEP_ID : gid;
-      return u === KEEP_ID && g === KEEP_ID ? Promise.resolve() : ops.chown(c, p, u, g);
+      if (u === KEEP_ID && g === KEEP_ID) return;
+      await ownerOnly(c, p, 'chown');
+      return ops.chown(c, p, u, g);
     },
   };
   const plus = ops.readdirPlus;

@@ -108,15 +108,21 @@ describe.skipIf(!isRoot())('a mount made beforehand with --allow-other, used fro
       // the kernel lets an owner "chown" to itself; that must not give the root-owned file away
       'chown 1000:1000 projects/Wilson-MVA/notes.md && echo chowned-self',
       'chown 0 projects/Wilson-MVA/notes.md 2>/dev/null || echo chown-root-refused',
+      // shown as the caller's, really root's: no chmod (as without --uid); its own new file: yes
+      'chmod 666 projects/Wilson-MVA/notes.md 2>/dev/null || echo chmod-of-roots-refused',
+      'chmod 600 projects/Wilson-MVA/report.md && echo chmod-own',
       'echo x > Tools/x 2>/dev/null; echo "tools=$?"',
     ].join('\n')));
     expect(r.status, r.stderr).toBe(0);
-    expect(r.stdout).toBe('wrote\nappended\nmade\n1000:1000 644\n1000:1000 755\nchowned-self\nchown-root-refused\ntools=2\n');
+    expect(r.stdout).toBe('wrote\nappended\nmade\n1000:1000 644\n1000:1000 755\nchowned-self\nchown-root-refused\nchmod-of-roots-refused\nchmod-own\ntools=2\n');
     expect(fs.readFileSync(path.join(ws, 'projects/Wilson-MVA/notes.md'), 'utf8')).toBe('notes\nmore\n');
     // display only: the source keeps root as the owner of what was there
     const st = fs.statSync(path.join(ws, 'projects/Wilson-MVA/notes.md'));
     expect([st.uid, st.gid, st.mode & 0o7777]).toEqual([0, 0, 0o644]);
     expect(fs.statSync(path.join(ws, 'projects/Wilson-MVA')).uid).toBe(0);
+    // what the sandbox made is its own on the source (the daemon runs as root), and its chmod held
+    const made = fs.statSync(path.join(ws, 'projects/Wilson-MVA/report.md'));
+    expect([made.uid, made.mode & 0o777]).toEqual([NOBODY, 0o600]);
     await m.stop();
     mounts.splice(0);
 
