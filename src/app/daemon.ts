@@ -43,7 +43,8 @@ const SIGNALS = os.constants.signals as Record<string, number>;
 /**
  * `mount --daemon`: start the same command without --daemon as a detached process (its own
  * session, no terminal), relay what it says on stderr (the banner, or the sentence of its
- * failure), and return once the mount answers stat (looked at from here, never by the daemon)
+ * failure), and return once the mount answers stat (looked at from here, by a child of this
+ * process, never by the daemon)
  * and its banner is through, or once the daemon has exited (its exit code). The daemon's logs go
  * to --log-file, else nowhere.
  */

@@ -1,6 +1,4 @@
 import { execFile } from 'node:child_process';
-import fs from 'node:fs';
-import path from 'node:path';
 import { isLedgerfsMount, mountAt } from '../fuse/index.js';
 
 /*
@@ -10,16 +8,16 @@ import { isLedgerfsMount, mountAt } from '../fuse/index.js';
  * JS thread or libuv's pool waits on a request only it can answer).
  */
 
-/** For a process that is not the daemon (`mount --daemon`'s parent): whether the mount answers stat now. */
-export async function mountAnswersStat(mountpoint: string): Promise<boolean> {
+/**
+ * For a process that is not the daemon (`mount --daemon`'s parent): whether the mount answers
+ * stat now. The mount table first (cheap); then the stat, in a child process too: a stat stuck
+ * on a daemon that does not answer can then be killed, where one on this process's own thread
+ * pool would hold this process (and its exit) until the daemon answers.
+ */
+export async function mountAnswersStat(mountpoint: string, timeoutMs = 10_000): Promise<boolean> {
   const m = mountAt(mountpoint);
   if (!m || !isLedgerfsMount(m)) return false;
-  try {
-    const [inside, above] = await Promise.all([fs.promises.stat(mountpoint), fs.promises.stat(path.dirname(mountpoint))]);
-    return inside.dev !== above.dev;
-  } catch {
-    return false;
-  }
+  return mountAnswersStatFromChild(mountpoint, timeoutMs);
 }
 
 const STAT_IN_CHILD = `const fs = require('fs'), p = process.argv[1];
