@@ -33,7 +33,7 @@ describe('mount.fuse.ledgerfs: -o options to ledgerfs flags', () => {
 
 const canUnshare = isRoot() && spawnSync('unshare', ['-m', 'true']).status === 0;
 
-describe.skipIf(onGcs || !canUnshare)('mount -a -T FSTAB with fuse.ledgerfs lines, umount (real mount(8), in a private mount namespace)', () => {
+describe.skipIf(onGcs || !canUnshare)('mount -a -T FSTAB with fuse.ledgerfs lines, umount (real mount(8), in a private mount namespace; skipped unless root with unshare -m)', () => {
   let dir: string | undefined;
   afterEach(() => {
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
