@@ -24,7 +24,7 @@
     },
     {
       "target_name": "ledgerfs_local",
-      "sources": ["ledgerfs_local.c", "ledgerfs_beneath.c", "ledgerfs_fdops.c", "ledgerfs_limits.c", "ledgerfs_xattr.c", "ledgerfs_napi.h"],
+      "sources": ["ledgerfs_local.c", "ledgerfs_beneath.c", "ledgerfs_fdops.c", "ledgerfs_limits.c", "ledgerfs_xattr.c", "ledgerfs_notify.c", "ledgerfs_napi.h"],
       "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
     }
   ]

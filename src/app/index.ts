@@ -6,3 +6,5 @@ export * from './run.js';
 export * from './self.js';
 export * from './workspace.js';
 export * from './mount-registry.js';
+export * from './daemon.js';
+export * from './state-dirs.js';

@@ -2,11 +2,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
-import { DEFAULTS, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
-import { raiseFdLimit } from '../backend/index.js';
+import { DEFAULTS, type BindingName, type LogFormat, type LogLevel, type PresetName } from '../config/index.js';
+import { raiseFdLimit, sdNotify } from '../backend/index.js';
 import { BindingUnavailable, fsNameFor, MountError, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
 import { JournalLockedError, type MountJournal, openJournal, resolveStateDir, StateDirError } from '../journal/index.js';
-import { createLogger } from '../core/index.js';
+import { createLogger, type Logger } from '../core/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
 import { demoHints, ensureDemoPolicy, ensureDemoWorkspace } from './demo.js';
 import { cliCommand } from './self.js';
@@ -17,6 +17,8 @@ import { stateDirProblem } from './state-dir-check.js';
 import { DaemonMetrics } from './metrics.js';
 import { serveMetrics, type MetricsServer } from './metrics-server.js';
 import { storeStatsOf } from './workspace.js';
+import { bannerWritten, isDaemonChild } from './daemon.js';
+import { mountAnswersStatFromChild } from './readiness.js';
 
 export interface MountCommandOptions {
   source?: string;
@@ -24,6 +26,10 @@ export interface MountCommandOptions {
   policy?: string;
   allowOther?: boolean;
   logLevel: LogLevel;
+  /** append logs here instead of stderr */
+  logFile?: string;
+  /** text or JSON lines; default: text on a terminal */
+  logFormat?: LogFormat;
   attrTimeout?: number;
   entryTimeout?: number;
   /** native-ll: microseconds of busy-polling after the last answer */
@@ -51,13 +57,25 @@ export interface MountCommandOptions {
   preset?: PresetName;
   /** serve /metrics and /healthz on this address (HOST:PORT); default: off */
   metrics?: string;
+  /** owner and permission bits every node shows (display only) */
+  uid?: number;
+  gid?: number;
+  fileMode?: number;
+  dirMode?: number;
 }
 
 export async function serveMount(mountpointArg: string, o: MountCommandOptions): Promise<number> {
   // the daemon's process, before any request: the hot paths are compiled under them (see DEFAULTS)
   const v8Flags = process.env.LEDGERFS_DAEMON_V8_FLAGS ?? DEFAULTS.daemonV8Flags;
   if (v8Flags) v8.setFlagsFromString(v8Flags);
-  const log = createLogger(o.logLevel);
+  // `mount --daemon`'s daemon: its stderr is its parent's pipe only until the mount is up, so
+  // logs go to --log-file or nowhere, and a late line to stderr must not kill it (EPIPE)
+  const daemonized = isDaemonChild();
+  if (daemonized) process.stderr.on('error', () => undefined);
+  const log = createLogger(o.logLevel, 'ledgerfs', {
+    ...(o.logFile !== undefined ? { file: o.logFile } : daemonized ? { file: '/dev/null' } : {}),
+    ...(o.logFormat !== undefined ? { format: o.logFormat } : {}),
+  });
   // Every program's open file may cost the daemon a descriptor: take all the system allows this
   // process before the workspace's store sizes its descriptor pool below it.
   const limit = raiseFdLimit();
@@ -163,6 +181,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     }
     running = await mountVfs({
       vfs, mountpoint, log, binding, ...(metrics ? { meters: metrics } : {}),
+      display: { uid: o.uid, gid: o.gid, fileMode: o.fileMode, dirMode: o.dirMode },
       options: { fsName, allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
@@ -185,16 +204,18 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
           : `  try:   ls -la ${mountpoint}; echo hello > ${mountpoint}/hello.txt; cat ${mountpoint}/hello.txt\n`) +
         // the list in force (a preset's and the file's, merged): what the program will not see
         (ws.config && !demo ? `  hidden: ${ws.config.hide.length ? ws.config.hide.join(', ') : 'nothing'}\n` : '') +
-        `  stop:  Ctrl-C here, or: ${cli} unmount ${mountpoint}\n` +
+        `  stop:  ${daemonized ? '' : 'Ctrl-C here, or: '}${cli} unmount ${mountpoint}\n` +
         (journal
           ? `  journal: ${journal.stateDir} (session ${journal.session}); see: ${cli} log --state ${journal.stateDir}\n` +
             (journal.startNote ? `  journal: ${journal.startNote}\n` : '')
           : `  journal: off (--no-journal): changes are not recorded and cannot be rolled back\n`),
     );
   }
+  bannerWritten();
 
   mounted = true;
   void running.closed.then(() => (mounted = false));
+  if (process.env.NOTIFY_SOCKET) void notifyReady(mountpoint, source, () => mounted, log);
   const unregister = registerMount({
     mountpoint, source: fsName, stateDir: journal?.stateDir ?? null, session: journal?.session ?? null,
     binding: binding.name, pid: process.pid, started: new Date().toISOString(),
@@ -246,6 +267,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     if (!linked) log.warn('--parent-link without a parent process: serving as a plain mount');
   }
   await running.closed;
+  if (process.env.NOTIFY_SOCKET) sdNotify('STOPPING=1');
   unregister();
   await metricsServer?.close();
   await journal?.close();
@@ -262,6 +284,25 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     }
   }
   return detachedLazily ? 130 : 0;
+}
+
+/**
+ * systemd Type=notify: READY=1 once the mount answers a stat made by another process (never by
+ * the daemon: see readiness.ts). A mount that never answers is not declared ready; systemd's
+ * TimeoutStartSec then fails the unit.
+ */
+async function notifyReady(mountpoint: string, source: string, stillMounted: () => boolean, log: Logger): Promise<void> {
+  const deadline = Date.now() + DEFAULTS.daemonReadyTimeoutSec * 1000;
+  while (stillMounted() && Date.now() < deadline) {
+    if (await mountAnswersStatFromChild(mountpoint, 10_000)) {
+      const r = sdNotify(`READY=1\nSTATUS=serving ${source} at ${mountpoint}\nMAINPID=${process.pid}\n`);
+      if (typeof r === 'object') log.error({ err: r.error }, 'could not tell systemd the mount is ready');
+      else log.info({ notify: r }, 'told systemd: ready');
+      return;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  log.error({ mountpoint }, 'the mount never answered stat; systemd was not told it is ready');
 }
 
 /**

@@ -4,3 +4,4 @@ export * from './gcs.js';
 export * from './gcs/journal-remote.js';
 export * from './local.js';
 export * from './fd-limit.js';
+export * from './sd-notify.js';

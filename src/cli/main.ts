@@ -1,8 +1,8 @@
 import fs from 'node:fs';
 import { Command, Option } from 'commander';
-import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_LEVELS, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
+import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_FORMATS, LOG_LEVELS, type LogFormat, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
-import { serveMount, UserError } from '../app/index.js';
+import { serveMount, startDaemon, UserError } from '../app/index.js';
 import { JournalDamagedError } from '../journal/index.js';
 import { registerPolicyCommand } from './policy-command.js';
 import { registerRunCommand } from './run-command.js';
@@ -14,6 +14,8 @@ import { registerVerifyCommand } from './verify-command.js';
 import { registerGcCommand } from './gc-command.js';
 import { registerDevCommand } from './dev-command.js';
 import { registerStatusCommand } from './status-command.js';
+import { runMountHelper } from './mount-helper.js';
+import { registerStateCommand } from './state-command.js';
 
 function positiveNumber(v: string): number {
   const n = Number(v);
@@ -26,6 +28,23 @@ function busyPollMicros(v: string): number {
   const max = DEFAULTS.busyPollMaxMicros;
   if (!Number.isInteger(n) || n < 0 || n > max) throw new UserError(`--busy-poll: expected whole microseconds from 0 to ${max}, got ${JSON.stringify(v)}`);
   return n;
+}
+
+function numericId(flag: string) {
+  return (v: string): number => {
+    const n = Number(v);
+    // (uid_t)-1 means "no change" to chown: it cannot be an owner
+    if (!/^\d+$/.test(v) || n >= 0xffffffff) throw new UserError(`${flag}: expected a numeric id (0 to 4294967294), got ${JSON.stringify(v)}`);
+    return n;
+  };
+}
+
+function permissionBits(flag: string) {
+  return (v: string): number => {
+    // no setuid/setgid/sticky bits: exec honours a shown setuid bit
+    if (!/^0?[0-7]{1,3}$/.test(v)) throw new UserError(`${flag}: expected octal permission bits from 000 to 777 (e.g. 644), got ${JSON.stringify(v)}`);
+    return parseInt(v, 8);
+  };
 }
 
 /** The version in package.json (dist/cli/ and src/cli/ both sit two levels below it). */
@@ -50,14 +69,21 @@ export function buildProgram(): Command {
 
   program
     .command('mount')
-    .description('Mount a workspace at MOUNTPOINT and serve it in the foreground until unmounted or signalled.')
+    .description('Mount a workspace at MOUNTPOINT and serve it in the foreground (or, with --daemon, in the background) until unmounted or signalled.')
     .argument('<mountpoint>', 'an existing, empty directory')
     .option('--source <dir>', `workspace directory to serve (local backend), or gs://BUCKET[/PREFIX] (GCS; endpoint from LEDGERFS_GCS_ENDPOINT); default (with no --policy either): the demo workspace ${DEFAULTS.demoWorkspaceDir}, served through its demo policy`)
     .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
     .addOption(new Option('--preset <name>', `with --source: hide what this preset hides (sandboxed: ${POLICY_PRESETS.sandboxed.hide.slice(0, 3).join(', ')}, ...); the tree stays read-write; default: nothing hidden`).choices(PRESET_NAMES as string[]))
     .option('--metadata-ttl <sec>', `GCS: how long attributes and listings are cached; changes by other hosts show up after this (default ${DEFAULTS.gcsCache.metadataTtlSec})`, positiveNumber)
     .option('--allow-other', 'let other users and containers use the mount (needs root or user_allow_other)', false)
-    .addOption(new Option('--log-level <level>', 'log verbosity on stderr').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
+    .option('--uid <uid>', 'show every file and directory as owned by this numeric user id (display only: the source keeps its owners; as in gcsfuse and bindfs)', numericId('--uid'))
+    .option('--gid <gid>', 'show every file and directory with this numeric group id (display only)', numericId('--gid'))
+    .option('--file-mode <octal>', 'show these permission bits on every file, e.g. 644 (display only: chmod still changes the source; no setuid bits)', permissionBits('--file-mode'))
+    .option('--dir-mode <octal>', 'show these permission bits on every directory, e.g. 755 (display only)', permissionBits('--dir-mode'))
+    .addOption(new Option('--log-level <level>', 'log verbosity').choices(LOG_LEVELS as string[]).default(DEFAULTS.logLevel))
+    .option('--log-file <path>', 'append logs to this file instead of stderr (with --daemon: else they are dropped)')
+    .addOption(new Option('--log-format <format>', 'text (one readable line) or json (one object a line, for jq or a collector); default: text when logging to a terminal, else json').choices(LOG_FORMATS as string[]))
+    .option('--daemon', `run in the background: return (exit 0, printing the daemon's pid) once the mount answers stat, or fail with the daemon's error and its exit code; waits at most ${DEFAULTS.daemonReadyTimeoutSec} s`, false)
     .option('--attr-timeout <sec>', 'kernel attribute cache lifetime', positiveNumber, DEFAULTS.attrTimeoutSec)
     .option('--entry-timeout <sec>', 'kernel name lookup cache lifetime', positiveNumber, DEFAULTS.entryTimeoutSec)
     .option('--busy-poll <us>', 'native-ll: after answering, keep reading requests this many microseconds before sleeping, ' +
@@ -78,20 +104,30 @@ export function buildProgram(): Command {
 Examples:
   mkdir -p /mnt/ws && ledgerfs mount /mnt/ws
       serve a demo workspace; Ctrl-C unmounts
-  ledgerfs mount --source ./case-files /mnt/ws &
-      serve ./case-files in the background; stop it with: ledgerfs unmount /mnt/ws
+  ledgerfs mount --daemon --log-file /var/log/ledgerfs-ws.log --source ./case-files /mnt/ws
+      serve ./case-files in the background; returns once /mnt/ws answers;
+      stop it with: ledgerfs unmount /mnt/ws
   ledgerfs mount --source /srv/ws --allow-other --log-level debug /mnt/ws
       let a container user see the mount, and log every failed request
   LEDGERFS_GCS_ENDPOINT=http://127.0.0.1:4443 ledgerfs mount --source gs://my-bucket/ws /mnt/ws
       serve a GCS bucket (here on the emulator: ledgerfs dev gcs-emulator)
   ledgerfs mount --source /srv/ws --metrics 127.0.0.1:9464 /mnt/ws
       with Prometheus metrics at http://127.0.0.1:9464/metrics and a health check at /healthz
+  ledgerfs mount --source /srv/ws --allow-other --uid 65534 --gid 65534 /srv/mnt
+      let user nobody (e.g. a bwrap or container user) use every file as its owner, whoever
+      owns it in /srv/ws; the kernel checks the shown owner and bits, the policy still applies
   ledgerfs mount --policy case.yaml /mnt/ws
       serve what case.yaml exposes (roots, modes, hidden names, quotas); see
       'ledgerfs policy check --help'; inside the mount, /.ledgerfs/ explains it
+  mount -t fuse.ledgerfs /srv/ws /mnt/ws -o allow_other,uid=65534,gid=65534
+      the same through mount(8) or an fstab line (type fuse.ledgerfs): each -o
+      name=VALUE is the flag --name VALUE (file_mode: --file-mode); needs the
+      /sbin/mount.fuse.ledgerfs link scripts/setup makes
 
-The mount stays in the foreground (logs on stderr as JSON lines) until SIGINT, SIGTERM,
-SIGHUP or 'ledgerfs unmount'. A signal unmounts cleanly when no program uses the mount. While
+The mount stays in the foreground (logs on stderr: text on a terminal, else JSON lines) until
+SIGINT, SIGTERM, SIGHUP or 'ledgerfs unmount'; with --daemon it goes to the background once
+it answers. Under systemd (Type=notify, see the README) it sends READY=1 once the mount answers
+a stat made by another process. A signal unmounts cleanly when no program uses the mount. While
 one does (its working directory is inside, or it holds a file open), the first signal unmounts
 nothing: it names those processes (pid, command, what they hold) on stderr and the daemon keeps
 serving; close them and signal again, or send a second SIGTERM/SIGINT to detach the mount
@@ -100,8 +136,13 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
       state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number; preset?: PresetName;
-      metrics?: string | true; sharedSource: boolean;
+      metrics?: string | true; sharedSource: boolean; logFile?: string; logFormat?: LogFormat; daemon: boolean; uid?: number; gid?: number; fileMode?: number; dirMode?: number;
     }) => {
+      if (o.daemon) {
+        if (o.parentLink) throw new UserError('--daemon and --parent-link cannot be used together');
+        process.exitCode = await startDaemon(process.argv, mountpoint);
+        return;
+      }
       process.exitCode = await serveMount(mountpoint, { ...o, metrics: o.metrics === true ? `127.0.0.1:${DEFAULTS.metricsPort}` : o.metrics });
     });
 
@@ -123,6 +164,7 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
       }
     });
   registerStatusCommand(program);
+  registerStateCommand(program);
   registerRunCommand(program);
   registerPolicyCommand(program);
   registerLogCommand(program);
@@ -136,13 +178,27 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
 }
 
 export async function main(argv: string[]): Promise<void> {
+  await reportingErrors(async () => {
+    await buildProgram().parseAsync(argv);
+  });
+}
+
+/** bin/mount.fuse.ledgerfs: mount(8)'s helper (`cli`: bin/ledgerfs.js, which the daemon runs). */
+export async function helperMain(args: string[], cli: string): Promise<void> {
+  await reportingErrors(async () => {
+    process.exitCode = await runMountHelper(args, cli);
+  });
+}
+
+/** Errors as one sentence and an exit code, never a stack trace (UserError, system errors). */
+async function reportingErrors(body: () => Promise<void>): Promise<void> {
   // `ledgerfs log | head`: a reader that stops early is not an error
   process.stdout.on('error', (err: NodeJS.ErrnoException) => {
     if (err.code === 'EPIPE') process.exit(process.exitCode ?? 0);
     throw err;
   });
   try {
-    await buildProgram().parseAsync(argv);
+    await body();
   } catch (err) {
     if (err instanceof UserError) {
       process.stderr.write(`ledgerfs: ${err.message}\n`);

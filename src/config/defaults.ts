@@ -43,6 +43,10 @@ export const DEFAULTS = {
   /** copy_file_range between stores that cannot copy themselves: read+write in pieces this big */
   copyBufferBytes: 1024 * 1024,
   logLevel: 'info' as const,
+  /** `ledgerfs state prune` without --older-than: state directories unused this long go */
+  statePruneOlderThan: '30d',
+  /** `mount --daemon`: how long the parent waits for the mount to answer stat before giving up */
+  daemonReadyTimeoutSec: 60,
   fsName: 'ledgerfs',
   /** Where `ledgerfs mount` without --source puts its demo workspace. */
   demoWorkspaceDir: path.join(os.homedir(), '.ledgerfs', 'demo-workspace'),
@@ -335,6 +339,9 @@ export const DEFAULT_STATE_DIR_PATTERN = path.join(DEFAULTS.journal.stateHome, '
 
 export type BindingName = 'native-ll' | 'fuse-native';
 export const BINDING_NAMES: readonly BindingName[] = ['native-ll', 'fuse-native'];
+
+export type LogFormat = 'text' | 'json';
+export const LOG_FORMATS: readonly LogFormat[] = ['text', 'json'];
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

@@ -3,3 +3,4 @@ export * from './bindings.js';
 export * from './mount.js';
 export * from './mounts.js';
 export type { OpMeter, RequestMeters } from './adapter.js';
+export type { DisplayOverrides } from './display.js';

@@ -6,6 +6,7 @@ import { FailureLog } from './failure-log.js';
 import type { Binding, MountedFs, MountOptions } from './binding.js';
 import { FuseNativeBinding } from './fuse-native-binding.js';
 import { mountAt, mountpointProblem, unmountPath } from './mounts.js';
+import { type DisplayOverrides, displayOps, hasOverrides } from './display.js';
 
 export class MountError extends Error {}
 
@@ -17,6 +18,8 @@ export interface MountRequest {
   binding?: Binding;
   /** request metrics (`--metrics`); absent: nothing is timed */
   meters?: RequestMeters;
+  /** owner and permission bits every node shows (`--uid/--gid/--file-mode/--dir-mode`) */
+  display?: DisplayOverrides;
 }
 
 export interface RunningMount {
@@ -55,11 +58,12 @@ export async function mountVfs(req: MountRequest): Promise<RunningMount> {
   const failures = new FailureLog(req.log);
   let mounted: MountedFs;
   try {
-    mounted = await binding.mount(req.mountpoint, vfsOps(req.vfs, req.log, counters, req.meters, failures), options);
+    const ops = vfsOps(req.vfs, req.log, counters, req.meters, failures);
+    mounted = await binding.mount(req.mountpoint, hasOverrides(req.display) ? displayOps(ops, req.display) : ops, options);
   } catch (err) {
     throw new MountError(`mounting ${req.mountpoint} failed: ${(err as Error).message}`);
   }
-  req.log.info({ mountpoint: req.mountpoint, binding: binding.name, backend: req.vfs.backend.location, options }, 'mounted');
+  req.log.info({ mountpoint: req.mountpoint, binding: binding.name, backend: req.vfs.backend.location, options, ...(hasOverrides(req.display) ? { display: req.display } : {}) }, 'mounted');
 
   let resolveClosed!: () => void;
   const closed = new Promise<void>((r) => (resolveClosed = r));
