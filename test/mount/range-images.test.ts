@@ -181,6 +181,27 @@ describe.skipIf(onGcs)('mount: range before-images', () => {
     expect(sha256(f)).toBe(before);
   }, 300_000);
 
+  it('a write into a hole is undone by punching the hole again: bytes exact, the file stays sparse', () => {
+    const f = path.join(m.src, 'holey.bin');
+    randomFile(f, 16 * EXTENT, 9);
+    sh(`fallocate -p -o ${4 * EXTENT} -l ${8 * EXTENT} holey.bin`, m.mnt);
+    const before = sha256(f);
+    const blocks = fs.statSync(f).blocks;
+    const first = lastSeq(state, m.env);
+    py(`fd = os.open('holey.bin', os.O_WRONLY)\nos.pwrite(fd, b'q' * 3 * ${EXTENT}, ${5 * EXTENT + 100})\nos.pwrite(fd, b'r' * 10, 7)\nos.close(fd)`, m.mnt);
+    const rec = JSON.parse(ok(['show', '--state', state, '--json', String(lastSeq(state, m.env))], m.env)) as { records: { kind: string; blob?: string; offset?: number; length?: number }[] };
+    // the extents the write reached in the hole are kept as holes, no bytes; the one at 0 as data
+    const ranges = rec.records.filter((r) => r.kind === 'range');
+    const holes = ranges.filter((r) => r.blob === undefined);
+    expect(Math.min(...holes.map((r) => r.offset as number))).toBe(5 * EXTENT);
+    expect(holes.reduce((n, r) => n + (r.length as number), 0)).toBe(4 * EXTENT);
+    expect(ranges.filter((r) => r.blob !== undefined).map((r) => [r.offset, r.length])).toEqual([[0, EXTENT]]);
+    expect(sha256(f)).not.toBe(before);
+    ok(['rollback', '--state', state, '--to', String(first)], m.env);
+    expect(sha256(f)).toBe(before);
+    expect(fs.statSync(f).blocks).toBe(blocks);
+  }, 300_000);
+
   it('verify names a damaged range blob, and rollback refuses before changing anything', () => {
     py(`fd = os.open('db.bin', os.O_WRONLY)\nos.pwrite(fd, b'z' * 10, 3 * 1024 * 1024)\nos.close(fd)`, m.mnt);
     const changed = sha256(path.join(m.src, 'db.bin'));
