@@ -31,6 +31,8 @@ interface WriteSession {
    * changed since: it goes on, keeping what it kept, when its file changes again
    */
   synced: boolean;
+  /** the fsync's end record has the content hash (a small file: the session's end need not read it again) */
+  syncedHash: boolean;
   /** whom it is recorded for (a rollback's writes never continue a program's session) */
   ctx: RecordContext | undefined;
   /** the begin record or a capture is being written; later requests wait for it */
@@ -403,13 +405,13 @@ export class JournalStage implements MutationStage {
     this.lastCreate = null;
     if (lc && m.file && m.file.file === lc.file && lc.path === path && this.writer.retract(lc.done)) {
       const s: WriteSession = {
-        seq: lc.seq, path, oldSize: 0, captured: true, kept: null, synced: false, ctx: this.contexts.get(m.caller), busy: null, file: m.file, applying: 0, idle: [],
+        seq: lc.seq, path, oldSize: 0, captured: true, kept: null, synced: false, syncedHash: false, ctx: this.contexts.get(m.caller), busy: null, file: m.file, applying: 0, idle: [],
       };
       this.sessions.set(path, s);
       return s;
     }
     const s: WriteSession = {
-      seq: 0, path, oldSize: 0, captured: false, kept: null, synced: false, ctx: this.contexts.get(m.caller), busy: null, file: m.file, applying: 0, idle: [],
+      seq: 0, path, oldSize: 0, captured: false, kept: null, synced: false, syncedHash: false, ctx: this.contexts.get(m.caller), busy: null, file: m.file, applying: 0, idle: [],
     };
     this.sessions.set(path, s);
     s.busy = (async () => {
@@ -508,9 +510,10 @@ export class JournalStage implements MutationStage {
     this.endedAt.delete(s.path);
     this.endedAt.set(s.path, s.seq);
     if (this.endedAt.size > DEFAULTS.journal.endedSessionsKept) this.endedAt.delete(this.endedAt.keys().next().value as string);
-    // its fsync's end record says what it left: nothing changed since
-    if (s.synced) return;
-    this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [await this.afterState(s)], reason });
+    // its fsync's end record says what it left (nothing changed since), but without the content
+    // hash, which is worth one read of the file at its end, not one per commit
+    if (s.synced && (s.syncedHash || !this.hashable(s))) return;
+    this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [await this.afterState(s, true)], reason });
   }
 
   /**
@@ -523,15 +526,27 @@ export class JournalStage implements MutationStage {
     if (this.sessions.get(s.path) !== s || s.synced) return;
     s.busy = (async () => {
       while (s.applying > 0) await new Promise<void>((r) => s.idle.push(r));
-      this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [await this.afterState(s)], reason: 'fsync' });
+      const after = await this.afterState(s, (s.file?.size ?? Infinity) <= DEFAULTS.journal.extentBytes);
+      this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [after], reason: 'fsync' });
       s.synced = true;
+      s.syncedHash = after?.sha256 !== undefined;
     })().finally(() => (s.busy = null));
     await s.busy;
   }
 
-  private async afterState(s: WriteSession): Promise<State> {
+  /** whether the session's end can record a content hash (see afterState) */
+  private hashable(s: WriteSession): boolean {
+    return s.file?.path === s.path && (s.file.size === undefined || s.file.size <= DEFAULTS.journal.contentHashMaxBytes);
+  }
+
+  /**
+   * The file's state at the session's end; `hash`: with the sha256 of files up to
+   * contentHashMaxBytes. An fsync records it only for files up to one extent (a database's
+   * every commit would re-read its file, or its WAL, whole); the session's last end does.
+   */
+  private async afterState(s: WriteSession, hash: boolean): Promise<State> {
     const after = await this.stateOfSession(s);
-    if (after?.type === 'file' && after.size <= DEFAULTS.journal.contentHashMaxBytes && s.file?.path === s.path) {
+    if (hash && after?.type === 'file' && after.size <= DEFAULTS.journal.contentHashMaxBytes && s.file?.path === s.path) {
       // (through the open file: no path walk, and no download from a remote store)
       const sha = await hashOpenFile(s.file.file, after.size).catch(() => null);
       if (sha) after.sha256 = sha;

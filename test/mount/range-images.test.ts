@@ -202,6 +202,16 @@ describe.skipIf(onGcs)('mount: range before-images', () => {
     expect(fs.statSync(f).blocks).toBe(blocks);
   }, 300_000);
 
+  it('an fsync records the state without re-reading the file; writing again resumes the session; the last close hashes it', () => {
+    py(`fd = os.open('mixed.bin', os.O_RDWR)\nfor i in range(3):\n  os.pwrite(fd, b'w' * 100, i * 100000)\n  os.fsync(fd)\nos.close(fd)`, m.mnt);
+    const rec = JSON.parse(ok(['show', '--state', state, '--json', String(lastSeq(state, m.env))], m.env)) as {
+      status: string; records: { kind: string; reason?: string; after?: { sha256?: string }[] }[];
+    };
+    const kinds = rec.records.map((r) => (r.kind === 'end' ? `end:${r.reason}${r.after?.[0]?.sha256 ? '+sha' : ''}` : r.kind));
+    expect(kinds.filter((k) => k !== 'range')).toEqual(['op', 'end:fsync', 'resume', 'end:fsync', 'resume', 'end:fsync', 'end:close+sha']);
+    expect(rec.status).toBe('done');
+  }, 300_000);
+
   it('verify names a damaged range blob, and rollback refuses before changing anything', () => {
     py(`fd = os.open('db.bin', os.O_WRONLY)\nos.pwrite(fd, b'z' * 10, 3 * 1024 * 1024)\nos.close(fd)`, m.mnt);
     const changed = sha256(path.join(m.src, 'db.bin'));
