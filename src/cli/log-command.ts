@@ -30,6 +30,10 @@ function recordLine(r: JournalRecord): string {
       return `#${r.of}  ${t}  written (${r.reason})`;
     case 'capture':
       return `#${r.of}  ${t}  before-image kept (${r.size} bytes)`;
+    case 'range':
+      return `#${r.of}  ${t}  before-image of [${r.offset}, ${r.offset + r.length}) kept${r.blob ? '' : ' (a hole)'}`;
+    case 'resume':
+      return `#${r.of}  ${t}  written again after its fsync`;
     default:
       return `${t}  ${r.kind}${'session' in r ? ` ${String(r.session)}` : ''}`;
   }

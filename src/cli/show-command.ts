@@ -1,12 +1,18 @@
 import type { Command } from 'commander';
-import { buildHistory, describeConflict, describeState, describeUndo, formatTime, readIntactJournal, type State, statusNotes, summarize, undoneByMap } from '../journal/index.js';
+import { buildHistory, describeConflict, type Range, describeState, describeUndo, formatTime, readIntactJournal, type State, statusNotes, summarize, undoneByMap } from '../journal/index.js';
 import { createLogger, shellQuote } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { addStateFlags, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 import { operationJson } from './log-command.js';
 
 function stateLine(path: string, s: State): string {
-  return `${path}: ${describeState(s)}${s?.blob ? `; before-image ${s.blob.slice(0, 12)}` : ''}`;
+  const ranges = s?.ranges ? `; before-image of bytes ${s.rangesFrom ?? 0}.. as ${s.ranges.length} data range(s), holes elsewhere` : '';
+  return `${path}: ${describeState(s)}${s?.blob ? `; before-image ${s.blob.slice(0, 12)}` : ''}${ranges}`;
+}
+
+/** One line per kept range: where, how long, and its blob (or that it was a hole). */
+function rangeLines(ranges: readonly Range[] | undefined, label: string): string[] {
+  return (ranges ?? []).map((r) => `  ${label.padEnd(9)} [${r.offset}, ${r.offset + r.length}) ${r.length} bytes: ${r.blob ? `blob ${r.blob.slice(0, 12)}` : 'a hole (zeros), no blob'}`);
 }
 
 export function registerShowCommand(program: Command): void {
@@ -38,8 +44,9 @@ export function registerShowCommand(program: Command): void {
         `  time      ${formatTime(op.time)}${op.endTime ? ` .. ${formatTime(op.endTime)} (${op.endReason})` : ''}`,
         `  session   ${op.session}   actor ${op.actor}${op.pid !== undefined ? `   pid ${op.pid}${op.cmd !== undefined ? ` (${op.cmd})` : ''}` : ''}`,
         `  status    ${op.status}${statusNotes(op, undoneBy).length ? ` [${statusNotes(op, undoneBy).join('; ')}]` : ''}`,
-        ...op.paths.map((p, i) => `  before    ${stateLine(p, op.before[i] ?? null)}`),
+        ...op.paths.flatMap((p, i) => [`  before    ${stateLine(p, op.before[i] ?? null)}`, ...rangeLines(op.before[i]?.ranges, 'range')]),
         ...(op.capture ? [`  kept      before-image ${op.capture.blob.slice(0, 12)} (${op.capture.size} bytes, taken before the first overwrite)`] : []),
+        ...(op.ranges ? [`  kept      old bytes of ${op.ranges.length} range(s), each taken before its first change:`, ...rangeLines(op.ranges, 'range')] : []),
         ...(op.after ? op.paths.map((p, i) => `  after     ${stateLine(p, op.after?.[i] ?? null)}`) : []),
         ...(op.status !== 'failed' ? [`  undo      ${describeUndo(op)}`] : []),
         ...(op.conflicts ?? []).flatMap((c) => [

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import { type BlobStore, hashFile } from './blobs.js';
 import type { Operation } from './history.js';
-import { keptByBackend } from './record.js';
+import { keptByBackend, type State } from './record.js';
 
 /** A before-image a rollback needs, and why it cannot be used. */
 export interface DamagedImage {
@@ -25,23 +25,28 @@ export function neededImages(ops: readonly Operation[]): Needed[] {
   const add = (op: Operation, i: number, blob: string | undefined, size: number | undefined) => {
     if (blob !== undefined && size !== undefined) out.push({ seq: op.seq, path: op.paths[i] as string, blob, size });
   };
+  const addState = (op: Operation, i: number, s: State) => {
+    if (s?.type !== 'file') return;
+    add(op, i, s.blob, s.size);
+    for (const r of s.ranges ?? []) add(op, i, r.blob, r.length);
+  };
   for (const op of ops) {
     const b0 = op.before[0] ?? null;
     switch (op.op) {
       case 'create':
       case 'unlink':
-        if (b0?.type === 'file') add(op, 0, b0.blob, b0.size);
+        addState(op, 0, b0);
         break;
       case 'write':
       case 'truncate':
         if (op.capture) add(op, 0, op.capture.blob, op.capture.size);
-        else if (b0?.type === 'file') add(op, 0, b0.blob, b0.size);
+        else addState(op, 0, b0);
+        // (a range's hole needs no blob)
+        for (const r of op.ranges ?? []) add(op, 0, r.blob, r.length);
         break;
-      case 'rename': {
-        const b1 = op.before[1] ?? null;
-        if (b1?.type === 'file') add(op, 1, b1.blob, b1.size);
+      case 'rename':
+        addState(op, 1, op.before[1] ?? null);
         break;
-      }
       default:
         break;
     }

@@ -243,6 +243,8 @@ async function beforeContent(c: Change, node: Node, after: Buffer | null, src: C
   // Sessions without a before-image only appended, and metadata changes keep the content: the
   // start is a prefix of the first before-image that follows, or of the end content.
   for (const op of node.ops) {
+    // kept by extents (a large file): the start is not a prefix of anything kept whole
+    if (op.ranges || op.before.some((b) => b?.ranges)) return null;
     if (op.op === 'write' && op.capture) return src.blobs.read(op.capture.blob).subarray(0, s.size);
     const i = op.paths.findIndex((p, j) => (op.before[j] ?? null) !== null && op.before[j]?.ino === s.ino && p !== undefined);
     const blob = i >= 0 ? op.before[i]?.blob : undefined;

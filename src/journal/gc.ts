@@ -28,8 +28,12 @@ export interface GcResult {
 export function referencedBlobs(ops: Iterable<Operation>): Set<string> {
   const refs = new Set<string>();
   for (const op of ops) {
-    for (const s of op.before) if (s?.blob) refs.add(s.blob);
+    for (const s of op.before) {
+      if (s?.blob) refs.add(s.blob);
+      for (const r of s?.ranges ?? []) refs.add(r.blob);
+    }
     if (op.capture) refs.add(op.capture.blob);
+    for (const r of op.ranges ?? []) if (r.blob) refs.add(r.blob);
   }
   return refs;
 }

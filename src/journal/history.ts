@@ -1,5 +1,5 @@
 import type { LocatedRecord } from './reader.js';
-import type { ConflictRecord, EndRecord, JournalOp, OpArgs, OpRecord, RollbackEndRecord, RollbackIntentRecord, StartRecord, State } from './record.js';
+import type { ConflictRecord, EndRecord, JournalOp, OpArgs, OpRecord, Range, RollbackEndRecord, RollbackIntentRecord, StartRecord, State } from './record.js';
 
 export type OperationStatus = 'done' | 'failed' | 'pending' | 'open';
 
@@ -32,6 +32,8 @@ export interface Operation {
   recovered?: boolean;
   /** write sessions: the before-image, when the session overwrote or cut existing bytes */
   capture?: { blob: string; size: number };
+  /** write sessions of large files: the old bytes of each extent the session changed (record order) */
+  ranges?: Range[];
   /** (GCS) local versions of this operation that did not reach the bucket, kept aside */
   conflicts?: ConflictRecord[];
   records: LocatedRecord[];
@@ -77,6 +79,14 @@ function fromOpRecord(r: OpRecord, loc: LocatedRecord): Operation {
   if (r.undoes !== undefined) op.undoes = r.undoes;
   if (r.args) op.args = r.args;
   return op;
+}
+
+/** A write session that reached an fsync goes on (a `resume` record): open again until its next end. */
+function reopen(op: Operation): void {
+  if (op.status === 'done' && op.endReason === 'fsync') {
+    op.status = 'open';
+    op.after = null;
+  }
 }
 
 export function buildHistory(records: LocatedRecord[]): History {
@@ -142,6 +152,12 @@ export function buildHistory(records: LocatedRecord[]): History {
         break;
       case 'capture':
         op.capture = { blob: r.blob, size: r.size };
+        break;
+      case 'range':
+        (op.ranges ??= []).push(r.blob === undefined ? { offset: r.offset, length: r.length } : { offset: r.offset, length: r.length, blob: r.blob });
+        break;
+      case 'resume':
+        reopen(op);
         break;
       case 'end':
         op.status = 'done';

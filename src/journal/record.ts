@@ -9,10 +9,14 @@ import { z } from 'zod';
  * the before-state of every path it touches. Later records refer to it with `of`:
  *   done     the change was applied; after-states of the same paths
  *   failed   the backend refused it; nothing changed
- *   capture  (write sessions) the before-image of the file, taken just before the first request
- *            that overwrote or cut existing bytes (a session that only appends needs none)
- *   end      (write sessions) the session ended (last close, fsync, or a mutation that splits
- *            it); after-state of the file
+ *   capture  (write sessions) the before-image of the whole file, taken just before the first
+ *            request that overwrote or cut existing bytes (a session that only appends needs none)
+ *   range    (write sessions of files over journal.extentBytes) the old bytes of one aligned
+ *            extent (or run of hole extents), taken before the first request that changed it
+ *   end      (write sessions) the session ended (last close, or a mutation that splits it), or
+ *            reached an fsync; after-state of the file. The file's session goes on past an
+ *            fsync (what it kept stays kept): a `resume` record, written before its file
+ *            changes again, reopens it, and its last `end` is the one that counts
  * An `op` without `done`/`failed`/`end` is pending: in flight, or cut short by a crash. The next
  * start of a writer resolves it against the backend (recovery.ts).
  *
@@ -20,7 +24,9 @@ import { z } from 'zod';
  *   rename [from, to]; link [newPath, existing]; every other op [path].
  */
 
-export const RECORD_VERSION = 1;
+/** 2: range before-images (`range` records, `ranges` in a node state), which version 1 readers
+ * refuse as records they do not understand rather than restore wrongly. */
+export const RECORD_VERSION = 2;
 
 export const MUTATION_OPS = [
   'create', 'write', 'truncate', 'unlink', 'mkdir', 'rmdir', 'rename', 'symlink', 'link',
@@ -37,6 +43,14 @@ export const SHA256_HEX = /^[0-9a-f]{64}$/;
 export const BLOB_REF = /^(?:[0-9a-f]{64}|gcs-\d{1,20}-[0-9a-f]{16})$/;
 /** The backend kept this before-image (a server-side copy): its bytes are not in the spool. */
 export const keptByBackend = (ref: string): boolean => ref.startsWith('gcs-');
+
+/** Old bytes of [offset, offset + length) of a file; no blob: they were a hole (zeros). */
+export const RangeSchema = z.object({
+  offset: z.number().int().nonnegative(),
+  length: z.number().int().positive(),
+  blob: z.string().regex(BLOB_REF).optional(),
+});
+export type Range = z.infer<typeof RangeSchema>;
 
 /** A node as the journal remembers it. `null` (see State) means "no node at this path". */
 export const NodeStateSchema = z.object({
@@ -58,6 +72,13 @@ export const NodeStateSchema = z.object({
   rdev: z.number().int().optional(),
   /** the content's before-image, when it was kept (BLOB_REF) */
   blob: z.string().regex(BLOB_REF).optional(),
+  /**
+   * instead of `blob` (large files): the content of [rangesFrom, size) as its data extents; the
+   * bytes of that span no range holds were a hole. Bytes below `rangesFrom` were not destroyed
+   * (a truncate keeps only the tail it cut).
+   */
+  ranges: z.array(RangeSchema.required({ blob: true })).optional(),
+  rangesFrom: z.number().int().nonnegative().optional(),
   /** sha256 of the content (files a write session left, up to journal.contentHashMaxBytes):
    * what rollback compares when the mtime differs but the size does not */
   sha256: z.string().regex(SHA256_HEX).optional(),
@@ -129,6 +150,25 @@ export const CaptureRecordSchema = z.object({
   size: z.number().int().nonnegative(),
 });
 export type CaptureRecord = z.infer<typeof CaptureRecordSchema>;
+
+export const RangeRecordSchema = z.object({
+  kind: z.literal('range'),
+  of: z.number().int().positive(),
+  time: z.number(),
+  offset: z.number().int().nonnegative(),
+  length: z.number().int().positive(),
+  /** absent: these bytes were a hole (zeros) */
+  blob: z.string().regex(BLOB_REF).optional(),
+});
+export type RangeRecord = z.infer<typeof RangeRecordSchema>;
+
+/** A write session that reached an fsync changes its file again (written before that change). */
+export const ResumeRecordSchema = z.object({
+  kind: z.literal('resume'),
+  of: z.number().int().positive(),
+  time: z.number(),
+});
+export type ResumeRecord = z.infer<typeof ResumeRecordSchema>;
 
 export const END_REASONS = ['close', 'fsync', 'split', 'recovered'] as const;
 export const EndRecordSchema = z.object({
@@ -253,7 +293,7 @@ export const RollbackEndRecordSchema = z.object({
 export type RollbackEndRecord = z.infer<typeof RollbackEndRecordSchema>;
 
 export const RecordSchema = z.discriminatedUnion('kind', [
-  OpRecordSchema, DoneRecordSchema, FailedRecordSchema, CaptureRecordSchema, EndRecordSchema, StartRecordSchema, ConflictRecordSchema,
+  OpRecordSchema, DoneRecordSchema, FailedRecordSchema, CaptureRecordSchema, RangeRecordSchema, ResumeRecordSchema, EndRecordSchema, StartRecordSchema, ConflictRecordSchema,
   SegmentRecordSchema, CloseRecordSchema, RollbackIntentRecordSchema, RestoredRecordSchema, RollbackEndRecordSchema,
 ]);
 export type JournalRecord = z.infer<typeof RecordSchema>;

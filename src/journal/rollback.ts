@@ -1,10 +1,11 @@
 import { constants as C } from 'node:fs';
-import { type Backend, type Caller, isSpecial, isWithin, rebase, type SpecialType, VfsError } from '../core/index.js';
+import { type Backend, type Caller, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, isSpecial, isWithin, rebase, type SpecialType, VfsError } from '../core/index.js';
 import type { Vfs } from '../vfs/index.js';
 import type { BlobStore } from './blobs.js';
 import { effective, partialUndo, splitSessionRefusal, undoneSeqs, type History, type Operation } from './history.js';
 import { hashAt, mismatch, stateOf, type Aspect } from './node-state.js';
-import type { JournalOp, NodeState, State } from './record.js';
+import { restorePlan } from './ranges.js';
+import type { JournalOp, NodeState, Range, State } from './record.js';
 import type { JournalStage } from './stage.js';
 import type { JournalWriter } from './writer.js';
 
@@ -493,11 +494,14 @@ class Undoer {
     }
     switch (op.op) {
       case 'create':
+        if (b0?.ranges) return this.restoreRanges(p0, b0, b0.ranges, b0.rangesFrom ?? 0, caller);
         if (b0) return this.restoreContent(p0, b0, b0.blob, caller);
         return this.vfs.unlink(p0, caller);
       case 'write':
       case 'truncate':
         if (!b0) return; // nothing was there when it began (cannot happen through the Vfs)
+        if (op.ranges) return this.restoreRanges(p0, b0, op.ranges, null, caller);
+        if (b0.ranges) return this.restoreRanges(p0, b0, b0.ranges, b0.rangesFrom ?? 0, caller);
         return this.restoreContent(p0, b0, op.capture?.blob ?? b0.blob, caller);
       case 'unlink':
       case 'rmdir':
@@ -555,8 +559,46 @@ class Undoer {
     await this.vfs.utimens(path, { mtimeNs: BigInt(st.mtimeNs) }, caller);
   }
 
-  private async writeBlob(fh: number, blob: string, caller: Caller): Promise<void> {
-    let off = 0;
+  /**
+   * Write range before-images back in place, then the mtime. `from`: the ranges are a node
+   * state's data extents, every other byte of [from, size) was a hole; null: a write session's
+   * extents (each one data or a hole), other bytes untouched by it. The span the ranges cover up
+   * to the old size is cut and regrown (its holes come back as holes, an append goes), the
+   * holes below it are punched, then the data is written.
+   */
+  private async restoreRanges(path: string, st: NodeState, ranges: readonly Range[], from: number | null, caller: Caller): Promise<void> {
+    const plan = from === null ? restorePlan(ranges, st.size) : { cutAt: from, holesBelow: [] };
+    const fh = await this.vfs.open(path, WRITE_ONLY, caller);
+    try {
+      if (plan.cutAt < st.size) await this.vfs.ftruncate(fh, plan.cutAt, caller);
+      await this.vfs.ftruncate(fh, st.size, caller);
+      for (const r of plan.holesBelow) await this.zero(fh, r.offset, r.length, caller);
+      for (const r of ranges) if (r.blob) await this.writeBlob(fh, r.blob, caller, r.offset);
+      await this.vfs.flush(fh, caller);
+    } finally {
+      await this.vfs.release(fh, caller);
+    }
+    await this.vfs.utimens(path, { mtimeNs: BigInt(st.mtimeNs) }, caller);
+  }
+
+  /** Make [offset, offset + length) zeros again: a hole where the store can punch one. */
+  private async zero(fh: number, offset: number, length: number, caller: Caller): Promise<void> {
+    try {
+      await this.vfs.fallocate(fh, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length, caller);
+      return;
+    } catch (err) {
+      if (!(err instanceof VfsError && (err.code === 'EOPNOTSUPP' || err.code === 'ENOSYS'))) throw err;
+    }
+    const zeros = Buffer.alloc(Math.min(length, 1 << 20));
+    for (let done = 0; done < length; ) {
+      const n = await this.vfs.write(fh, zeros, Math.min(zeros.length, length - done), offset + done, caller);
+      if (n <= 0) throw new VfsError('EIO', 'short write while restoring content');
+      done += n;
+    }
+  }
+
+  private async writeBlob(fh: number, blob: string, caller: Caller, at = 0): Promise<void> {
+    let off = at;
     for await (const chunk of this.env.blobs.chunks(blob)) {
       let done = 0;
       while (done < chunk.length) {
@@ -597,10 +639,15 @@ class Undoer {
       await this.vfs.mknod(path, SPECIAL_IFMT[st.type] | st.mode, st.rdev ?? 0, caller);
     } else {
       if (await this.relink(path, st, op, caller)) return;
-      if (st.size > 0 && !st.blob) throw new VfsError('EIO', `no before-image of ${path} was kept`);
+      if (st.size > 0 && !st.blob && !st.ranges) throw new VfsError('EIO', `no before-image of ${path} was kept`);
       const fh = await this.vfs.create(path, st.mode, C.O_WRONLY | C.O_CREAT | C.O_EXCL, caller);
       try {
         if (st.blob) await this.writeBlob(fh, st.blob, caller);
+        if (st.ranges) {
+          // a sparse file: its size, then its data (the rest stays holes)
+          await this.vfs.ftruncate(fh, st.size, caller);
+          for (const r of st.ranges) await this.writeBlob(fh, r.blob, caller, r.offset);
+        }
         await this.vfs.flush(fh, caller);
       } finally {
         await this.vfs.release(fh, caller);

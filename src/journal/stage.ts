@@ -2,7 +2,8 @@ import { type Backend, type BackendFile, type Caller, callerProcess, isWithin, t
 import { DEFAULTS } from '../config/index.js';
 import type { BlobStore } from './blobs.js';
 import { hashOpenFile, stateFromAttr, stateOf } from './node-state.js';
-import type { ConflictRecord, DoneRecord, JournalOp, OpArgs, OpRecord, State } from './record.js';
+import { dataRuns, keepBytes, keepData } from './ranges.js';
+import type { ConflictRecord, DoneRecord, JournalOp, NodeState, OpArgs, OpRecord, State } from './record.js';
 import type { JournalWriter } from './writer.js';
 
 /** Who a mutation is recorded for when a rollback makes it (set per caller object). */
@@ -20,6 +21,20 @@ interface WriteSession {
   oldSize: number;
   /** the before-image is kept (or there was nothing to keep) */
   captured: boolean;
+  /**
+   * files over journal.extentBytes: the extents (index = offset / extentBytes) whose old bytes
+   * are kept (or were a hole); the whole-file `captured` is not used. null: kept whole.
+   */
+  kept: Set<number> | null;
+  /**
+   * the session reached an fsync (its `end` record says what the file was then) and nothing
+   * changed since: it goes on, keeping what it kept, when its file changes again
+   */
+  synced: boolean;
+  /** the fsync's end record has the content hash (a small file: the session's end need not read it again) */
+  syncedHash: boolean;
+  /** whom it is recorded for (a rollback's writes never continue a program's session) */
+  ctx: RecordContext | undefined;
   /** the begin record or a capture is being written; later requests wait for it */
   busy: Promise<void> | null;
   /** the open file written through (its fstat is cheaper than a stat by path) */
@@ -75,6 +90,10 @@ function errnoOf(err: unknown): string {
  * a write session: one record when it begins, a before-image taken at most once (lazily, by the
  * first request that overwrites or cuts bytes that existed when it began: appends need none),
  * and an end record with the after-state. Later requests of a session cost a map lookup.
+ * A file over journal.extentBytes is kept by extents instead: the first request that changes
+ * an aligned extent keeps that extent's old bytes (a hole: nothing but a record). An fsync
+ * records the after-state but does not end what the session kept: a database that commits
+ * with an fsync after every transaction keeps each page's extent once, not the file per commit.
  */
 export class JournalStage implements MutationStage {
   readonly name = 'journal';
@@ -126,9 +145,11 @@ export class JournalStage implements MutationStage {
     if (s) await this.finishSession(s, 'split');
   }
 
-  /** Paths with a write session in progress (open and written, not yet closed). */
+  /** Paths with a write session in progress (open and written since its last fsync, not yet closed). */
   openWritePaths(): string[] {
-    return [...this.sessions.keys()];
+    const out: string[] = [];
+    for (const [p, s] of this.sessions) if (!s.synced) out.push(p);
+    return out;
   }
 
   run<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
@@ -227,9 +248,9 @@ export class JournalStage implements MutationStage {
   /** Before-states, with a before-image of the content this mutation destroys. */
   private async beforeStates(m: Mutation, paths: string[]): Promise<State[]> {
     const before = await Promise.all(paths.map((p) => stateOf(this.backend, p, { atime: m.op === 'utimens' })));
-    const keep = async (i: number, size: number) => {
+    const keep = async (i: number, size: number, cutFrom = 0) => {
       const s = before[i];
-      if (s && s.type === 'file' && size > 0) s.blob = await this.blobs.capture(this.backend, paths[i] as string, size);
+      if (s && s.type === 'file' && size > 0) await this.keepContent(s, paths[i] as string, cutFrom);
     };
     const b0 = before[0];
     switch (m.op) {
@@ -241,7 +262,7 @@ export class JournalStage implements MutationStage {
         if (b0 && m.truncate) await keep(0, b0.size);
         break;
       case 'truncate':
-        if (b0 && (m.size ?? 0) < b0.size) await keep(0, b0.size);
+        if (b0 && (m.size ?? 0) < b0.size) await keep(0, b0.size, m.size ?? 0);
         break;
       case 'rename': {
         const to = before[1];
@@ -253,6 +274,36 @@ export class JournalStage implements MutationStage {
         break;
     }
     return before;
+  }
+
+  /**
+   * Keep the content of `s` from `cutFrom` on (what an unlink, a rename over it or a truncate
+   * destroys): whole as one blob (small files, a store that keeps copies itself, a dense file
+   * losing all of it: one reflinked copy), else its data extents.
+   */
+  private async keepContent(s: NodeState, path: string, cutFrom: number): Promise<void> {
+    const extent = DEFAULTS.journal.extentBytes;
+    if (s.size <= extent || this.backend.keepCopy) {
+      s.blob = await this.blobs.capture(this.backend, path, s.size);
+      return;
+    }
+    const file = await this.backend.open(path, { write: false });
+    try {
+      if (cutFrom === 0) {
+        const data = (await dataRuns(file, 0, s.size)).reduce((n, [a, b]) => n + b - a, 0);
+        if (data === s.size) {
+          s.blob = await this.blobs.capture(this.backend, path, s.size);
+          return;
+        }
+      }
+      s.ranges = await keepData(this.blobs, file, cutFrom, s.size, extent, path);
+      if (cutFrom > 0) s.rangesFrom = cutFrom;
+    } catch (err) {
+      if (err instanceof VfsError) throw new VfsError(err.code === 'ENOSPC' ? 'ENOSPC' : 'EIO', `journal: keeping the before-image of ${path} failed: ${err.reason}`);
+      throw err;
+    } finally {
+      await file.close();
+    }
   }
 
   private async argsOf(m: Mutation): Promise<OpArgs | undefined> {
@@ -315,17 +366,29 @@ export class JournalStage implements MutationStage {
       while (s.busy) await s.busy; // a failed begin throws here, and the request fails unapplied
       // ended meanwhile (a chmod or rename split it): this request begins the next one
       if (this.sessions.get(path) !== s) continue;
-      // fallocate's 'allocate' and 'keep-size' keep every byte (they may only grow the file or
-      // its blocks, undone by a truncate)
-      const overwrites = m.allocate === 'allocate' || m.allocate === 'keep-size' ? false
-        : m.op === 'write' ? (m.offset ?? 0) < s.oldSize : (m.size ?? 0) < s.oldSize;
-      if (!s.captured && overwrites) {
+      if (s.synced && (s.file !== m.file || s.ctx !== this.contexts.get(m.caller))) {
+        // another open file, or a rollback, changes it after the fsync: a session of its own
+        await this.finishSession(s, 'split');
+        continue;
+      }
+      // the bytes that existed when the session began which this request destroys: fallocate's
+      // 'allocate' and 'keep-size' keep every byte (they may only grow the file or its blocks,
+      // undone by a truncate); appends past the old size destroy nothing
+      const lo = m.allocate === 'allocate' || m.allocate === 'keep-size' ? s.oldSize : m.op === 'write' ? (m.offset ?? 0) : (m.size ?? 0);
+      const hi = m.op === 'write' ? Math.min(s.oldSize, m.size ?? (m.offset ?? 0) + (m.length ?? 0)) : s.oldSize;
+      if (lo < hi && (s.kept ? this.missingExtents(s, lo, hi) : !s.captured)) {
         const sess = s;
-        sess.busy = this.capture(sess).finally(() => (sess.busy = null));
+        sess.busy = (sess.kept ? this.captureExtents(sess, lo, hi) : this.capture(sess)).finally(() => (sess.busy = null));
         await sess.busy;
-        if (this.sessions.get(path) !== s) continue;
+        continue; // (checked again: a split may have come meanwhile)
       }
       break;
+    }
+    if (s.synced) {
+      // changed again after its fsync: the session is open again (recovery and rollback must
+      // not take the fsync's after-state for the file's), before the change reaches the file
+      s.synced = false;
+      this.writer.appendNow({ kind: 'resume', of: s.seq, time: Date.now() });
     }
     // the session's end (a split) waits until this request is applied, so its after-state and
     // the request are in the same session
@@ -341,17 +404,23 @@ export class JournalStage implements MutationStage {
     const lc = this.lastCreate;
     this.lastCreate = null;
     if (lc && m.file && m.file.file === lc.file && lc.path === path && this.writer.retract(lc.done)) {
-      const s: WriteSession = { seq: lc.seq, path, oldSize: 0, captured: true, busy: null, file: m.file, applying: 0, idle: [] };
+      const s: WriteSession = {
+        seq: lc.seq, path, oldSize: 0, captured: true, kept: null, synced: false, syncedHash: false, ctx: this.contexts.get(m.caller), busy: null, file: m.file, applying: 0, idle: [],
+      };
       this.sessions.set(path, s);
       return s;
     }
-    const s: WriteSession = { seq: 0, path, oldSize: 0, captured: false, busy: null, file: m.file, applying: 0, idle: [] };
+    const s: WriteSession = {
+      seq: 0, path, oldSize: 0, captured: false, kept: null, synced: false, syncedHash: false, ctx: this.contexts.get(m.caller), busy: null, file: m.file, applying: 0, idle: [],
+    };
     this.sessions.set(path, s);
     s.busy = (async () => {
       try {
         const before = await this.stateOfSession(s);
         s.oldSize = before && before.type === 'file' ? before.size : 0;
         s.captured = s.oldSize === 0;
+        // (a store that keeps copies itself, GCS, keeps whole files server-side as before)
+        if (s.oldSize > DEFAULTS.journal.extentBytes && !this.backend.keepCopy) s.kept = new Set();
         s.seq = this.writer.nextSeq();
         this.writer.appendNow(this.opRecord(s.seq, m, 'write', [path], [before]));
       } catch (err) {
@@ -373,6 +442,66 @@ export class JournalStage implements MutationStage {
     s.captured = true;
   }
 
+  /** Extents of [lo, hi) whose old bytes the session has not kept yet. */
+  private missingExtents(s: WriteSession, lo: number, hi: number): boolean {
+    const e = DEFAULTS.journal.extentBytes;
+    const kept = s.kept as Set<number>;
+    for (let i = Math.floor(lo / e), last = Math.floor((hi - 1) / e); i <= last; i++) if (!kept.has(i)) return true;
+    return false;
+  }
+
+  /**
+   * Keep the old bytes of every extent of [lo, hi) not kept yet, one `range` record each, before
+   * the request changes them. Extents the session has not touched still hold their old bytes
+   * (a truncate below them kept them all first). Runs of hole extents are one record, no blob.
+   */
+  private async captureExtents(s: WriteSession, lo: number, hi: number): Promise<void> {
+    const e = DEFAULTS.journal.extentBytes;
+    const kept = s.kept as Set<number>;
+    const own = s.file && s.file.path === s.path ? s.file.file : null;
+    const file = own ?? (await this.backend.open(s.path, { write: false }));
+    let hole: [number, number] | null = null; // extents [first, end) of a hole run not recorded yet
+    const flushHole = () => {
+      if (!hole) return;
+      const offset = hole[0] * e;
+      this.writer.appendNow({ kind: 'range', of: s.seq, time: Date.now(), offset, length: Math.min(hole[1] * e, s.oldSize) - offset });
+      for (let i = hole[0]; i < hole[1]; i++) kept.add(i);
+      hole = null;
+    };
+    try {
+      const last = Math.floor((hi - 1) / e);
+      for (let i = Math.floor(lo / e); i <= last; i++) {
+        if (kept.has(i)) {
+          flushHole();
+          continue;
+        }
+        const offset = i * e;
+        const length = Math.min(offset + e, s.oldSize) - offset;
+        // one SEEK_DATA answers for a whole run of hole extents
+        const runs = await dataRuns(file, offset, offset + length);
+        if (runs.length === 0) {
+          if (hole && hole[1] === i) hole[1] = i + 1;
+          else {
+            flushHole();
+            hole = [i, i + 1];
+          }
+          continue;
+        }
+        flushHole();
+        const blob = await keepBytes(this.blobs, file, offset, length, s.path);
+        this.writer.appendNow({ kind: 'range', of: s.seq, time: Date.now(), offset, length, blob });
+        kept.add(i);
+      }
+      flushHole();
+    } catch (err) {
+      flushHole(); // (what it found before failing is true)
+      if (err instanceof VfsError) throw new VfsError(err.code === 'ENOSPC' ? 'ENOSPC' : 'EIO', `journal: keeping the before-image of ${s.path} failed: ${err.reason}`);
+      throw new VfsError('EIO', `journal: keeping the before-image of ${s.path} failed: ${(err as Error).message}`, { cause: err, level: 'error' });
+    } finally {
+      if (!own) await file.close();
+    }
+  }
+
   private async finishSession(s: WriteSession, reason: 'close' | 'fsync' | 'split'): Promise<void> {
     while (s.busy) await s.busy.catch(() => undefined);
     if (this.sessions.get(s.path) !== s) return;
@@ -381,13 +510,48 @@ export class JournalStage implements MutationStage {
     this.endedAt.delete(s.path);
     this.endedAt.set(s.path, s.seq);
     if (this.endedAt.size > DEFAULTS.journal.endedSessionsKept) this.endedAt.delete(this.endedAt.keys().next().value as string);
+    // its fsync's end record says what it left (nothing changed since), but without the content
+    // hash, which is worth one read of the file at its end, not one per commit
+    if (s.synced && (s.syncedHash || !this.hashable(s))) return;
+    this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [await this.afterState(s, true)], reason });
+  }
+
+  /**
+   * An fsync: record what the file is now (rollback judges conflicts by it; recovery after a
+   * crash need not guess), but keep the session and what it kept. New requests wait meanwhile,
+   * so the after-state is the file's at the fsync.
+   */
+  private async checkpoint(s: WriteSession): Promise<void> {
+    while (s.busy) await s.busy.catch(() => undefined);
+    if (this.sessions.get(s.path) !== s || s.synced) return;
+    s.busy = (async () => {
+      while (s.applying > 0) await new Promise<void>((r) => s.idle.push(r));
+      const after = await this.afterState(s, (s.file?.size ?? Infinity) <= DEFAULTS.journal.extentBytes);
+      this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [after], reason: 'fsync' });
+      s.synced = true;
+      s.syncedHash = after?.sha256 !== undefined;
+    })().finally(() => (s.busy = null));
+    await s.busy;
+  }
+
+  /** whether the session's end can record a content hash (see afterState) */
+  private hashable(s: WriteSession): boolean {
+    return s.file?.path === s.path && (s.file.size === undefined || s.file.size <= DEFAULTS.journal.contentHashMaxBytes);
+  }
+
+  /**
+   * The file's state at the session's end; `hash`: with the sha256 of files up to
+   * contentHashMaxBytes. An fsync records it only for files up to one extent (a database's
+   * every commit would re-read its file, or its WAL, whole); the session's last end does.
+   */
+  private async afterState(s: WriteSession, hash: boolean): Promise<State> {
     const after = await this.stateOfSession(s);
-    if (after?.type === 'file' && after.size <= DEFAULTS.journal.contentHashMaxBytes && s.file?.path === s.path) {
+    if (hash && after?.type === 'file' && after.size <= DEFAULTS.journal.contentHashMaxBytes && s.file?.path === s.path) {
       // (through the open file: no path walk, and no download from a remote store)
       const sha = await hashOpenFile(s.file.file, after.size).catch(() => null);
       if (sha) after.sha256 = sha;
     }
-    this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [after], reason });
+    return after;
   }
 
   /** The file of a session as it is now: fstat through its open file while that is still at the path. */
@@ -400,9 +564,16 @@ export class JournalStage implements MutationStage {
     const s = path === null ? undefined : this.sessions.get(path);
     if (s) {
       s.file ??= file;
-      await this.finishSession(s, reason);
+      if (reason === 'fsync') await this.checkpoint(s);
+      else await this.finishSession(s, reason);
     }
     if (reason === 'fsync') await this.writer.sync();
+  }
+
+  /** The last handle of an open file closes: a session that reached its fsync ends with it. */
+  async released(file: OpenFileState): Promise<void> {
+    if (this.sessions.size === 0) return;
+    for (const s of [...this.sessions.values()]) if (s.file === file) await this.finishSession(s, 'close');
   }
 
   /**

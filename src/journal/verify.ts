@@ -47,13 +47,19 @@ export interface VerifyOptions {
   onProgress?: (done: number, total: number) => void;
 }
 
-/** The size a blob must have: the state it belongs to, or the capture's size. */
+/** The size a blob must have: the state it belongs to, the capture's size, or the range's length. */
 export function blobRefs(op: Operation): { hash: string; size: number; what: string; seq: number; path: string }[] {
   const out: { hash: string; size: number; what: string; seq: number; path: string }[] = [];
   op.before.forEach((s, i) => {
     if (s?.blob) out.push({ hash: s.blob, size: s.size, what: `#${op.seq} before-image of ${op.paths[i]}`, seq: op.seq, path: op.paths[i] as string });
+    for (const r of s?.ranges ?? []) {
+      out.push({ hash: r.blob, size: r.length, what: `#${op.seq} before-image of ${op.paths[i]} [${r.offset}, +${r.length})`, seq: op.seq, path: op.paths[i] as string });
+    }
   });
   if (op.capture) out.push({ hash: op.capture.blob, size: op.capture.size, what: `#${op.seq} before-image of ${op.paths[0]}`, seq: op.seq, path: op.paths[0] as string });
+  for (const r of op.ranges ?? []) {
+    if (r.blob) out.push({ hash: r.blob, size: r.length, what: `#${op.seq} before-image of ${op.paths[0]} [${r.offset}, +${r.length})`, seq: op.seq, path: op.paths[0] as string });
+  }
   return out;
 }
 

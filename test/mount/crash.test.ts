@@ -27,7 +27,8 @@ function prng(seed: number): () => number {
   };
 }
 
-/** Busy program: creates, overwrites, appends, truncates, renames (files and dirs), links, deletes. */
+/** Busy program: creates, overwrites, appends, truncates, renames (files and dirs), links, deletes,
+ * and changes large files in place across fsyncs. */
 const WRITER = String.raw`
 import os, random, sys
 root, seed = sys.argv[1], int(sys.argv[2])
@@ -42,7 +43,7 @@ out = sys.stdout.buffer
 while True:
     out.write(b'.'); out.flush()
     try:
-        k = rnd.randrange(11)
+        k = rnd.randrange(12)
         if k < 3:
             with open(p(), 'wb') as f: f.write(data())
         elif k == 3:
@@ -54,7 +55,19 @@ while True:
         elif k == 7: os.rename(os.path.join(root, rnd.choice(dirs[1:])), os.path.join(root, rnd.choice(dirs[1:]) + rnd.choice(['', '2'])))
         elif k == 8: os.unlink(p())
         elif k == 9: os.mkdir(os.path.join(root, rnd.choice(dirs)))
-        else: os.link(p(), p())
+        elif k == 10: os.link(p(), p())
+        else:
+            # a large file changed in place, held open across fsyncs (kept by extents)
+            fd = os.open(p(), os.O_RDWR | os.O_CREAT)
+            try:
+                size = os.fstat(fd).st_size
+                if size < 150000: os.pwrite(fd, os.urandom(4096), 150000 + rnd.randrange(150000))
+                for _ in range(rnd.randrange(1, 6)):
+                    os.pwrite(fd, os.urandom(rnd.choice([100, 4096, 70000])), rnd.randrange(300000))
+                    if rnd.random() < 0.5: os.fsync(fd)
+                    if rnd.random() < 0.2: os.ftruncate(fd, rnd.randrange(300000))
+            finally:
+                os.close(fd)
     except (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, OSError) as e:
         if getattr(e, 'errno', None) in (107, 103):  # ENOTCONN, ECONNABORTED: the daemon is gone
             sys.exit(0)

@@ -1,7 +1,10 @@
+import { spawnSync } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULTS } from '../../src/config/defaults.js';
 import { onGcs, startMount, type TestMount } from '../helpers/mount.js';
 
 /*
@@ -41,7 +44,12 @@ type Op =
   | { op: 'fdread'; fd: number }
   | { op: 'fstat'; fd: number }
   | { op: 'ftruncate'; fd: number; len: number }
-  | { op: 'close'; fd: number };
+  | { op: 'close'; fd: number }
+  // large files (range before-images): in-place changes across several journal extents
+  | { op: 'bigwrite'; fd: number; offset: number; length: number; seed: number }
+  | { op: 'fdsync'; fd: number }
+  | { op: 'bigtruncate'; fd: number; len: number }
+  | { op: 'punch'; p: string; offset: number; length: number };
 
 // A small alphabet so that names collide: files, dirs and links fight over the same paths.
 const NAMES = ['a', 'b', 'c', 'd'];
@@ -50,6 +58,9 @@ const pathArb = fc.oneof(
   { weight: 2, arbitrary: fc.tuple(fc.constantFrom(...NAMES), fc.constantFrom(...NAMES)).map(([x, y]) => `${x}/${y}`) },
 );
 const dataArb = fc.string({ unit: fc.constantFrom('x', 'y', 'z', '\n', '\u00e9'), maxLength: 24 });
+ /** files reach several journal extents (the journal keeps large files by extents) */
+const EXTENT = DEFAULTS.journal.extentBytes;
+const BIG = 4 * EXTENT + 777;
 const modeArb = fc.constantFrom(0o644, 0o600, 0o755, 0o700, 0o444, 0o777, 0o640, 0o4755);
 
 /** Symlink targets stay inside the root: relative, and `../` only from a subdirectory. */
@@ -79,7 +90,18 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ op: fc.constant('fstat' as const), fd: fc.nat(3) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('ftruncate' as const), fd: fc.nat(3), len: fc.nat(48) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('close' as const), fd: fc.nat(3) }) },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('bigwrite' as const), fd: fc.nat(3), offset: fc.nat(BIG), length: fc.integer({ min: 1, max: 2 * EXTENT }), seed: fc.nat(255) }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant('fdsync' as const), fd: fc.nat(3) }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant('bigtruncate' as const), fd: fc.nat(3), len: fc.nat(BIG) }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant('punch' as const), p: pathArb, offset: fc.nat(BIG), length: fc.integer({ min: 1, max: 2 * EXTENT }) }) },
 );
+
+/** bytes `seed` names (the same on both sides) */
+function pattern(length: number, seed: number): Buffer {
+  const b = Buffer.allocUnsafe(length);
+  for (let i = 0; i < length; i++) b[i] = (seed + i * 31 + (i >> 9)) & 0xff;
+  return b;
+}
 
 /** Descriptors a sequence holds open on one side; ops name them by index (modulo the count). */
 type Fds = number[];
@@ -93,9 +115,18 @@ function apply(root: string, o: Op, fds: Fds): string {
   try {
     switch (o.op) {
       case 'open': fds.push(fs.openSync(at(o.p), o.flags)); break;
-      case 'fdwrite': case 'fdread': case 'fstat': case 'ftruncate': case 'close': {
+      case 'fdwrite': case 'fdread': case 'fstat': case 'ftruncate': case 'close': case 'bigwrite': case 'fdsync': case 'bigtruncate': {
         const fd = pick(fds, o.fd);
         if (fd === undefined) return 'no descriptor';
+        if (o.op === 'bigwrite') return `ok ${fs.writeSync(fd, pattern(o.length, o.seed), 0, o.length, o.offset)}`;
+        if (o.op === 'fdsync') {
+          fs.fsyncSync(fd);
+          return 'ok';
+        }
+        if (o.op === 'bigtruncate') {
+          fs.ftruncateSync(fd, o.len);
+          return 'ok';
+        }
         if (o.op === 'fdwrite') {
           const b = Buffer.from(o.data);
           return `ok ${fs.writeSync(fd, b, 0, b.length, o.offset)}`;
@@ -129,6 +160,12 @@ function apply(root: string, o: Op, fds: Fds): string {
         break;
       }
       case 'truncate': fs.truncateSync(at(o.p), o.len); break;
+      case 'punch': {
+        const r = spawnSync('fallocate', ['-p', '-o', String(o.offset), '-l', String(o.length), at(o.p)], { encoding: 'utf8' });
+        // fallocate(1) says why in words: the errno's name is what both sides must agree on
+        if (r.status !== 0) return `fallocate failed: ${r.stderr.trim().split(': ').pop()}`;
+        break;
+      }
       case 'mkdir': fs.mkdirSync(at(o.p)); break;
       case 'rmdir': fs.rmdirSync(at(o.p)); break;
       case 'unlink': fs.unlinkSync(at(o.p)); break;
@@ -165,7 +202,10 @@ function tree(root: string): string[] {
         out.push(`${p}/ mode=${mode}`);
         walk(p);
       } else {
-        out.push(`${p} mode=${mode} nlink=${st.nlink} size=${st.size} ${JSON.stringify(fs.readFileSync(full, 'latin1'))}`);
+        const data = fs.readFileSync(full);
+        // large files by hash (a failure message stays readable), small ones as text
+        const content = data.length > 256 ? `sha256 ${crypto.createHash('sha256').update(data).digest('hex').slice(0, 16)}` : JSON.stringify(data.toString('latin1'));
+        out.push(`${p} mode=${mode} nlink=${st.nlink} size=${st.size} ${content}`);
       }
     }
   };
