@@ -58,7 +58,8 @@ export function describePolicy(p: CompiledPolicy, audience: Audience = 'operator
   ];
   if (withheld.length) lines.push(`  EPERM   ${withheld.join(', ')}`);
   if (session || p.roots.some((r) => limitsLine(r.config.limits))) {
-    lines.push('  EPERM   a session limit on deletes or renames is reached; EDQUOT: on files or bytes written');
+    lines.push(`  EPERM   a delete or rename past this session's limit (${p.metaDir}/session shows the counts)`);
+    lines.push("  EDQUOT  a file or bytes written past this session's limit");
   }
   lines.push(`${p.metaDir}/ (read-only): policy (this text), usage (per root), denials (latest refusals, newest last), session (this session and its counts against the limits)`);
   return lines.join('\n') + '\n';

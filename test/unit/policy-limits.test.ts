@@ -132,5 +132,9 @@ describe('limits through the core', () => {
     expect(text).toContain('id=test-session-1 mode=live\n');
     expect(text).toContain('session deletes=1 limit_deletes=500 renames=0 bytes_written=5 limit_bytes_written=1048576\n');
     expect(text).toContain('/w deletes=1 limit_deletes=4 renames=0 bytes_written=5\n');
+    // and the policy says what the limits are
+    const policy = await fx.readFile('/.ledgerfs/policy');
+    expect(policy).toContain('a session (one mount, one run) may change at most: 500 deletes, 1 MiB written\n');
+    expect(policy).toContain('a session may change here at most: 4 deletes\n');
   });
 });
