@@ -141,6 +141,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     try {
       journal = await openJournal(ws, { source: o.source, policy: o.policy, state: o.state, session: o.session, actor: o.actor, mountpoint }, log);
       const stage = journal.stage;
+      if (ws.policy) ws.policy.view.session = { id: journal.session, mode: 'live' };
       ws.conflicts?.listen((c, viewPath) =>
         stage.noteConflict({
           time: c.time.getTime(), path: viewPath, reason: c.reason, expectedGeneration: c.expectedGeneration,

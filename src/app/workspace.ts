@@ -4,7 +4,7 @@ import { type GcsConflict, LocalBackend, openGcsStack } from '../backend/index.j
 import { type BackendConfig, ConfigError, DEFAULTS, defaultStateDir, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, POLICY_PRESETS, type PresetName, sourceConfig, type WorkspaceFlags } from '../config/index.js';
 import { checkStateDir, type JournalRemote, realish, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { type Backend, isWithin, type Logger, type MutationStage, VfsError } from '../core/index.js';
-import { CompiledPolicy, DenialLog, PolicyStage, PolicyView, PrivilegeStage, UsageTable } from '../policy/index.js';
+import { ChangeLimits, CompiledPolicy, DenialLog, PolicyStage, PolicyView, PrivilegeStage, UsageTable } from '../policy/index.js';
 
 export interface Workspace {
   backend: Backend;
@@ -69,6 +69,8 @@ export interface PolicyRuntime {
   denials: DenialLog;
   view: PolicyView;
   stage: PolicyStage;
+  /** the mass-change guard's counts and limits */
+  limits: ChangeLimits;
 }
 
 export interface OpenedWorkspace extends Workspace {
@@ -288,8 +290,9 @@ async function openPolicyWorkspace(config: MountConfig, label: string, opts: Ope
   }
   const usage = await UsageTable.count(compiled, store);
   const denials = new DenialLog(POLICY_DEFAULTS.denialRingSize, opts.log);
-  const view = new PolicyView(store, compiled, usage, denials, opts.log);
-  const stage = new PolicyStage(compiled, view, usage, denials);
+  const limits = new ChangeLimits(compiled);
+  const view = new PolicyView(store, compiled, usage, denials, opts.log, limits);
+  const stage = new PolicyStage(compiled, view, usage, denials, limits);
   opts.log?.info(
     {
       policy: config.file,
@@ -300,7 +303,7 @@ async function openPolicyWorkspace(config: MountConfig, label: string, opts: Ope
     'policy loaded',
   );
   const ws: OpenedWorkspace = {
-    backend: view, store, stages: [stage], config, policy: { compiled, usage, denials, view, stage }, demo: false,
+    backend: view, store, stages: [stage], config, policy: { compiled, usage, denials, view, stage, limits }, demo: false,
   };
   if (sourceDir !== undefined) ws.sourceDir = sourceDir;
   if (journalRemote !== undefined) ws.journalRemote = journalRemote;

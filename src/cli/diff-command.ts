@@ -26,8 +26,8 @@ export function registerDiffCommand(program: Command): void {
       .command('diff')
       .description('What a session or a range of the journal changed: paths added, modified, deleted, renamed; unified diffs of text files.')
       .option('--session <id>', 'the changes of this session')
-      .option('--from <when>', 'changes after this seq (42), duration ago (10m) or ISO 8601 time with zone (exclusive)')
-      .option('--to <when>', 'changes up to this seq (42), duration ago (10m) or ISO 8601 time with zone (inclusive)')
+      .option('--from <when>', 'changes after this seq (42), duration ago (10m), ISO 8601 time with zone or tag (exclusive)')
+      .option('--to <when>', 'changes up to this seq (42), duration ago (10m), ISO 8601 time with zone or tag (inclusive)')
       .option('--path <prefix>', 'only paths at or below this one')
       .option('--no-content', 'list paths only, no unified diffs')
       .option('--json', 'print the changes as JSON', false),
@@ -44,6 +44,8 @@ Examples:
   ledgerfs diff --source ./case-files --session 2026-11-22T05-30-12-ab12
   ledgerfs diff --source ./case-files --from 120 --to 180 --no-content
   ledgerfs diff --source ./case-files --from 1h --path /projects --json
+  ledgerfs diff --source ./case-files --from before-reorg --to after-reorg   # tags (ledgerfs tag)
+A tag made with --session selects that session's changes only (as --session would).
 ${STATE_HELP}`,
     )
     .action(async (o: DiffOptions) => {
@@ -53,8 +55,16 @@ ${STATE_HELP}`,
       const stateDir = await journalStateDir(o, createLogger('warn'), { blobs: o.content === true });
       await syncLiveDaemon(stateDir);
       const h = buildHistory(readIntactJournal(stateDir).records);
-      const from = o.from !== undefined ? parseWhen(o.from, '--from') : undefined;
-      const to = o.to !== undefined ? parseWhen(o.to, '--to') : undefined;
+      const from = o.from !== undefined ? parseWhen(o.from, '--from', h.tags) : undefined;
+      const to = o.to !== undefined ? parseWhen(o.to, '--to', h.tags) : undefined;
+      for (const [flag, w] of [['--from', from], ['--to', to]] as const) {
+        const tagged = w && 'seq' in w ? w.tag?.session : undefined;
+        if (tagged === undefined) continue;
+        if (o.session !== undefined && o.session !== tagged) {
+          throw new UserError(`${flag} ${w && 'seq' in w ? w.tag?.name : ''} is a checkpoint of session ${tagged}; --session ${o.session} names another`);
+        }
+        o.session = tagged; // a session's checkpoint selects that session's changes
+      }
       requireKnownSession(h, o.session);
       if (from && 'seq' in from) requireKnownSeq(h, from.seq, '--from');
       if (to && 'seq' in to) requireKnownSeq(h, to.seq, '--to');

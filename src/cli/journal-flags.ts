@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { type GcsJournalRemote, openGcsJournalRemote } from '../backend/index.js';
 import { ConfigError, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, type GcsBackendConfig, gcsSource, loadMountFile } from '../config/index.js';
 import { type OpenedWorkspace, openWorkspace, UserError, WorkspaceError } from '../app/index.js';
-import { blobRefs, BlobStore, BucketMirror, buildHistory, daemonRequest, JournalLock, JournalLockedError, liveDaemon, readJournal, rememberedWorkspace, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
+import { blobRefs, BlobStore, BucketMirror, buildHistory, daemonRequest, JournalLock, JournalLockedError, liveDaemon, readJournal, rememberedWorkspace, resolveStateDir, StateDirError, stateLayout, type TagRecord } from '../journal/index.js';
 import { type Logger, normalizePath } from '../core/index.js';
 
 /** The flags that name a workspace and its journal, as `mount` takes them. */
@@ -140,7 +140,8 @@ export function cliLockError(err: unknown): never {
   throw err;
 }
 
-export type When = { seq: number } | { time: number };
+/** A point in the journal; `tag` when it was named by a tag (its `at` is the seq). */
+export type When = { seq: number; tag?: TagRecord } | { time: number };
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 };
 
@@ -167,15 +168,52 @@ const ISO_WITH_ZONE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-
  * time with its zone ("2026-11-22T05:30:00Z", "...+01:00"), and nothing else: anything handed to
  * Date.parse ("-1", "yesterday") would pick some point, and a rollback would undo from there.
  */
-export function parseWhen(s: string, flag = '--to'): When {
+export function parseWhen(s: string, flag = '--to', tags?: ReadonlyMap<string, TagRecord>): When {
   const t = s.trim();
   if (/^#?\d+$/.test(t)) return { seq: Number(t.replace('#', '')) };
   if (/^(\d+(\.\d+)?(ms|s|m|h|d|w))+$/.test(t)) return { time: Date.now() - parseDuration(t) };
   const ms = ISO_WITH_ZONE.test(t) ? Date.parse(t) : NaN;
   if (Number.isNaN(ms)) {
-    throw new UserError(`${flag}: ${JSON.stringify(s)} is not a sequence number, a duration or an ISO 8601 time with zone (use e.g. 42, 10m, 2h, or 2026-11-22T05:30:00Z)`);
+    // a tag never reads as any of the above (tagNameProblem), so this order is no choice
+    const tag = tags?.get(t);
+    if (tag) return { seq: tag.at, tag };
+    const known = tags ? [...tags.keys()] : [];
+    throw new UserError(
+      `${flag}: ${JSON.stringify(s)} is not a sequence number, a duration or an ISO 8601 time with zone${tags ? ', nor a tag of this journal' : ''} (use e.g. 42, 10m, 2h, or 2026-11-22T05:30:00Z` +
+        `${tags ? `; ${known.length ? `tags: ${known.slice(-5).join(', ')}${known.length > 5 ? ', …' : ''}` : 'the journal has no tags'}` : ''})`,
+    );
   }
   return { time: ms };
+}
+
+/** Whether `s` could name a tag (a point that is no seq, duration or time). */
+export function mayBeTag(s: string): boolean {
+  return TAG_NAME.test(s.trim()) && !readsAsWhen(s);
+}
+
+const TAG_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+
+function readsAsWhen(s: string): boolean {
+  try {
+    parseWhen(s);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Why `name` cannot be a tag, or null: a name --to, --from or --since would read as a seq, a
+ * duration or a time would never reach the tag, so it is refused when the tag is made.
+ */
+export function tagNameProblem(name: string): string | null {
+  if (!TAG_NAME.test(name)) {
+    return `tag name ${JSON.stringify(name)}: use letters, digits, '.', '_' and '-', starting with a letter or digit (at most 100 characters)`;
+  }
+  if (readsAsWhen(name)) {
+    return `tag name ${JSON.stringify(name)} reads as a sequence number, a duration or an ISO 8601 time, which --to, --from and --since take as such; choose another (e.g. before-${name})`;
+  }
+  return null;
 }
 
 export function pathArg(p: string): string {

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { buildHistory, describeConflict, formatTime, JournalFollower, type JournalRecord, type Operation, readIntactJournal, recordSeq, statusNotes, summarize, undoneByMap } from '../journal/index.js';
+import { buildHistory, describeConflict, formatTime, JournalFollower, type JournalRecord, type Operation, readIntactJournal, recordSeq, statusNotes, summarize, type TagRecord, undoneByMap } from '../journal/index.js';
 import { createLogger, isWithin } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { DEFAULTS } from '../config/index.js';
@@ -34,6 +34,8 @@ function recordLine(r: JournalRecord): string {
       return `#${r.of}  ${t}  before-image of [${r.offset}, ${r.offset + r.length}) kept${r.blob ? '' : ' (a hole)'}`;
     case 'resume':
       return `#${r.of}  ${t}  written again after its fsync`;
+    case 'tag':
+      return `@  ${t}  ${tagText(r)}`;
     default:
       return `${t}  ${r.kind}${'session' in r ? ` ${String(r.session)}` : ''}`;
   }
@@ -68,6 +70,16 @@ async function follow(stateDir: string, o: LogOptions): Promise<void> {
   }
 }
 
+/** "tag before-reorg: after #41 (session X)" */
+function tagText(t: TagRecord): string {
+  return `tag ${t.name}: after #${t.at}${t.session !== undefined ? ` (session ${t.session})` : ''}`;
+}
+
+/** A tag as scripts see it (`log --json`). */
+function tagJson(t: TagRecord): Record<string, unknown> {
+  return { ...t, time: new Date(t.time).toISOString(), summary: tagText(t) };
+}
+
 /** An operation as scripts see it (`log --json`, `show --json`). */
 export function operationJson(op: Operation, undoneBy?: number): Record<string, unknown> {
   const { records: _records, ...rest } = op;
@@ -92,7 +104,7 @@ export function registerLogCommand(program: Command): void {
       .option('--limit <n>', 'at most this many')
       .option('--all', 'include mutations the backend refused (nothing changed)', false)
       .option('--follow', 'keep printing records as they are journaled (one a line; with --json one JSON object a line), from --since SEQ or from now, until interrupted', false)
-      .option('--json', 'print a JSON array for scripts: conflicts tied to no mutation ({kind: "conflict"}), then the mutations, newest first', false),
+      .option('--json', 'print a JSON array for scripts: conflicts tied to no mutation ({kind: "conflict"}), then the mutations and tags ({kind: "tag"}), newest first', false),
   )
     .addHelpText(
       'after',
@@ -102,7 +114,8 @@ calling process), what changed, and notes ([undoes #N], [undone by #N],
 [writing], [pending], [recovered after a crash], [conflict: ... kept at FILE] when a GCS upload
 was refused because another writer changed the object: the local bytes are in FILE, see
 \`show\`). A write session (open .. close) is one entry. A conflict the journal cannot tie to
-an entry has a line of its own, starting with '!'.
+an entry has a line of its own, starting with '!'. A tag (ledgerfs tag NAME) has a line starting
+with '@', above the mutations made after it: 'tag NAME: after #SEQ'.
 
 Examples:
   ledgerfs log --source ./case-files
@@ -125,14 +138,31 @@ ${STATE_HELP}`,
       if (Number.isNaN(limit) || limit < 0) throw new UserError(`--limit: expected a number, got ${JSON.stringify(o.limit)}`);
       const undoneBy = undoneByMap(h.ops, h);
       const out: Operation[] = [];
-      for (let i = h.ops.length - 1; i >= 0 && out.length < limit; i--) {
+      let truncated = false;
+      for (let i = h.ops.length - 1; i >= 0; i--) {
         const op = h.ops[i] as Operation;
         if (!o.all && op.status === 'failed') continue;
         if (since && ('seq' in since ? op.seq < since.seq : op.time < since.time)) continue;
         if (o.session !== undefined && op.session !== o.session) continue;
         if (prefix !== undefined && !op.paths.some((p) => isWithin(p, prefix))) continue;
+        if (out.length >= limit) {
+          truncated = true;
+          break;
+        }
         out.push(op);
       }
+      // tags among the mutations, each above the mutations it comes after; within what is shown
+      const oldestShown = truncated ? (out[out.length - 1] as Operation).seq : -Infinity;
+      const tags = [...h.tags.values()]
+        .filter((t) => (!since || ('seq' in since ? t.at >= since.seq : t.time >= since.time)) && (o.session === undefined || t.session === o.session) && t.at >= oldestShown)
+        .sort((a, b) => b.at - a.at || b.time - a.time);
+      const entries: Array<{ op: Operation } | { tag: TagRecord }> = [];
+      let ti = 0;
+      for (const op of out) {
+        while (ti < tags.length && (tags[ti] as TagRecord).at >= op.seq) entries.push({ tag: tags[ti++] as TagRecord });
+        entries.push({ op });
+      }
+      while (ti < tags.length) entries.push({ tag: tags[ti++] as TagRecord });
       // conflicts tied to no operation the journal holds: their own entries, newest first, before
       // the operations (a conflict tied to one is in that operation's `conflicts`)
       const loose = h.conflicts
@@ -141,13 +171,18 @@ ${STATE_HELP}`,
       if (o.json) {
         printJson([
           ...loose.map((c) => ({ ...c, time: new Date(c.time).toISOString(), summary: `conflict ${c.path}: ${describeConflict(c)}` })),
-          ...out.map((op) => operationJson(op, undoneBy.get(op.seq))),
+          ...entries.map((e) => ('tag' in e ? tagJson(e.tag) : operationJson(e.op, undoneBy.get(e.op.seq)))),
         ]);
         return;
       }
       const w = String(h.lastSeq).length;
       for (const c of loose) process.stdout.write(`${'!'.padEnd(w + 1)}  ${formatTime(c.time)}  conflict ${c.path}: ${describeConflict(c)}\n`);
-      for (const op of out) {
+      for (const e of entries) {
+        if ('tag' in e) {
+          process.stdout.write(`${'@'.padEnd(w + 1)}  ${formatTime(e.tag.time)}  ${tagText(e.tag)}\n`);
+          continue;
+        }
+        const op = e.op;
         const notes = statusNotes(op, undoneBy.get(op.seq));
         process.stdout.write(
           `#${String(op.seq).padEnd(w)}  ${formatTime(op.time)}  ${op.session}  ${op.actor}${caller(op)}  ${summarize(op)}${notes.length ? `  [${notes.join('; ')}]` : ''}\n`,

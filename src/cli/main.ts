@@ -12,6 +12,7 @@ import { registerDiffCommand } from './diff-command.js';
 import { registerRollbackCommand } from './rollback-command.js';
 import { registerVerifyCommand } from './verify-command.js';
 import { registerGcCommand } from './gc-command.js';
+import { registerTagCommand } from './tag-command.js';
 import { registerDevCommand } from './dev-command.js';
 import { registerStatusCommand } from './status-command.js';
 import { runMountHelper } from './mount-helper.js';
@@ -171,6 +172,7 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
   registerShowCommand(program);
   registerDiffCommand(program);
   registerRollbackCommand(program);
+  registerTagCommand(program);
   registerVerifyCommand(program);
   registerGcCommand(program);
   registerDevCommand(program);

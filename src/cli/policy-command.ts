@@ -18,6 +18,7 @@ The file (YAML or JSON):
       suffixes: [.pdf, .md, .txt]   # names of files created or written (EACCES otherwise)
       readonly: ["intake/**"]       # globs relative to the root (EACCES)
       hide: ["drafts/private"]      # globs relative to the root (ENOENT)
+      limits: { deletes: 100 }      # what one session may change in this root (as below)
     - path: /Tools
       mode: ro                      # EROFS on any change
   hide: ["**/.env", "**/*.pem"]     # globs relative to the view root, in every root; added
@@ -25,6 +26,12 @@ The file (YAML or JSON):
                                     # replaces it)
   readonly: []                      # same, read-only
   defaults: { mode: ro, quota: {bytes: 1GiB} }   # for roots that do not say
+  limits:                           # what one session (one mount, one run) may change, all
+    deletes: 500                    # roots together; over the preset's, field by field:
+    renames: 500                    #   deletes (unlink, rmdir) and renames: EPERM past it;
+    filesWritten: 2000              #   files created or written (each counted once) and
+    bytesWritten: 1GiB              #   bytes written: EDQUOT past it. /.ledgerfs/session
+                                    #   shows the counts; a refusal says which limit
   state: ./journal                  # journal directory (passed to the journal)
   session: run-42
   privileges:                       # what only an operator should do; all refused (EPERM) unless true

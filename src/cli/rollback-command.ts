@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
 import { DEFAULTS } from '../config/index.js';
-import { BlobStore, buildHistory, damagedImages, describeDamage, stateLayout, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readIntactJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
+import { BlobStore, buildHistory, damagedImages, readJournal, describeDamage, stateLayout, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readIntactJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import {
-  addStateFlags, cliLockError, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, type StateFlags,
+  addStateFlags, cliLockError, mayBeTag, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags, type When,
 } from './journal-flags.js';
 import { Progress } from './progress.js';
 import { requireKnownInJournal } from './journal-known.js';
@@ -77,7 +77,7 @@ export function registerRollbackCommand(program: Command): void {
     program
       .command('rollback')
       .description('Undo journaled mutations: everything after a point, one session, or one subtree. Journaled itself, so it can be undone.')
-      .option('--to <when>', 'undo everything after this seq (42), this long ago (10m, 2h, 1h30m) or this ISO 8601 time with zone (2026-11-22T05:30:00Z)')
+      .option('--to <when>', 'undo everything after this seq (42), this long ago (10m, 2h, 1h30m), this ISO 8601 time with zone (2026-11-22T05:30:00Z) or this tag (ledgerfs tag NAME)')
       .option('--session <id>', 'undo this session\'s mutations (a mount\'s, or an earlier rollback\'s)')
       .option('--path <prefix>', 'only mutations that name this path or something below it')
       .option('--dry-run', 'print the plan and the conflicts visible now; change nothing', false)
@@ -112,6 +112,7 @@ Examples:
   ledgerfs rollback --source ./case-files --to 120 --dry-run
   ledgerfs rollback --source ./case-files --session 2026-11-22T05-30-12-ab12
   ledgerfs rollback --source ./case-files --to 15m --path /projects/Wilson-MVA
+  ledgerfs rollback --source ./case-files --to before-reorg   # a tag: see 'ledgerfs tag --help'
   ledgerfs rollback --source ./case-files --session rollback-2026-11-22T06-01-00-77aa   # undo a rollback
 ${STATE_HELP}`,
     )
@@ -119,17 +120,29 @@ ${STATE_HELP}`,
       if (o.force && o.skipConflicts) throw new UserError('--force and --skip-conflicts contradict each other: override the conflicts, or leave them');
       const req: RollbackRequest = { dryRun: o.dryRun, force: o.force, actor: o.actor, ...(o.partial ? { partial: true } : {}) };
       if (o.skipConflicts) req.skipConflicts = true;
-      if (o.to !== undefined) {
-        const w = parseWhen(o.to);
-        if ('seq' in w) req.toSeq = w.seq;
-        else req.toTime = w.time;
-      }
+      // a seq, duration or time is read before the journal is; only a tag needs it
+      let w: When | undefined = o.to !== undefined && !mayBeTag(o.to) ? parseWhen(o.to) : undefined;
       if (o.session !== undefined) req.session = o.session;
       if (o.path !== undefined) req.path = pathArg(o.path);
-      if (req.toSeq === undefined && req.toTime === undefined && req.session === undefined && req.path === undefined) {
-        throw new UserError('say what to roll back: --to SEQ|TIME, --session ID and/or --path PREFIX (see --help)');
+      if (o.to === undefined && req.session === undefined && req.path === undefined) {
+        throw new UserError('say what to roll back: --to SEQ|TIME|TAG, --session ID and/or --path PREFIX (see --help)');
       }
       const stateDir = await journalStateDir(o, createLogger('warn'));
+      if (o.to !== undefined && w === undefined) {
+        await syncLiveDaemon(stateDir);
+        w = parseWhen(o.to, '--to', buildHistory(readJournal(stateDir).records).tags);
+      }
+      if (w !== undefined) {
+        if ('seq' in w) req.toSeq = w.seq;
+        else req.toTime = w.time;
+        const tagged = 'seq' in w ? w.tag?.session : undefined;
+        if (tagged !== undefined) {
+          if (req.session !== undefined && req.session !== tagged) {
+            throw new UserError(`--to ${o.to} is a checkpoint of session ${tagged}; --session ${req.session} names another (leave --session out)`);
+          }
+          req.session = tagged; // a session's checkpoint undoes that session's later changes only
+        }
+      }
       await requireKnownInJournal(stateDir, { session: req.session, seq: req.toSeq });
       const progress = new Progress(o.dryRun ? 'checking' : 'rolling back');
       const onProgress = (d: number, t: number) => progress.update(d, t);

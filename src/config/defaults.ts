@@ -287,8 +287,21 @@ export interface PresetRootDefaults {
   suffixes?: readonly string[];
 }
 
+/** The mass-change guard's limits (a mount file's `limits:`); absent: unlimited. */
+export interface Limits {
+  deletes?: number;
+  renames?: number;
+  filesWritten?: number;
+  bytesWritten?: number;
+}
+
+export const LIMIT_NAMES = ['deletes', 'renames', 'filesWritten', 'bytesWritten'] as const;
+export type LimitName = (typeof LIMIT_NAMES)[number];
+
 export interface PolicyPreset {
   description: string;
+  /** the session's limits unless the file's `limits` says otherwise, field by field */
+  limits?: Limits;
   /** applied to every root that does not set the field itself */
   defaults: PresetRootDefaults;
   hide: readonly string[];
@@ -312,8 +325,10 @@ export const POLICY_PRESETS = {
   /** An agent or untrusted tool: reads by default, writes only where a root says `mode: rw`,
    * within limits; credentials are hidden. */
   sandboxed: {
-    description: 'roots read-only unless they say `mode: rw`; writable roots limited to 1 GiB, 100000 files and 256 MiB per file; common credential files hidden',
+    description: 'roots read-only unless they say `mode: rw`; writable roots limited to 1 GiB, 100000 files and 256 MiB per file; a session may delete or rename 10000 names and write 100000 files or 4 GiB; common credential files hidden',
     defaults: { mode: 'ro', quota: { bytes: 1024 ** 3, files: 100_000 }, maxFileBytes: 256 * 1024 ** 2 },
+    // generous: an agent's real work stays far below; a runaway `rm -rf` or rewrite loop does not
+    limits: { deletes: 10_000, renames: 10_000, filesWritten: 100_000, bytesWritten: 4 * 1024 ** 3 },
     hide: SECRET_GLOBS,
     readonly: [],
   },

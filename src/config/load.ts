@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import type * as z from 'zod';
-import { POLICY_DEFAULTS, POLICY_PRESETS, type PolicyPreset, type PresetName, type Privileges } from './defaults.js';
+import { LIMIT_NAMES, type Limits, POLICY_DEFAULTS, POLICY_PRESETS, type PolicyPreset, type PresetName, type Privileges } from './defaults.js';
 import { mountFileSchema, type MountFile, type RootFile } from './schema.js';
 import { describeValue } from './sizes.js';
 
@@ -27,6 +27,8 @@ export interface RootConfig {
   suffixes?: string[];
   readonly: string[];
   hide: string[];
+  /** what one session may change in this root (its own `limits:` only; no preset gives one) */
+  limits: Limits;
 }
 
 export interface LocalBackendConfig {
@@ -69,6 +71,8 @@ export interface MountConfig {
   session?: string;
   /** absent: POLICY_DEFAULTS.privileges */
   privileges?: Privileges;
+  /** what one session may change in all roots together (the file's over the preset's) */
+  limits: Limits;
   /**
    * false: /.ledgerfs answers by name but is not listed in "/" (`run --source`: the program's
    * own tree, where `git add -A` or `tar c .` must not pick it up). Default: listed.
@@ -220,11 +224,24 @@ function effectiveRoot(r: RootFile, file: MountFile, preset: PolicyPreset | unde
     quota,
     readonly: r.readonly ?? [],
     hide: r.hide ?? [],
+    limits: effectiveLimits(r.limits, undefined),
   };
   const max = lift(r.maxFileBytes, inherit(dMax));
   if (max !== undefined) out.maxFileBytes = max;
   const suffixes = r.suffixes ?? inherit(dSuffixes);
   if (suffixes !== undefined) out.suffixes = suffixes;
+  return out;
+}
+
+type LimitsFile = NonNullable<MountFile['limits']>;
+
+/** Field by field: the file's value, else the preset's; `unlimited` (or null) lifts the preset's. */
+function effectiveLimits(own: LimitsFile | undefined, preset: Limits | undefined): Limits {
+  const out: Limits = {};
+  for (const k of LIMIT_NAMES) {
+    const v = lift(own?.[k], preset?.[k]);
+    if (v !== undefined) out[k] = v;
+  }
   return out;
 }
 
@@ -282,6 +299,7 @@ export function parseMountFile(text: string, label: string, baseDir: string): Mo
     roots,
     hide: effectiveHide(file, preset, label),
     readonly: file.readonly ?? (preset ? [...preset.readonly] : []),
+    limits: effectiveLimits(file.limits, preset?.limits),
   };
   if (file.preset) config.preset = file.preset as PresetName;
   if (file.state !== undefined) config.state = path.resolve(baseDir, file.state);
@@ -309,9 +327,10 @@ export function loadMountFile(file: string): MountConfig {
 export function sourceConfig(dir: string): MountConfig {
   return {
     backend: { type: 'local', path: path.resolve(dir) },
-    roots: [{ path: '/', source: '/', mode: 'rw', quota: {}, readonly: [], hide: [] }],
+    roots: [{ path: '/', source: '/', mode: 'rw', quota: {}, readonly: [], hide: [], limits: {} }],
     hide: [],
     readonly: [],
+    limits: {},
   };
 }
 

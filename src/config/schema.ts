@@ -86,6 +86,17 @@ const mode = z.enum(['ro', 'rw']);
 
 const quota = strict({ bytes: size.optional(), files: count.optional() });
 
+/** The mass-change guard: how much one session may change (top level) or change in a root. */
+export const limitsSchema = strict({
+  /** unlink and rmdir */
+  deletes: count.optional(),
+  renames: count.optional(),
+  /** distinct files created or whose content changed */
+  filesWritten: count.optional(),
+  /** bytes of write requests (and copy_file_range) */
+  bytesWritten: size.optional(),
+});
+
 export const rootSchema = strict({
   /** where the root appears in the view */
   path: absPath,
@@ -100,6 +111,8 @@ export const rootSchema = strict({
   readonly: z.array(glob).optional(),
   /** globs relative to the root: matching nodes do not exist in the view */
   hide: z.array(glob).optional(),
+  /** what one session may change in this root */
+  limits: limitsSchema.optional(),
 });
 
 const defaultsSchema = strict({
@@ -155,6 +168,8 @@ export const mountFileSchema = strict({
   /** true: `hide` replaces the preset's list instead of adding to it */
   replaceHide: z.boolean().optional(),
   readonly: z.array(glob).optional(),
+  /** what one session (one mount, one run) may change in all roots together; over the preset's */
+  limits: limitsSchema.optional(),
   /** journal directory (consumed by the journal; relative to the mount file's directory) */
   state: nonEmpty('a directory path').optional(),
   /** session name for the journal */

@@ -9,9 +9,10 @@ import { JournalLock } from './lock.js';
 import { JournalDamagedError } from './reader.js';
 import { RollbackError } from './rollback.js';
 import type { JournalService, RollbackRequest } from './service.js';
+import { TagError, type TagRequest } from './tags.js';
 
 /*
- * The live daemon's control socket: `ledgerfs rollback` and `ledgerfs gc` on a mounted workspace
+ * The live daemon's control socket: `ledgerfs rollback`, `gc` and `tag` on a mounted workspace
  * ask the daemon, so the undo goes through the mount's own Vfs (open files, quota usage and the
  * one journal writer stay consistent). One JSON request line per connection; the answer is JSON
  * lines: progress events, then one result or error.
@@ -28,6 +29,7 @@ export interface DaemonInfo {
 export type ControlRequest =
   | { cmd: 'rollback'; request: RollbackRequest }
   | { cmd: 'gc'; keepMs: number }
+  | { cmd: 'tag'; request: TagRequest }
   | { cmd: 'sync' }
   | { cmd: 'status' };
 
@@ -100,7 +102,7 @@ function handle(conn: net.Socket, service: JournalService, o: ControlServerOptio
     void serve(req, service, o, send).then(
       () => conn.end(),
       (err: unknown) => {
-        if (!(err instanceof RollbackError) && !(err instanceof JournalDamagedError)) o.log.error({ err: (err as Error).stack ?? String(err), cmd: req.cmd }, 'control request failed');
+        if (!(err instanceof RollbackError) && !(err instanceof JournalDamagedError) && !(err instanceof TagError)) o.log.error({ err: (err as Error).stack ?? String(err), cmd: req.cmd }, 'control request failed');
         send({ type: 'error', message: (err as Error).message });
         conn.end();
       },
@@ -128,6 +130,12 @@ async function serve(req: ControlRequest, service: JournalService, o: ControlSer
     case 'gc': {
       const result = await service.gc(req.keepMs);
       o.log.info(result, 'journal gc finished');
+      send({ type: 'result', result });
+      return;
+    }
+    case 'tag': {
+      const result = await service.tag(req.request);
+      o.log.info({ tag: result.name, at: result.at, session: result.session }, 'journal tagged');
       send({ type: 'result', result });
       return;
     }

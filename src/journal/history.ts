@@ -1,5 +1,5 @@
 import type { LocatedRecord } from './reader.js';
-import type { ConflictRecord, EndRecord, JournalOp, OpArgs, OpRecord, Range, RollbackEndRecord, RollbackIntentRecord, StartRecord, State } from './record.js';
+import type { ConflictRecord, EndRecord, JournalOp, OpArgs, OpRecord, Range, RollbackEndRecord, RollbackIntentRecord, StartRecord, State, TagRecord } from './record.js';
 
 export type OperationStatus = 'done' | 'failed' | 'pending' | 'open';
 
@@ -67,6 +67,8 @@ export interface History {
   possiblySplit: Set<string>;
   /** rollbacks that journaled an intent, by their session, oldest first */
   rollbacks: Map<string, RollbackRun>;
+  /** named checkpoints, by name */
+  tags: Map<string, TagRecord>;
 }
 
 function fromOpRecord(r: OpRecord, loc: LocatedRecord): Operation {
@@ -97,8 +99,13 @@ export function buildHistory(records: LocatedRecord[]): History {
   const conflicts: ConflictRecord[] = [];
   const beforeAnyStart = new Set<string>();
   const rollbacks = new Map<string, RollbackRun>();
+  const tags = new Map<string, TagRecord>();
   for (const loc of records) {
     const r = loc.record;
+    if (r.kind === 'tag') {
+      if (!tags.has(r.name)) tags.set(r.name, r); // the first one: a later duplicate was never accepted
+      continue;
+    }
     if (r.kind === 'rollback-intent') {
       rollbacks.set(r.session, { intent: r, restored: new Set() });
       continue;
@@ -173,7 +180,7 @@ export function buildHistory(records: LocatedRecord[]): History {
   for (const s of starts) if (s.lastSeq !== undefined && s.lastSeq > lastSeq) lastSeq = s.lastSeq;
   const firstSeq = ops.length ? (ops[0] as Operation).seq : lastSeq + 1;
   const possiblySplit = firstSeq > 1 ? beforeAnyStart : new Set<string>();
-  return { ops, bySeq, starts, orphans, conflicts, rollbacks, firstSeq, lastSeq, possiblySplit };
+  return { ops, bySeq, starts, orphans, conflicts, rollbacks, tags, firstSeq, lastSeq, possiblySplit };
 }
 
 /** Operations that changed something (or may have: pending and open ones). */

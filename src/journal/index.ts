@@ -18,5 +18,6 @@ export * from './rollback.js';
 export * from './service.js';
 export * from './session-id.js';
 export * from './state-dir.js';
+export * from './tags.js';
 export * from './verify.js';
 export * from './follow.js';

@@ -292,9 +292,26 @@ export const RollbackEndRecordSchema = z.object({
 });
 export type RollbackEndRecord = z.infer<typeof RollbackEndRecordSchema>;
 
+/**
+ * A named checkpoint (`ledgerfs tag NAME`): the journal's point when it was made, `at` (the last
+ * seq then; 0: before any mutation). With `session`, the point is that session's last mutation
+ * and the tag stands for that session: `rollback --to NAME` and `diff --from NAME` then select
+ * only its mutations. Names are unique in a journal and never parse as a seq, a duration or a
+ * time (what --to takes besides).
+ */
+export const TagRecordSchema = z.object({
+  kind: z.literal('tag'),
+  time: z.number(),
+  name: z.string().min(1),
+  at: z.number().int().nonnegative(),
+  session: z.string().optional(),
+  actor: z.string(),
+});
+export type TagRecord = z.infer<typeof TagRecordSchema>;
+
 export const RecordSchema = z.discriminatedUnion('kind', [
   OpRecordSchema, DoneRecordSchema, FailedRecordSchema, CaptureRecordSchema, RangeRecordSchema, ResumeRecordSchema, EndRecordSchema, StartRecordSchema, ConflictRecordSchema,
-  SegmentRecordSchema, CloseRecordSchema, RollbackIntentRecordSchema, RestoredRecordSchema, RollbackEndRecordSchema,
+  SegmentRecordSchema, CloseRecordSchema, RollbackIntentRecordSchema, RestoredRecordSchema, RollbackEndRecordSchema, TagRecordSchema,
 ]);
 export type JournalRecord = z.infer<typeof RecordSchema>;
 export type OutcomeRecord = DoneRecord | FailedRecord | EndRecord;

@@ -11,13 +11,14 @@ import { stateLayout, syncDir, type StateLayout } from './layout.js';
 import { JournalLock } from './lock.js';
 import { describeProblem, readIntactJournal, readJournal } from './reader.js';
 import { encodeRecord } from './codec.js';
-import { RECORD_VERSION } from './record.js';
+import { RECORD_VERSION, type TagRecord } from './record.js';
 import { recoverPending } from './recovery.js';
 import type { JournalRemote } from './remote.js';
 import { damagedImages, describeDamage } from './before-images.js';
 import { applyRollback, describeSelection, partialWork, planRollback, RollbackError, type RollbackResult, type RollbackSelection } from './rollback.js';
 import { newSessionId } from './session-id.js';
 import { JournalStage } from './stage.js';
+import { makeTag, type TagRequest } from './tags.js';
 import { JournalWriter } from './writer.js';
 
 export interface OpenJournalOptions {
@@ -212,6 +213,20 @@ export class JournalService {
         ...base, dryRun: false, session: r.undone > 0 ? session : null, undone: r.undone, conflicts: r.conflicts,
         complete: r.undone === ops.length, forced: r.forced, ...(req.skipConflicts ? { skipped: r.skipped } : {}),
       };
+    });
+  }
+
+  /**
+   * Mark the journal's current point with a name (a journaled `tag` record, durable when this
+   * returns). Serial with rollback and gc, and by the one writer, so two tags of one name
+   * cannot both pass the check.
+   */
+  tag(req: TagRequest): Promise<TagRecord> {
+    return this.serial(async () => {
+      const rec = makeTag(this.history(), req, this.writer.lastSeq);
+      this.writer.appendNow(rec);
+      await this.writer.sync();
+      return rec;
     });
   }
 

@@ -1,4 +1,4 @@
-import { compileGlobs, formatSize, isBasenameOnly, type Mode, type MountConfig, POLICY_DEFAULTS, type Privileges, type Quota, type RootConfig } from '../config/index.js';
+import { compileGlobs, formatSize, isBasenameOnly, type Limits, type Mode, type MountConfig, POLICY_DEFAULTS, type Privileges, type Quota, type RootConfig } from '../config/index.js';
 import { isWithin } from '../core/index.js';
 
 /**
@@ -112,6 +112,16 @@ export class CompiledRoot {
   }
 }
 
+/** "500 deletes, 1 GiB written" (empty: no limit). */
+export function limitsLine(l: Limits): string {
+  const parts: string[] = [];
+  if (l.deletes !== undefined) parts.push(`${l.deletes} deletes`);
+  if (l.renames !== undefined) parts.push(`${l.renames} renames`);
+  if (l.filesWritten !== undefined) parts.push(`${l.filesWritten} files written`);
+  if (l.bytesWritten !== undefined) parts.push(`${formatSize(l.bytesWritten)} written`);
+  return parts.join(', ');
+}
+
 /** in a path, the start of a kept directory's name (POLICY_DEFAULTS.keptPrefix) */
 const KEPT_MARK = `/${POLICY_DEFAULTS.keptPrefix}`;
 
@@ -149,7 +159,7 @@ export class MetaNode {
   ) {}
 }
 
-export const META_FILES = ['policy', 'usage', 'denials'] as const;
+export const META_FILES = ['policy', 'usage', 'denials', 'session'] as const;
 export type MetaFileName = (typeof META_FILES)[number];
 
 const META_DIR = POLICY_DEFAULTS.metaDir;
@@ -230,6 +240,8 @@ export class CompiledPolicy {
     }
     if (root.maxFileBytes !== undefined) out.push(`largest file: ${formatSize(root.maxFileBytes)}`);
     if (root.config.suffixes) out.push(`names of files created or written must end in: ${root.config.suffixes.join(' ')}`);
+    const l = limitsLine(root.config.limits);
+    if (l) out.push(`a session may change here at most: ${l}`);
     return out;
   }
 }

@@ -14,7 +14,7 @@ export interface Denial {
   reason: string;
 }
 
-export type DenialRule = 'quota' | 'max-file-size' | 'read-only-root' | 'read-only-pattern' | 'hidden' | 'suffix' | 'cross-root' | 'view-structure' | 'other';
+export type DenialRule = 'limit' | 'quota' | 'max-file-size' | 'read-only-root' | 'read-only-pattern' | 'hidden' | 'suffix' | 'cross-root' | 'view-structure' | 'other';
 
 /**
  * The kind of rule behind a refusal, read off its errno and sentence (decide.ts and stage.ts
@@ -22,6 +22,7 @@ export type DenialRule = 'quota' | 'max-file-size' | 'read-only-root' | 'read-on
  */
 export function denialRule(err: VfsError): DenialRule {
   const r = err.reason;
+  if (/ limit \((roots\[\d+\]\.)?limits\./.test(r)) return 'limit';
   if (err.code === 'EDQUOT') return 'quota';
   if (err.code === 'EFBIG') return 'max-file-size';
   if (err.code === 'EXDEV') return 'cross-root';

@@ -1,5 +1,6 @@
 import { formatSize, POLICY_PRESETS } from '../config/index.js';
-import type { CompiledPolicy } from './compile.js';
+import { type CompiledPolicy, limitsLine } from './compile.js';
+import { type ChangeLimits, type Counts, LIMIT_WHAT, limitText } from './limits.js';
 import type { Denial } from './denials.js';
 import type { UsageTable } from './usage.js';
 
@@ -41,6 +42,8 @@ export function describePolicy(p: CompiledPolicy, audience: Audience = 'operator
   lines.push('');
   lines.push(`hidden everywhere (these names do not exist): ${c.hide.length ? c.hide.join(', ') : 'nothing'}`);
   if (c.readonly.length) lines.push(`read-only everywhere: ${c.readonly.join(', ')}`);
+  const session = limitsLine(c.limits);
+  if (session) lines.push(`a session (one mount, one run) may change at most: ${session}`);
   lines.push('');
   lines.push('errors you may see:');
   lines.push('  EROFS   writing to a read-only root, a directory leading to the roots, or this directory');
@@ -54,7 +57,11 @@ export function describePolicy(p: CompiledPolicy, audience: Audience = 'operator
     ...(p.privileges.devices ? [] : ['making device nodes']),
   ];
   if (withheld.length) lines.push(`  EPERM   ${withheld.join(', ')}`);
-  lines.push(`${p.metaDir}/ (read-only): policy (this text), usage (per root), denials (latest refusals, newest last)`);
+  if (session || p.roots.some((r) => limitsLine(r.config.limits))) {
+    lines.push(`  EPERM   a delete or rename past this session's limit (${p.metaDir}/session shows the counts)`);
+    lines.push("  EDQUOT  a file or bytes written past this session's limit");
+  }
+  lines.push(`${p.metaDir}/ (read-only): policy (this text), usage (per root), denials (latest refusals, newest last), session (this session and its counts against the limits)`);
   return lines.join('\n') + '\n';
 }
 
@@ -90,6 +97,58 @@ export function describeUsage(p: CompiledPolicy, usage: UsageTable): string {
   return [...table, '', ...exact].join('\n') + '\n';
 }
 
+/** Which session /.ledgerfs/session describes (the journal tells the view at mount). */
+export interface SessionInfo {
+  /** null: --no-journal, nothing is recorded */
+  id: string | null;
+  mode: 'live';
+}
+
+const SNAKE: Record<keyof Counts, string> = { deletes: 'deletes', renames: 'renames', filesWritten: 'files_written', bytesWritten: 'bytes_written' };
+
+/**
+ * /.ledgerfs/session: the session's id and mode, and its counts against each limit, for the
+ * whole session and per writable root; a table for people, then exact `key=value` lines (as in
+ * usage) for programs.
+ */
+export function describeSession(p: CompiledPolicy, limits: ChangeLimits, info: SessionInfo): string {
+  const lines: string[] = [];
+  lines.push(`session: ${info.id ?? 'none (the mount records nothing: --no-journal)'}`);
+  lines.push('mode: live (every change reaches the workspace at once, journaled)');
+  lines.push('');
+  const count = (name: keyof Counts, c: Counts, tracked: boolean): string =>
+    !tracked ? 'not counted (no limit)' : name === 'bytesWritten' ? formatSize(c[name]) : String(c[name]);
+  const cell = (name: keyof Counts, c: Counts, max: number | undefined, tracked: boolean): string =>
+    !tracked ? count(name, c, tracked) : `${count(name, c, tracked)} / ${limitText(name, max)}${max !== undefined ? pct(c[name], max) : ''}`;
+  const writable = p.roots.filter((r) => r.writable);
+  const header = ['limit', 'this session', ...writable.map((r) => `in ${r.path}`)];
+  const rows: string[][] = [header];
+  for (const [name] of LIMIT_WHAT) {
+    const sessionTracked = name !== 'filesWritten' || p.config.limits.filesWritten !== undefined;
+    const cells = [name, cell(name, limits.session, p.config.limits[name], sessionTracked)];
+    for (const r of writable) {
+      const tracked = name !== 'filesWritten' || limits.tracksFiles(r);
+      cells.push(cell(name, limits.byRoot[r.index] as Counts, r.config.limits[name], tracked));
+    }
+    rows.push(cells);
+  }
+  const widths = header.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
+  for (const r of rows) lines.push(r.map((cell, i) => cell.padEnd(widths[i] ?? 0)).join('  ').trimEnd());
+  lines.push(`(${LIMIT_WHAT.map(([name, what]) => `${name}: ${what}`).join('; ')}; counted since the mount started)`);
+  lines.push('');
+  // exact numbers: one line for the session, one per writable root
+  const exact = (c: Counts, l: typeof p.config.limits, tracksFiles: boolean): string =>
+    LIMIT_WHAT.flatMap(([name]) => {
+      if (name === 'filesWritten' && !tracksFiles) return [];
+      const v = l[name];
+      return [`${SNAKE[name]}=${c[name]}`, ...(v !== undefined ? [`limit_${SNAKE[name]}=${v}`] : [])];
+    }).join(' ');
+  lines.push(`id=${info.id ?? '-'} mode=${info.mode}`);
+  lines.push(`session ${exact(limits.session, p.config.limits, p.config.limits.filesWritten !== undefined)}`);
+  for (const r of writable) lines.push(`${r.path} ${exact(limits.byRoot[r.index] as Counts, r.config.limits, limits.tracksFiles(r))}`);
+  return lines.join('\n') + '\n';
+}
+
 function quotePath(path: string): string {
   return /[\s"\\]/.test(path) ? JSON.stringify(path) : path;
 }
@@ -120,7 +179,9 @@ export function policyJson(p: CompiledPolicy): unknown {
       suffixes: r.config.suffixes,
       hide: r.hidePatterns,
       readonly: r.readonlyPatterns,
+      limits: r.config.limits,
     })),
+    limits: c.limits,
     synthesized: synthesizedDirs(p),
     state: c.state,
     session: c.session,

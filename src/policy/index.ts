@@ -2,6 +2,7 @@
 export * from './compile.js';
 export * from './denials.js';
 export * from './describe.js';
+export * from './limits.js';
 export * from './stage.js';
 export * from './usage.js';
 export * from './view.js';

@@ -4,6 +4,7 @@ import type { CompiledPolicy, CompiledRoot } from './compile.js';
 import { rules, sameRoot, whereChange, whereCreate } from './decide.js';
 import type { DenialLog } from './denials.js';
 import { mayNeedPrivilege, needsCurrent, privilegeRefusal } from './privileges.js';
+import type { ChangeLimits } from './limits.js';
 import { chargeOf, type Usage, type UsageTable } from './usage.js';
 import type { PolicyView } from './view.js';
 
@@ -53,11 +54,39 @@ export class PolicyStage implements MutationStage {
     private readonly view: PolicyView,
     private readonly usage: UsageTable,
     private readonly denials: DenialLog,
+    private readonly limits: ChangeLimits,
   ) {}
 
   run<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
-    if (mayNeedPrivilege(m, this.policy.privileges)) return this.privileged(m, apply);
-    return this.decide(m, apply);
+    const limited = m.caller.operator === true ? apply : () => this.withinLimits(m, apply);
+    if (mayNeedPrivilege(m, this.policy.privileges)) return this.privileged(m, limited);
+    return this.decide(m, limited);
+  }
+
+  /**
+   * The mass-change guard (limits.ts), last of the checks: it runs as the change is applied, so
+   * every rule and quota refused first, and the count is reserved in the same synchronous step
+   * as its check, given back if the change fails.
+   */
+  private async withinLimits<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
+    const loc = m.path === '' ? this.detachedRoot(m.file) : this.policy.locate(m.path);
+    if (loc === undefined || loc === null || loc.kind !== 'root') return apply();
+    let release;
+    try {
+      release = this.limits.take(m, loc);
+    } catch (err) {
+      if (err instanceof VfsError) throw this.deny(m, m.path, err);
+      throw err;
+    }
+    let r: T;
+    try {
+      r = await apply();
+    } catch (err) {
+      release();
+      throw err;
+    }
+    if (m.op === 'write' && m.allocate === undefined && typeof r === 'number') this.limits.shortWrite(loc, (m.length ?? 0) - r);
+    return r;
   }
 
   /** setid bits, chown to others, device nodes: refused unless the policy grants them */

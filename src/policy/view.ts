@@ -4,7 +4,8 @@ import { POLICY_DEFAULTS } from '../config/index.js';
 import { CompiledRoot, isKeptName, META_FILES, type CompiledPolicy, type MetaFileName } from './compile.js';
 import { sameRoot, whereChange, whereCreate } from './decide.js';
 import type { DenialLog } from './denials.js';
-import { describeDenials, describePolicy, describeUsage } from './describe.js';
+import { describeDenials, describePolicy, describeSession, describeUsage, type SessionInfo } from './describe.js';
+import type { ChangeLimits } from './limits.js';
 import type { UsageTable } from './usage.js';
 
 /** A read-only file whose content was fixed when it was opened (/.ledgerfs/*). */
@@ -61,6 +62,9 @@ export class PolicyView implements Backend {
    */
   private missing: string | null = null;
 
+  /** The session /.ledgerfs/session names: told by the mount once its journal is open. */
+  session: SessionInfo = { id: null, mode: 'live' };
+
   constructor(
     readonly inner: Backend,
     readonly policy: CompiledPolicy,
@@ -68,6 +72,8 @@ export class PolicyView implements Backend {
     readonly denials: DenialLog,
     /** where the operator is told what the program must not learn (hidden names kept by rmdir) */
     private readonly log?: Logger,
+    /** the mass-change guard's counts, for /.ledgerfs/session */
+    readonly limits?: ChangeLimits,
   ) {
     this.kind = `policy(${inner.kind})`;
     this.location = inner.location;
@@ -109,6 +115,8 @@ export class PolicyView implements Backend {
         return describeUsage(this.policy, this.usage);
       case 'denials':
         return describeDenials(this.denials.list());
+      case 'session':
+        return this.limits ? describeSession(this.policy, this.limits, this.session) : `session: ${this.session.id ?? 'none'}\nmode: ${this.session.mode}\n`;
     }
   }
 

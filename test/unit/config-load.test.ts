@@ -52,9 +52,9 @@ describe('mount file', () => {
     expect(c.roots).toEqual([
       {
         path: '/projects/Wilson-MVA', source: '/projects/Wilson-MVA', mode: 'rw', quota: { bytes: 52428800, files: 1000 },
-        maxFileBytes: 20971520, suffixes: ['.pdf', '.md', '.txt', '.docx', '.json'], readonly: [], hide: [],
+        maxFileBytes: 20971520, suffixes: ['.pdf', '.md', '.txt', '.docx', '.json'], readonly: [], hide: [], limits: {},
       },
-      { path: '/Tools', source: '/Tools', mode: 'ro', quota: {}, readonly: [], hide: [] },
+      { path: '/Tools', source: '/Tools', mode: 'ro', quota: {}, readonly: [], hide: [], limits: {} },
     ]);
     expect(c.hide).toEqual(['**/.env', '**/*.pem']);
   });
@@ -70,7 +70,7 @@ describe('mount file', () => {
 
   it('names an unknown field, suggests the right one and lists the allowed ones', () => {
     const msg = errorOf(CASE.replace('maxFileBytes:', 'maxFileByte:'));
-    expect(msg).toMatch(/^case\.yaml: roots\[0\]\.maxFileByte: unknown field \(did you mean "maxFileBytes"\?\); allowed here: path, source, mode, quota, maxFileBytes, suffixes, readonly, hide$/);
+    expect(msg).toMatch(/^case\.yaml: roots\[0\]\.maxFileByte: unknown field \(did you mean "maxFileBytes"\?\); allowed here: path, source, mode, quota, maxFileBytes, suffixes, readonly, hide, limits$/);
   });
 
   it('reports bad sizes, suffixes, globs, paths and backends', () => {

@@ -55,8 +55,8 @@ describe('policy view: what exists', () => {
 
   it('serves /.ledgerfs read-only, with sizes that match the text', async () => {
     const fx = await caseFixture();
-    expect(await names(fx, '/.ledgerfs')).toEqual(['denials', 'policy', 'usage']);
-    for (const n of ['policy', 'usage', 'denials']) {
+    expect(await names(fx, '/.ledgerfs')).toEqual(['denials', 'policy', 'session', 'usage']);
+    for (const n of ['policy', 'usage', 'denials', 'session']) {
       const st = await fx.vfs.getattr(`/.ledgerfs/${n}`);
       const text = await fx.readFile(`/.ledgerfs/${n}`);
       expect(Buffer.byteLength(text)).toBe(st.size);
