@@ -20,3 +20,4 @@ export * from './session-id.js';
 export * from './state-dir.js';
 export * from './verify.js';
 export * from './follow.js';
+export * from './segment-index.js';

@@ -10,6 +10,7 @@ import { buildHistory, type History } from './history.js';
 import { stateLayout, syncDir, type StateLayout } from './layout.js';
 import { JournalLock } from './lock.js';
 import { describeProblem, readIntactJournal, readJournal } from './reader.js';
+import { readJournalFor, rollbackQuery } from './segment-index.js';
 import { encodeRecord } from './codec.js';
 import { RECORD_VERSION } from './record.js';
 import { recoverPending } from './recovery.js';
@@ -180,6 +181,12 @@ export class JournalService {
     return buildHistory(readIntactJournal(this.o.stateDir).records);
   }
 
+  /** history() for what a rollback selects, read through the journal index (segment-index.ts). */
+  private indexedHistory(sel: RollbackRequest): History {
+    this.writer.flush();
+    return readJournalFor(this.o.stateDir, rollbackQuery(sel)).history;
+  }
+
   /** Run one maintenance task at a time (two rollbacks at once would fight over the same paths). */
   private serial<T>(fn: () => Promise<T>): Promise<T> {
     const next = this.queue.then(fn, fn);
@@ -192,7 +199,8 @@ export class JournalService {
       const vfs = this.vfs;
       if (!vfs) throw new Error('journal: no Vfs attached for rollback');
       const openWritePaths = () => this.stage.openWritePaths();
-      const history = this.history();
+      // a dry run needs only the selected operations (and every undo): the index finds them
+      const history = req.dryRun ? this.indexedHistory(req) : this.history();
       const { ops, result: plan } = await planRollback(history, req, { backend: this.o.backend, openWritePaths: openWritePaths() });
       const { planned, alreadyUndone, conflicts } = plan;
       const base = { planned, alreadyUndone, forced: [], ...(plan.unfinished ? { unfinished: plan.unfinished } : {}) };
