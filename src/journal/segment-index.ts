@@ -8,7 +8,8 @@ import { checkSegments, type JournalContents, type LocatedRecord, readIntactJour
 import type { StartRecord } from './record.js';
 
 /*
- * The journal index: journal/index.json, a cache of what each segment holds (sessions, path
+ * The journal index: journal-index.json in the state directory (beside journal/, so what reads or
+ * ships journal/ sees segments only), a cache of what each segment holds (sessions, path
  * prefixes, seq and time ranges, the seqs its records refer to) and of the facts the integrity
  * checks need (segmentFacts), so `log --session`, `rollback --session` and the like read only the
  * segments that can matter to them instead of the whole journal.
@@ -20,7 +21,6 @@ import type { StartRecord } from './record.js';
  * shipped: the GCS mirror copies segments only, and every host rebuilds its own.
  */
 
-export const INDEX_FILE = 'index.json';
 const INDEX_VERSION = 2;
 /** path prefixes kept per segment: '/', '/a', '/a/b' (a deeper --path is looked up by its first two parts) */
 const PATH_DEPTH = 2;
@@ -88,10 +88,12 @@ export interface IndexOptions {
   onRebuild?: (why: string) => void;
   /** persist what was (re)indexed (default true; a failure to write is ignored: it is a cache) */
   write?: boolean;
+  /** segments changed less than this long ago are not cached (default RACY_MS; tests set 0) */
+  racyMs?: number;
 }
 
 function indexPath(stateDir: string): string {
-  return path.join(stateLayout(stateDir).journalDir, INDEX_FILE);
+  return stateLayout(stateDir).journalIndex;
 }
 
 function loadIndex(stateDir: string, o: IndexOptions): Map<string, IndexEntry> {
@@ -260,7 +262,7 @@ function catalog(stateDir: string, o: IndexOptions): Catalog {
   const old = loadIndex(stateDir, o);
   const entries: IndexEntry[] = [];
   const scanned = new Map<number, LocatedRecord[]>();
-  let changed = old.size !== segments.length;
+  let changed = false;
   const now = Date.now();
   const persist: IndexEntry[] = [];
   for (const seg of segments) {
@@ -280,11 +282,13 @@ function catalog(stateDir: string, o: IndexOptions): Catalog {
     const r = readSegment(seg);
     entries.push(r.entry);
     scanned.set(seg.index, r.records);
-    if (now - Math.max(r.entry.mtimeMs, r.entry.ctimeMs) >= RACY_MS) {
+    if (now - Math.max(r.entry.mtimeMs, r.entry.ctimeMs) >= (o.racyMs ?? RACY_MS)) {
       persist.push(r.entry);
       changed = true;
-    } else if (e) changed = true;
+    }
   }
+  // entries of segments gone or changed: drop them (a file with none is not worth writing)
+  if (persist.length !== old.size) changed = true;
   if (changed && o.write !== false) saveIndex(stateDir, persist);
   return { segments, entries, scanned };
 }
