@@ -21,3 +21,4 @@ export * from './state-dir.js';
 export * from './verify.js';
 export * from './follow.js';
 export * from './segment-index.js';
+export * from './retention.js';

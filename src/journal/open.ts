@@ -1,9 +1,10 @@
 import type { Backend, Logger } from '../core/index.js';
-import { DEFAULTS, type WorkspaceFlags } from '../config/index.js';
+import { DEFAULTS, type JournalRetention, type WorkspaceFlags } from '../config/index.js';
 import type { Vfs } from '../vfs/index.js';
 import { ControlServer } from './control.js';
 import { JournalService } from './service.js';
 import type { JournalRemote } from './remote.js';
+import { RetentionRunner } from './retention.js';
 import { newSessionId } from './session-id.js';
 import type { JournalStage } from './stage.js';
 import { checkStateDir, rememberWorkspace, resolveStateDir } from './state-dir.js';
@@ -21,6 +22,8 @@ export interface JournaledWorkspace {
   session?: string;
   /** GCS: where the journal is mirrored (the bucket's reserved area) */
   journalRemote?: JournalRemote;
+  /** the mount file's `journal:` retention (absent: keep everything) */
+  retention?: JournalRetention;
 }
 
 export interface MountJournalFlags extends WorkspaceFlags {
@@ -56,6 +59,7 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
   });
   rememberWorkspace(stateDir, flags);
   let control: ControlServer | null = null;
+  const retention = ws.retention ? new RetentionRunner(service, stateDir, ws.retention, log) : null;
   log.info({ state: stateDir, session }, 'journal open');
   return {
     stage: service.stage,
@@ -66,8 +70,10 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
     async serve(vfs: Vfs, settleMs: number) {
       service.attach(vfs);
       control = await ControlServer.start(service, { mountpoint: flags.mountpoint, settleMs, log });
+      retention?.start(DEFAULTS.journal.retentionFirstMs, DEFAULTS.journal.retentionIntervalMs);
     },
     async close() {
+      retention?.stop();
       try {
         await control?.close();
       } finally {

@@ -223,9 +223,13 @@ export class JournalService {
     });
   }
 
-  gc(keepMs: number): Promise<GcResult> {
+  /**
+   * Drop history older than `keepMs` (none given: no age limit) and, with `maxBytes`, the oldest
+   * whole sessions until the journal fits; never this writer's own session (still mounted).
+   */
+  gc(keepMs: number | undefined, o: { maxBytes?: number; background?: boolean } = {}): Promise<GcResult> {
     return this.serial(async () => {
-      const cutoff = Date.now() - keepMs;
+      const cutoff = keepMs === undefined ? 0 : Date.now() - keepMs;
       this.writer.rollNow(); // every record so far into closed segments, which gc may rewrite
       await this.writer.sync();
       // The bucket gets them whole first: gc prunes the spool, the bucket keeps the history. A
@@ -237,7 +241,9 @@ export class JournalService {
         if (mirror.backlog > 0) await upload(); // a pass already running when rollNow() closed the segment
         if (mirror.backlog > 0) throw new Error(`journal gc: the bucket does not have the whole journal yet (${mirror.backlog} part(s)/blob(s) to upload); gc not run, try again when it is reachable`);
       }
-      const result = collectGarbage(this.o.stateDir, cutoff, this.writer.activeSegment);
+      const result = collectGarbage(this.o.stateDir, cutoff, this.writer.activeSegment, { protect: [this.o.session], ...(o.maxBytes !== undefined ? { maxBytes: o.maxBytes } : {}) });
+      // a background run that dropped nothing leaves no trace (it runs every few minutes)
+      if (o.background && result.droppedOperations === 0 && result.blobsRemoved === 0 && result.segmentsRemoved === 0 && result.segmentsRewritten === 0) return result;
       // numbering must go on after the last seq even if gc dropped every operation
       this.writer.appendNow({
         kind: 'start', time: Date.now(), session: this.o.session, actor: this.o.actor, pid: process.pid, source: this.o.source,
