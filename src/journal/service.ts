@@ -225,7 +225,8 @@ export class JournalService {
 
   /**
    * Drop history older than `keepMs` (none given: no age limit) and, with `maxBytes`, the oldest
-   * whole sessions until the journal fits; never this writer's own session (still mounted).
+   * whole sessions until the journal fits. A background run (a mount file's retention) never
+   * drops this writer's own session, still mounted; one the user asks for may (gc --keep 0).
    */
   gc(keepMs: number | undefined, o: { maxBytes?: number; background?: boolean } = {}): Promise<GcResult> {
     return this.serial(async () => {
@@ -241,7 +242,7 @@ export class JournalService {
         if (mirror.backlog > 0) await upload(); // a pass already running when rollNow() closed the segment
         if (mirror.backlog > 0) throw new Error(`journal gc: the bucket does not have the whole journal yet (${mirror.backlog} part(s)/blob(s) to upload); gc not run, try again when it is reachable`);
       }
-      const result = collectGarbage(this.o.stateDir, cutoff, this.writer.activeSegment, { protect: [this.o.session], ...(o.maxBytes !== undefined ? { maxBytes: o.maxBytes } : {}) });
+      const result = collectGarbage(this.o.stateDir, cutoff, this.writer.activeSegment, { ...(o.background ? { protect: [this.o.session] } : {}), ...(o.maxBytes !== undefined ? { maxBytes: o.maxBytes } : {}) });
       // a background run that dropped nothing leaves no trace (it runs every few minutes)
       if (o.background && result.droppedOperations === 0 && result.blobsRemoved === 0 && result.segmentsRemoved === 0 && result.segmentsRewritten === 0) return result;
       // numbering must go on after the last seq even if gc dropped every operation
