@@ -22,3 +22,4 @@ export * from './verify.js';
 export * from './follow.js';
 export * from './segment-index.js';
 export * from './retention.js';
+export * from './state-space.js';

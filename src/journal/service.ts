@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Backend, Logger, MutationStage } from '../core/index.js';
+import type { Backend, Logger, MutationStage, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
 import { BlobStore } from './blobs.js';
@@ -34,6 +34,13 @@ export interface OpenJournalOptions {
   log: Logger;
   /** GCS: the bucket's reserved area; the journal is pulled from and mirrored to it */
   remote?: JournalRemote | undefined;
+  /** where a change refused because the state disk is full is told, as a denial (the policy's DenialLog) */
+  denials?: DenialSink | undefined;
+}
+
+/** What takes a refusal's line (policy/denials.ts DenialLog). */
+export interface DenialSink {
+  record(op: string, path: string, err: VfsError, pid?: number): void;
 }
 
 /** End a segment a crash left open with a `recovered` close record, durably. */
@@ -137,6 +144,14 @@ export class JournalService {
           log: o.log,
           beforeSync: () => blobs.syncPending(),
           ...(mirror ? { onAppend: (i: number, b: number) => mirror.segmentAppended(i, b) } : {}),
+          onFull: (records, err) => {
+            for (const r of records) {
+              if (r.kind !== 'op') continue;
+              // a denial line for each change refused (nothing reached the backend)
+              if (o.denials) o.denials.record(r.op, r.paths[0] as string, err, r.pid);
+              else o.log.warn({ op: r.op, path: r.paths[0], errno: 'ENOSPC', ...(r.pid !== undefined ? { callerPid: r.pid } : {}) }, 'denied: the state directory is full, so the change cannot be journaled');
+            }
+          },
         },
         history.lastSeq,
       );

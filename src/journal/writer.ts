@@ -21,6 +21,8 @@ export interface WriterOptions {
   beforeSync?: () => Promise<void>;
   /** whole records were written: segment `index` is now `bytes` long (the bucket mirror's feed) */
   onAppend?: (index: number, bytes: number) => void;
+  /** records that could not be written because the state directory's file system is full */
+  onFull?: (records: JournalRecord[], err: VfsError) => void;
 }
 
 /**
@@ -145,8 +147,9 @@ export class JournalWriter {
   flush(): void {
     if (this.pending.length === 0) return;
     if (this.closed) throw new VfsError('EIO', 'journal: writer is closed');
-    const records = this.pending.length;
-    const data = this.pending.length === 1 ? encodeRecord(this.pending[0] as JournalRecord) : Buffer.concat(this.pending.map(encodeRecord));
+    const batch = this.pending;
+    const records = batch.length;
+    const data = batch.length === 1 ? encodeRecord(batch[0] as JournalRecord) : Buffer.concat(batch.map(encodeRecord));
     this.pending = [];
     let off = 0;
     try {
@@ -157,6 +160,13 @@ export class JournalWriter {
         fs.ftruncateSync(this.fd, this.segBytes);
       } catch {
         /* the reader treats it as damage; the next start reports it */
+      }
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOSPC' || code === 'EDQUOT') {
+        // a full state disk: the change is refused (ENOSPC, as a full disk answers) rather than made unrecorded
+        const full = new VfsError('ENOSPC', `journal: the state directory's file system is full (${this.o.journalDir}): the change was refused rather than made without its record`);
+        this.o.onFull?.(batch, full);
+        throw full;
       }
       throw new VfsError('EIO', `journal: cannot append to ${this.o.journalDir}: ${(err as Error).message}`);
     }

@@ -61,6 +61,9 @@ export class PolicyView implements Backend {
    */
   private missing: string | null = null;
 
+  /** extra lines for /.ledgerfs/usage from above (the journal's state directory running low on space) */
+  usageNotes: (() => string | null) | undefined;
+
   constructor(
     readonly inner: Backend,
     readonly policy: CompiledPolicy,
@@ -105,8 +108,10 @@ export class PolicyView implements Backend {
     switch (name) {
       case 'policy':
         return describePolicy(this.policy, 'program');
-      case 'usage':
-        return describeUsage(this.policy, this.usage);
+      case 'usage': {
+        const note = this.usageNotes?.();
+        return describeUsage(this.policy, this.usage) + (note ? `\n${note}\n` : '');
+      }
       case 'denials':
         return describeDenials(this.denials.list());
     }
