@@ -1,7 +1,7 @@
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { scanSegment } from './codec.js';
-import { crc32c } from './crc32c.js';
 import { buildHistory, type History } from './history.js';
 import { listSegments, stateLayout, type SegmentFile } from './layout.js';
 import { checkSegments, type JournalContents, type LocatedRecord, readIntactJournal, segmentFacts, type SegmentFacts } from './reader.js';
@@ -21,7 +21,7 @@ import type { StartRecord } from './record.js';
  * shipped: the GCS mirror copies segments only, and every host rebuilds its own.
  */
 
-const INDEX_VERSION = 2;
+const INDEX_VERSION = 3;
 /** path prefixes kept per segment: '/', '/a', '/a/b' (a deeper --path is looked up by its first two parts) */
 const PATH_DEPTH = 2;
 /** more prefixes than this in a segment: keep them one level shallower (the index stays small enough
@@ -96,21 +96,39 @@ function indexPath(stateDir: string): string {
   return stateLayout(stateDir).journalIndex;
 }
 
+/** The last index read by this process, while its file is unchanged (a command looks twice: the --session check, then the read). */
+let loaded: { key: string; entries: Map<string, IndexEntry> } | null = null;
+
 function loadIndex(stateDir: string, o: IndexOptions): Map<string, IndexEntry> {
   let text: string;
+  let key: string;
   try {
+    const st = fs.statSync(indexPath(stateDir));
+    key = `${indexPath(stateDir)}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+    if (loaded?.key === key) return new Map(loaded.entries);
     text = fs.readFileSync(indexPath(stateDir), 'utf8');
   } catch {
     return new Map();
   }
+  const entries = parseIndex(stateDir, text, o);
+  loaded = { key, entries };
+  return new Map(entries);
+}
+
+/** sha256 (native) of the body, first 16 hex digits: catches a damaged or edited index file */
+function digest(body: Buffer): string {
+  return createHash('sha256').update(body).digest('hex').slice(0, 16);
+}
+
+function parseIndex(stateDir: string, text: string, o: IndexOptions): Map<string, IndexEntry> {
   const bad = (why: string) => {
     o.onRebuild?.(`journal index ${indexPath(stateDir)} ${why}: rebuilding it from the segments`);
     return new Map<string, IndexEntry>();
   };
   const sp = text.indexOf(' ');
-  if (sp !== 8) return bad('is not an index file');
-  const body = Buffer.from(text.slice(9), 'utf8');
-  if (crc32c(body, 0, body.length) !== parseInt(text.slice(0, 8), 16)) return bad('fails its checksum');
+  if (sp !== 16) return bad('is not an index file');
+  const body = Buffer.from(text.slice(17), 'utf8');
+  if (digest(body) !== text.slice(0, 16)) return bad('fails its checksum');
   let f: IndexFile;
   try {
     f = JSON.parse(body.toString('utf8')) as IndexFile;
@@ -126,7 +144,7 @@ function saveIndex(stateDir: string, entries: IndexEntry[]): void {
   const file = indexPath(stateDir);
   const tmp = `${file}.${process.pid}.tmp`;
   try {
-    fs.writeFileSync(tmp, Buffer.concat([Buffer.from(crc32c(body, 0, body.length).toString(16).padStart(8, '0') + ' ', 'latin1'), body]), { mode: 0o600 });
+    fs.writeFileSync(tmp, Buffer.concat([Buffer.from(digest(body) + ' ', 'latin1'), body]), { mode: 0o600 });
     fs.renameSync(tmp, file);
   } catch {
     // a cache: a read-only or full state directory only means the next reader scans again

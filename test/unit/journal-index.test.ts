@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { undoneByMap } from '../../src/journal/describe.js';
+import { collectGarbage } from '../../src/journal/gc.js';
 import { buildHistory, type History, type Operation } from '../../src/journal/history.js';
 import { listSegments } from '../../src/journal/layout.js';
 import { JournalDamagedError, readIntactJournal } from '../../src/journal/reader.js';
@@ -121,6 +122,13 @@ describe('journal index: answers from the segments it names, identical to a whol
     same({ path: '/b' });
     await j.close();
     for (const q of [...queries(), { session: 's5' }, { path: '/b' }]) same(q);
+  });
+
+  it('follows a gc that rewrote and removed segments', () => {
+    for (const q of queries()) same(q);
+    const r = collectGarbage(state, Date.now() + 1000, null);
+    expect(r.segmentsRemoved + r.segmentsRewritten).toBeGreaterThan(0);
+    for (const q of queries()) same(q);
   });
 
   it('refuses a damaged segment the query does not read, as a whole read does, though the index was made before', () => {
