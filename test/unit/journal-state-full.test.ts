@@ -5,6 +5,7 @@ import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { LocalBackend } from '../../src/backend/local.js';
 import type { VfsError } from '../../src/core/errors.js';
+import { buildHistory } from '../../src/journal/history.js';
 import { readIntactJournal } from '../../src/journal/reader.js';
 import { JournalService } from '../../src/journal/service.js';
 import { stateSpace, StateSpaceWatch } from '../../src/journal/state-space.js';
@@ -106,6 +107,11 @@ describe('a full state disk refuses changes with ENOSPC and a denial line; a low
     // every create that was made is journaled, the refused one is not
     for (let i = 0; i < n - 1; i++) expect(ops).toContain(`/n${i}`);
     expect(ops).not.toContain(`/n${n - 1}`);
+    // outcomes that waited for room were written then: every change made is known done
+    const h = buildHistory(readIntactJournal(state).records);
+    const made = h.ops.filter((op) => /^\/n\d+$/.test(op.paths[0] as string));
+    expect(made.length).toBeGreaterThan(0);
+    expect(made.filter((op) => op.status !== 'done' && op.status !== 'open').map((op) => `${op.op} ${op.paths[0]} ${op.status}`)).toEqual([]);
     expect(ops.filter((p) => p === '/d')).toEqual([]);
   });
 });
