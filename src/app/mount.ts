@@ -139,9 +139,12 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   let journal: MountJournal | null = null;
   if (o.journal !== false) {
     try {
-      journal = await openJournal(ws, { source: o.source, policy: o.policy, state: o.state, session: o.session, actor: o.actor, mountpoint }, log);
+      const denials = ws.policy?.denials;
+      journal = await openJournal(denials ? { ...ws, denials } : ws, { source: o.source, policy: o.policy, state: o.state, session: o.session, actor: o.actor, mountpoint }, log);
       const stage = journal.stage;
       if (ws.policy) ws.policy.view.session = { id: journal.session, mode: 'live' };
+      const j = journal;
+      if (ws.policy) ws.policy.view.usageNotes = () => j.spaceNote();
       ws.conflicts?.listen((c, viewPath) =>
         stage.noteConflict({
           time: c.time.getTime(), path: viewPath, reason: c.reason, expectedGeneration: c.expectedGeneration,

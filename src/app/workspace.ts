@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { type GcsConflict, LocalBackend, openGcsStack } from '../backend/index.js';
-import { type BackendConfig, ConfigError, DEFAULTS, defaultStateDir, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, POLICY_PRESETS, type PresetName, sourceConfig, type WorkspaceFlags } from '../config/index.js';
+import { type BackendConfig, ConfigError, type JournalRetention, DEFAULTS, defaultStateDir, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, POLICY_PRESETS, type PresetName, sourceConfig, type WorkspaceFlags } from '../config/index.js';
 import { checkStateDir, type JournalRemote, realish, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { type Backend, isWithin, type Logger, type MutationStage, VfsError } from '../core/index.js';
 import { ChangeLimits, CompiledPolicy, DenialLog, PolicyStage, PolicyView, PrivilegeStage, UsageTable } from '../policy/index.js';
@@ -88,6 +88,8 @@ export interface OpenedWorkspace extends Workspace {
   /** journal directory and session: --state wins over the file's `state` */
   state?: string;
   session?: string;
+  /** the mount file's `journal:` retention */
+  retention?: JournalRetention;
   /** (GCS) local versions the store kept aside because they could not be uploaded */
   conflicts?: ConflictFeed;
 }
@@ -309,6 +311,7 @@ async function openPolicyWorkspace(config: MountConfig, label: string, opts: Ope
   if (journalRemote !== undefined) ws.journalRemote = journalRemote;
   if (state !== undefined) ws.state = state;
   if (config.session !== undefined) ws.session = config.session;
+  if (config.journal !== undefined) ws.retention = config.journal;
   if (conflicts) ws.conflicts = conflicts;
   return ws;
 }

@@ -1,9 +1,9 @@
 import type { Command } from 'commander';
-import { addTextDiffs, BlobStore, buildHistory, type Change, netChanges, type Operation, readIntactJournal, stateLayout } from '../journal/index.js';
+import { addTextDiffs, BlobStore, buildHistory, type Change, netChanges, type Operation, readIntactJournal, readJournalFor, stateLayout } from '../journal/index.js';
 import { createLogger, isWithin } from '../core/index.js';
 import { UserError } from '../app/index.js';
-import { addStateFlags, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags, type When } from './journal-flags.js';
-import { requireKnownSeq, requireKnownSession } from './journal-known.js';
+import { addStateFlags, mayBeTag, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags, type When } from './journal-flags.js';
+import { knownIn, requireKnownSeq, requireKnownSession } from './journal-known.js';
 
 interface DiffOptions extends StateFlags {
   session?: string;
@@ -54,9 +54,10 @@ ${STATE_HELP}`,
       }
       const stateDir = await journalStateDir(o, createLogger('warn'), { blobs: o.content === true });
       await syncLiveDaemon(stateDir);
-      const h = buildHistory(readIntactJournal(stateDir).records);
-      const from = o.from !== undefined ? parseWhen(o.from, '--from', h.tags) : undefined;
-      const to = o.to !== undefined ? parseWhen(o.to, '--to', h.tags) : undefined;
+      // a tag is found in the whole journal; otherwise the index reads only what the range needs
+      const tagsOf = [o.from, o.to].some((v) => v !== undefined && mayBeTag(v)) ? buildHistory(readIntactJournal(stateDir).records).tags : undefined;
+      const from = o.from !== undefined ? parseWhen(o.from, '--from', tagsOf) : undefined;
+      const to = o.to !== undefined ? parseWhen(o.to, '--to', tagsOf) : undefined;
       for (const [flag, w] of [['--from', from], ['--to', to]] as const) {
         const tagged = w && 'seq' in w ? w.tag?.session : undefined;
         if (tagged === undefined) continue;
@@ -65,14 +66,21 @@ ${STATE_HELP}`,
         }
         o.session = tagged; // a session's checkpoint selects that session's changes
       }
-      requireKnownSession(h, o.session);
-      if (from && 'seq' in from) requireKnownSeq(h, from.seq, '--from');
-      if (to && 'seq' in to) requireKnownSeq(h, to.seq, '--to');
+      const h = readJournalFor(stateDir, {
+        ...(o.session !== undefined ? { session: o.session } : {}),
+        ...(from ? ('seq' in from ? { fromSeq: from.seq + 1 } : { fromTime: from.time }) : {}),
+      }).history;
+      knownIn(stateDir, h, (k) => {
+        requireKnownSession(k, o.session);
+        if (from && 'seq' in from) requireKnownSeq(k, from.seq, '--from');
+        if (to && 'seq' in to) requireKnownSeq(k, to.seq, '--to');
+      });
       const prefix = o.path !== undefined ? pathArg(o.path) : undefined;
       const inRange = (op: Operation) => after(op, from) && (to === undefined || !after(op, to)) && (o.session === undefined || op.session === o.session);
       const selected = h.ops.filter((op) => op.status !== 'failed' && inRange(op));
       const lastSelected = selected[selected.length - 1];
-      const later = lastSelected ? h.ops.filter((op) => op.seq > lastSelected.seq && op.status !== 'failed') : [];
+      // what changed the files since (content diffs only): everything after the selection, not just the session's
+      const later = lastSelected && o.content ? readJournalFor(stateDir, { fromSeq: lastSelected.seq + 1 }).history.ops.filter((op) => op.seq > lastSelected.seq && op.status !== 'failed') : [];
       let { changes, nodes } = netChanges(selected);
       if (prefix !== undefined) changes = changes.filter((c) => isWithin(c.path, prefix) || (c.from !== undefined && isWithin(c.from, prefix)));
       if (o.content) {

@@ -1,5 +1,5 @@
 import { UserError } from '../app/index.js';
-import { buildHistory, type History, readJournal } from '../journal/index.js';
+import { buildHistory, type History, journalCatalog, readIntactJournal, readJournal } from '../journal/index.js';
 import { syncLiveDaemon } from './journal-flags.js';
 
 /** Edit distance (insert, delete, substitute: 1 each), to suggest what a typo meant. */
@@ -52,10 +52,27 @@ export function requireKnownSeq(h: History, seq: number | undefined, flag = '--t
   throw new UserError(`${flag} ${seq}: the journal ends at #${h.lastSeq}; nearest: ${last.join(', ')} (ledgerfs log lists them)`);
 }
 
+/**
+ * Run checks (requireKnownSession, requireKnownSeq) on a history read through the journal index
+ * (readJournalFor): one it refuses is judged again on the whole journal, so the message (nearest
+ * sessions, last seqs) is what the whole journal says.
+ */
+export function knownIn(stateDir: string, partial: History, checks: (h: History) => void): void {
+  try {
+    checks(partial);
+  } catch (err) {
+    if (!(err instanceof UserError)) throw err;
+    checks(buildHistory(readIntactJournal(stateDir).records));
+  }
+}
+
 /** requireKnownSession and requireKnownSeq on the journal in `stateDir` as it is on disk now (a live daemon synced first). */
 export async function requireKnownInJournal(stateDir: string, sel: { session?: string; seq?: number }): Promise<void> {
   if (sel.session === undefined && sel.seq === undefined) return;
   await syncLiveDaemon(stateDir);
+  // the index knows every session and the last seq: the whole journal is read only to word a refusal
+  const cat = journalCatalog(stateDir);
+  if ((sel.session === undefined || cat.sessions.has(sel.session)) && (sel.seq === undefined || sel.seq <= cat.lastSeq)) return;
   const h = buildHistory(readJournal(stateDir).records);
   requireKnownSession(h, sel.session);
   requireKnownSeq(h, sel.seq);

@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
-import { buildHistory, describeConflict, formatTime, JournalFollower, type JournalRecord, type Operation, readIntactJournal, recordSeq, statusNotes, summarize, type TagRecord, undoneByMap } from '../journal/index.js';
+import { describeConflict, formatTime, JournalFollower, type JournalRecord, type Operation, readJournalFor, recordSeq, statusNotes, summarize, type TagRecord, undoneByMap } from '../journal/index.js';
 import { createLogger, isWithin } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { addStateFlags, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
-import { requireKnownSeq, requireKnownSession } from './journal-known.js';
+import { knownIn, requireKnownSeq, requireKnownSession } from './journal-known.js';
 
 interface LogOptions extends StateFlags {
   since?: string;
@@ -129,11 +129,16 @@ ${STATE_HELP}`,
       const stateDir = await journalStateDir(o, createLogger('warn'));
       if (o.follow) return follow(stateDir, o);
       await syncLiveDaemon(stateDir);
-      const h = buildHistory(readIntactJournal(stateDir).records);
       const since = o.since !== undefined ? parseWhen(o.since, '--since') : undefined;
-      requireKnownSession(h, o.session);
-      if (since && 'seq' in since) requireKnownSeq(h, since.seq, '--since');
       const prefix = o.path !== undefined ? pathArg(o.path) : undefined;
+      const h = readJournalFor(stateDir, {
+        ...(o.session !== undefined ? { session: o.session } : {}), ...(prefix !== undefined ? { path: prefix } : {}),
+        ...(since ? ('seq' in since ? { fromSeq: since.seq } : { fromTime: since.time }) : {}),
+      }).history;
+      knownIn(stateDir, h, (k) => {
+        requireKnownSession(k, o.session);
+        if (since && 'seq' in since) requireKnownSeq(k, since.seq, '--since');
+      });
       const limit = o.limit !== undefined ? Number(o.limit) : Infinity;
       if (Number.isNaN(limit) || limit < 0) throw new UserError(`--limit: expected a number, got ${JSON.stringify(o.limit)}`);
       const undoneBy = undoneByMap(h.ops, h);

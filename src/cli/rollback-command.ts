@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { DEFAULTS } from '../config/index.js';
-import { BlobStore, buildHistory, damagedImages, readJournal, describeDamage, stateLayout, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readIntactJournal, RollbackError, type RollbackRequest, type RollbackResult } from '../journal/index.js';
+import { BlobStore, buildHistory, damagedImages, describeDamage, stateLayout, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readJournal, readJournalFor, RollbackError, rollbackQuery, type RollbackRequest, type RollbackResult } from '../journal/index.js';
 import { createLogger } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import {
@@ -174,13 +174,13 @@ async function rollbackDirect(o: RollbackOptions, stateDir: string, req: Rollbac
   try {
     if (req.dryRun) {
       // read-only: no lock, nothing written (operations a crash left unresolved show as conflicts)
-      const { ops, result } = await planRollback(buildHistory(readIntactJournal(stateDir).records), req, { backend: ws.backend });
+      const { ops, result } = await planRollback(readJournalFor(stateDir, rollbackQuery(req)).history, req, { backend: ws.backend });
       // (a GCS workspace's blobs may be only in its bucket: the real run fetches and checks them)
       const damaged = ws.journalRemote ? [] : await damagedImages(ops, new BlobStore(stateLayout(stateDir).blobsDir));
       if (damaged.length > 0) throw new RollbackError(describeDamage(damaged));
       return result;
     }
-    readIntactJournal(stateDir); // a damaged journal is refused before anything is written
+    readJournalFor(stateDir, rollbackQuery(req)); // a damaged journal is refused before anything is written
     const session = newSessionId('rollback-');
     const svc = await JournalService.open({
       stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session, actor: o.actor,

@@ -136,6 +136,16 @@ export const DEFAULTS = {
     endedSessionsKept: 256,
     /** roll to a new segment file at this size */
     segmentBytes: 64 * 1024 * 1024,
+    /** a mount file's `journal:` retention (maxBytes, keep) is checked this often, and first
+     * this long after the mount starts */
+    retentionIntervalMs: 10 * 60_000,
+    retentionFirstMs: 30_000,
+    /** the state directory's file system is low on space (a warning in the log and in
+     * /.ledgerfs/usage) below either of these */
+    lowSpaceFraction: 0.05,
+    lowSpaceBytes: 256 * 1024 * 1024,
+    /** how often the mount looks at the state directory's free space */
+    spaceCheckMs: 30_000,
     /** group commit: the journal is fsynced at most this long after a record (and always before
      * an fsync of workspace data is acknowledged). Each fsync also forces a commit of the file
      * system's own journal; every 50 ms that cost small-file creates measurably here, and ext4

@@ -56,6 +56,12 @@ export interface GcsBackendConfig {
 
 export type BackendConfig = LocalBackendConfig | GcsBackendConfig;
 
+/** How much journal a mount keeps: history no older than keepMs, segments and before-images within maxBytes. */
+export interface JournalRetention {
+  maxBytes?: number;
+  keepMs?: number;
+}
+
 /** The effective mount configuration. */
 export interface MountConfig {
   /** the file it came from (absolute), for messages */
@@ -69,6 +75,8 @@ export interface MountConfig {
   /** journal directory (absolute), passed through for the journal */
   state?: string;
   session?: string;
+  /** the mount file's `journal:` retention, applied by the mount in the background (absent: keep everything) */
+  journal?: JournalRetention;
   /** absent: POLICY_DEFAULTS.privileges */
   privileges?: Privileges;
   /** what one session may change in all roots together (the file's over the preset's) */
@@ -304,6 +312,12 @@ export function parseMountFile(text: string, label: string, baseDir: string): Mo
   if (file.preset) config.preset = file.preset as PresetName;
   if (file.state !== undefined) config.state = path.resolve(baseDir, file.state);
   if (file.session !== undefined) config.session = file.session;
+  if (file.journal !== undefined) {
+    const r: JournalRetention = {};
+    if (typeof file.journal.maxBytes === 'number') r.maxBytes = file.journal.maxBytes;
+    if (file.journal.keep !== undefined) r.keepMs = file.journal.keep;
+    if (r.maxBytes !== undefined || r.keepMs !== undefined) config.journal = r;
+  }
   if (file.privileges !== undefined) config.privileges = { ...POLICY_DEFAULTS.privileges, ...file.privileges };
   return config;
 }

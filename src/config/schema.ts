@@ -1,7 +1,7 @@
 import * as z from 'zod';
 import { compileGlob } from './glob.js';
 import { PRESET_NAMES } from './defaults.js';
-import { describeValue, parseSize } from './sizes.js';
+import { describeValue, parseDurationMs, parseSize } from './sizes.js';
 
 /**
  * The mount/policy file as written (YAML or JSON). Every object is strict, so a typo is an
@@ -23,6 +23,13 @@ function strict<T extends z.ZodRawShape>(shape: T) {
 const size = z.unknown().transform((v, ctx): number | 'unlimited' => {
   if (v === null || v === 'unlimited') return 'unlimited';
   const r = parseSize(v);
+  if (typeof r === 'number') return r;
+  ctx.addIssue({ code: 'custom', message: r.error });
+  return z.NEVER;
+});
+
+const duration = z.unknown().transform((v, ctx): number => {
+  const r = parseDurationMs(v);
   if (typeof r === 'number') return r;
   ctx.addIssue({ code: 'custom', message: r.error });
   return z.NEVER;
@@ -174,6 +181,13 @@ export const mountFileSchema = strict({
   state: nonEmpty('a directory path').optional(),
   /** session name for the journal */
   session: nonEmpty('a session name').optional(),
+  /** retention the mount applies in the background (default: keep everything) */
+  journal: strict({
+    /** drop the oldest whole sessions while segments and before-images take more than this */
+    maxBytes: size.optional(),
+    /** drop history older than this */
+    keep: duration.optional(),
+  }).optional(),
   /** what programs may do that only the operator should (default: none of it) */
   privileges: strict({
     /** set S_ISUID (anything) or S_ISGID (on a file) by chmod, create or mknod */

@@ -56,3 +56,18 @@ export function describeValue(v: unknown): string {
   if (Array.isArray(v)) return 'a list';
   return `a ${typeof v === 'object' ? 'mapping' : typeof v}`;
 }
+
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 };
+
+/** Milliseconds for "90s", "10m", "24h", "7d", "2w" (also combined: "1h30m"), or a sentence saying what was expected. */
+export function parseDurationMs(input: unknown): number | { error: string } {
+  const s = typeof input === 'string' ? input.trim() : '';
+  let total = 0;
+  let consumed = 0;
+  for (const m of s.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h|d|w)/g)) {
+    total += Number(m[1]) * (DURATION_UNITS[m[2] as string] as number);
+    consumed += m[0].length;
+  }
+  if (consumed === 0 || consumed !== s.length) return { error: `expected a duration like "30m", "24h", "7d" or "4w", got ${JSON.stringify(input)}` };
+  return total;
+}

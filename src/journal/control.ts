@@ -28,7 +28,7 @@ export interface DaemonInfo {
 
 export type ControlRequest =
   | { cmd: 'rollback'; request: RollbackRequest }
-  | { cmd: 'gc'; keepMs: number }
+  | { cmd: 'gc'; keepMs?: number; maxBytes?: number }
   | { cmd: 'tag'; request: TagRequest }
   | { cmd: 'sync' }
   | { cmd: 'status' };
@@ -128,7 +128,7 @@ async function serve(req: ControlRequest, service: JournalService, o: ControlSer
       return;
     }
     case 'gc': {
-      const result = await service.gc(req.keepMs);
+      const result = await service.gc(req.keepMs, req.maxBytes !== undefined ? { maxBytes: req.maxBytes } : {});
       o.log.info(result, 'journal gc finished');
       send({ type: 'result', result });
       return;

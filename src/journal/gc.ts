@@ -22,6 +22,18 @@ export interface GcResult {
   bytesFreed: number;
   /** where dropping stopped short of the cutoff, and why (a session that goes on after it) */
   stoppedAt: { seq: number; session: string; reason: string } | null;
+  /** --max-bytes: the bound, and the journal's size (segments and before-images) before gc */
+  maxBytes?: number;
+  bytesBefore?: number;
+}
+
+export interface GcOptions {
+  /** change nothing: the result says what would be removed */
+  dryRun?: boolean;
+  /** also drop the oldest whole sessions until segments and before-images take at most this */
+  maxBytes?: number;
+  /** sessions never dropped (the mount's own: still being written) */
+  protect?: readonly string[];
 }
 
 /** Every blob the operations refer to. */
@@ -51,10 +63,14 @@ function lastTime(op: Operation): number {
  * contiguous history that rolls back correctly to any point after its start. Unresolved
  * operations are never dropped.
  */
-function dropPrefix(h: History, cutoff: number): { drop: Set<number>; stoppedAt: GcResult['stoppedAt'] } {
+function dropPrefix(h: History, cutoff: number, protect: ReadonlySet<string> = new Set()): { drop: Set<number>; stoppedAt: GcResult['stoppedAt'] } {
   let end = 0;
   let stoppedAt: GcResult['stoppedAt'] = null;
   for (const op of h.ops) {
+    if (protect.has(op.session)) {
+      if (lastTime(op) < cutoff) stoppedAt = { seq: op.seq, session: op.session, reason: 'the session is still mounted' };
+      break;
+    }
     if (lastTime(op) >= cutoff || op.status === 'open' || op.status === 'pending') {
       if (lastTime(op) < cutoff) stoppedAt = { seq: op.seq, session: op.session, reason: 'not finished' };
       break;
@@ -112,19 +128,29 @@ function startsToKeep(records: LocatedRecord[], drop: Set<number>): Set<string> 
  * (if any) rolls to a fresh segment first, so the caller holds the journal lock or is the daemon.
  * A damaged journal is refused (JournalDamagedError). With `dryRun`, nothing is changed: the result says what would be removed.
  */
-export function collectGarbage(stateDir: string, cutoff: number, activeSegment: number | null, o: { dryRun?: boolean } = {}): GcResult {
+export function collectGarbage(stateDir: string, timeCutoff: number, activeSegment: number | null, o: GcOptions = {}): GcResult {
   const dryRun = o.dryRun === true;
   const layout = stateLayout(stateDir);
   // on a damaged journal what is a whole session cannot be told: change nothing
   const contents = readIntactJournal(stateDir);
   const h = buildHistory(contents.records);
-  const { drop, stoppedAt } = dropPrefix(h, cutoff);
+  const protect = new Set(o.protect ?? []);
+  const blobList = [...new BlobStore(layout.blobsDir).list()];
+  let cutoff = timeCutoff;
+  let bytesBefore: number | undefined;
+  if (o.maxBytes !== undefined) {
+    const before = blobList.reduce((n, b) => n + b.size, 0) + contents.segments.reduce((n, seg) => n + fileSize(seg.path), 0);
+    bytesBefore = before;
+    cutoff = cutoffForSize(h, contents, blobList, timeCutoff, before - o.maxBytes, protect);
+  }
+  const { drop, stoppedAt } = dropPrefix(h, cutoff, protect);
   const keptStarts = startsToKeep(contents.records, drop);
   const dropped = h.ops.filter((op) => drop.has(op.seq));
   const result: GcResult = {
     dryRun, cutoff: new Date(cutoff).toISOString(), droppedSessions: [...new Set(dropped.map((op) => op.session))],
     droppedOperations: drop.size, keptOperations: h.ops.length - drop.size,
     firstSeq: null, segmentsRemoved: 0, segmentsRewritten: 0, blobsRemoved: 0, bytesFreed: 0, stoppedAt,
+    ...(o.maxBytes !== undefined ? { maxBytes: o.maxBytes, bytesBefore } : {}),
   };
   const kept = h.ops.filter((op) => !drop.has(op.seq));
   result.firstSeq = kept.length ? (kept[0] as Operation).seq : null;
@@ -177,11 +203,62 @@ export function collectGarbage(stateDir: string, cutoff: number, activeSegment: 
 
   const refs = referencedBlobs(kept);
   const blobs = new BlobStore(layout.blobsDir);
-  for (const b of blobs.list()) {
+  for (const b of blobList) {
     if (refs.has(b.hash) || b.mtimeMs >= cutoff) continue;
     if (!dryRun) blobs.remove(b.hash);
     result.blobsRemoved++;
     result.bytesFreed += b.size;
   }
   return result;
+}
+
+function fileSize(p: string): number {
+  try {
+    return fs.statSync(p).size;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * The cutoff (no earlier than `timeCutoff`, no later than now) whose drop frees at least `excess`
+ * bytes, by the records and before-images it would remove: the smallest such, so gc drops as
+ * little as the bound needs; if none is enough, now (everything gc may drop).
+ */
+function cutoffForSize(h: History, contents: ReturnType<typeof readIntactJournal>, blobs: { hash: string; size: number; mtimeMs: number }[], timeCutoff: number, excess: number, protect: ReadonlySet<string>): number {
+  const now = Date.now();
+  if (excess <= 0 || timeCutoff >= now) return timeCutoff;
+  // each record's length: up to the next record of its segment (or the segment's end)
+  const length = new Map<LocatedRecord, number>();
+  const bySeg = new Map<number, LocatedRecord[]>();
+  for (const r of contents.records) {
+    const list = bySeg.get(r.segment);
+    if (list) list.push(r);
+    else bySeg.set(r.segment, [r]);
+  }
+  for (const seg of contents.segments) {
+    const list = bySeg.get(seg.index) ?? [];
+    const size = fileSize(seg.path);
+    list.forEach((r, i) => length.set(r, (list[i + 1]?.offset ?? size) - r.offset));
+  }
+  const opBytes = new Map<number, number>();
+  for (const op of h.ops) opBytes.set(op.seq, op.records.reduce((n, r) => n + (length.get(r) ?? 0), 0));
+  const freed = (cutoff: number): number => {
+    const { drop } = dropPrefix(h, cutoff, protect);
+    let n = 0;
+    for (const seq of drop) n += opBytes.get(seq) ?? 0;
+    const refs = referencedBlobs(h.ops.filter((op) => !drop.has(op.seq)));
+    for (const b of blobs) if (!refs.has(b.hash) && b.mtimeMs < cutoff) n += b.size;
+    return n;
+  };
+  const candidates = [...new Set(h.ops.map((op) => lastTime(op) + 1))].filter((t) => t > timeCutoff && t <= now).sort((a, b) => a - b);
+  candidates.push(now);
+  let lo = 0;
+  let hi = candidates.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (freed(candidates[mid] as number) >= excess) hi = mid;
+    else lo = mid + 1;
+  }
+  return candidates[lo] as number;
 }

@@ -21,3 +21,6 @@ export * from './state-dir.js';
 export * from './tags.js';
 export * from './verify.js';
 export * from './follow.js';
+export * from './segment-index.js';
+export * from './retention.js';
+export * from './state-space.js';

@@ -7,6 +7,9 @@ import path from 'node:path';
  *                            starts a new one, framed by a `segment` and a `close` record
  *   journal/writing.json     the segment a writer is writing (removed when it closes cleanly):
  *                            only that segment may end without its close record (a crash)
+ *   journal-index.json       what each segment holds (sessions, paths, seqs, times), so queries read
+ *                            only the segments they need; a cache, rebuilt from the segments
+ *                            (segment-index.ts)
  *   blobs/ab/cdef...         before-images by sha256; blobs/tmp/ holds captures in progress
  *   lock                     pid of the one process writing the journal (daemon or CLI)
  *   workspace.json           how the last mount named the workspace (--source/--policy), so
@@ -24,6 +27,7 @@ export interface StateLayout {
   journalDir: string;
   writingFile: string;
   blobsDir: string;
+  journalIndex: string;
   lockFile: string;
   daemonInfo: string;
   daemonSocket: string;
@@ -38,6 +42,7 @@ export function stateLayout(root: string): StateLayout {
     journalDir: path.join(root, 'journal'),
     writingFile: path.join(root, 'journal', 'writing.json'),
     blobsDir: path.join(root, 'blobs'),
+    journalIndex: path.join(root, 'journal-index.json'),
     lockFile: path.join(root, 'lock'),
     daemonInfo: path.join(root, 'daemon.json'),
     daemonSocket: path.join(root, 'daemon.sock'),

@@ -1,9 +1,11 @@
 import type { Backend, Logger } from '../core/index.js';
-import { DEFAULTS, type WorkspaceFlags } from '../config/index.js';
+import { DEFAULTS, type JournalRetention, type WorkspaceFlags } from '../config/index.js';
 import type { Vfs } from '../vfs/index.js';
 import { ControlServer } from './control.js';
-import { JournalService } from './service.js';
+import { type DenialSink, JournalService } from './service.js';
+import { StateSpaceWatch } from './state-space.js';
 import type { JournalRemote } from './remote.js';
+import { RetentionRunner } from './retention.js';
 import { newSessionId } from './session-id.js';
 import type { JournalStage } from './stage.js';
 import { checkStateDir, rememberWorkspace, resolveStateDir } from './state-dir.js';
@@ -21,6 +23,10 @@ export interface JournaledWorkspace {
   session?: string;
   /** GCS: where the journal is mirrored (the bucket's reserved area) */
   journalRemote?: JournalRemote;
+  /** the mount file's `journal:` retention (absent: keep everything) */
+  retention?: JournalRetention;
+  /** where a change refused because the state disk is full is told (the policy's denial log) */
+  denials?: DenialSink;
 }
 
 export interface MountJournalFlags extends WorkspaceFlags {
@@ -36,6 +42,8 @@ export interface MountJournal {
   readonly service: JournalService;
   /** what the start found (torn tail cut, crash leftovers resolved), for the mount's banner */
   readonly startNote: string | undefined;
+  /** a line for /.ledgerfs/usage when the state directory runs low on space, else null */
+  spaceNote(): string | null;
   /** Start answering `ledgerfs rollback`/`gc` for this mount through its Vfs. */
   serve(vfs: Vfs, settleMs: number): Promise<void>;
   close(): Promise<void>;
@@ -52,10 +60,12 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
   const session = flags.session ?? ws.session ?? newSessionId();
   const service = await JournalService.open({
     stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session,
-    actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log, remote: ws.journalRemote,
+    actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log, remote: ws.journalRemote, denials: ws.denials,
   });
   rememberWorkspace(stateDir, flags);
   let control: ControlServer | null = null;
+  const retention = ws.retention ? new RetentionRunner(service, stateDir, ws.retention, log) : null;
+  const space = new StateSpaceWatch(stateDir, log);
   log.info({ state: stateDir, session }, 'journal open');
   return {
     stage: service.stage,
@@ -63,11 +73,16 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
     session,
     service,
     startNote: service.startNote,
+    spaceNote: () => space.note(),
     async serve(vfs: Vfs, settleMs: number) {
       service.attach(vfs);
       control = await ControlServer.start(service, { mountpoint: flags.mountpoint, settleMs, log });
+      retention?.start(DEFAULTS.journal.retentionFirstMs, DEFAULTS.journal.retentionIntervalMs);
+      space.start(DEFAULTS.journal.spaceCheckMs);
     },
     async close() {
+      retention?.stop();
+      space.stop();
       try {
         await control?.close();
       } finally {

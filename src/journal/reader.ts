@@ -56,13 +56,50 @@ function importedSegments(stateDir: string): Set<number> {
   }
 }
 
-/** Read every segment of the journal in a state directory. Never writes. */
-export function readJournal(stateDir: string): JournalContents {
+/**
+ * What the integrity checks need to know of one segment, without its records: taken from a scan,
+ * or (segment-index.ts) from an index entry of the same file unchanged since.
+ */
+export interface SegmentFacts {
+  /** length of the file when it was scanned */
+  size: number;
+  lines: number;
+  /** holds a `segment` or `close` record (else: a segment of the first format) */
+  framed: boolean;
+  /** the number named by a leading `segment` record */
+  header: number | null;
+  close: { offset: number; length: number; bytes: number; reason: string; after: number } | null;
+  problems: { offset: number; reason: string }[];
+  tornTail: ScannedSegment['tornTail'];
+}
+
+export function segmentFacts(scan: ScannedSegment, size: number): SegmentFacts {
+  const first = scan.lines[0];
+  const closeAt = scan.lines.findIndex((l) => l.record.kind === 'close');
+  const close = closeAt >= 0 ? scan.lines[closeAt] : undefined;
+  return {
+    size,
+    lines: scan.lines.length,
+    framed: scan.lines.some((l) => l.record.kind === 'segment' || l.record.kind === 'close'),
+    header: first?.record.kind === 'segment' ? first.record.index : null,
+    close: close && close.record.kind === 'close' ? { offset: close.offset, length: close.length, bytes: close.record.bytes, reason: close.record.reason, after: scan.lines.length - 1 - closeAt } : null,
+    problems: scan.problems,
+    tornTail: scan.tornTail,
+  };
+}
+
+export interface SegmentCheck {
+  problems: JournalProblem[];
+  tornTail: JournalContents['tornTail'];
+  unclosed: JournalContents['unclosed'];
+  openElsewhere: number[];
+}
+
+/** The whole-journal checks (gaps, framing, damage) over every segment's facts, in order. */
+export function checkSegments(stateDir: string, segments: SegmentFile[], factsOf: (seg: SegmentFile) => SegmentFacts): SegmentCheck {
   const layout = stateLayout(stateDir);
-  const segments = listSegments(layout.journalDir);
   const writing = segmentBeingWritten(layout.journalDir);
   const imported = importedSegments(stateDir);
-  const records: LocatedRecord[] = [];
   const problems: JournalProblem[] = [];
   const openElsewhere: number[] = [];
   let tornTail: JournalContents['tornTail'] = null;
@@ -75,31 +112,43 @@ export function readJournal(stateDir: string): JournalContents {
         problems.push({ kind: 'missing', segment: path.join(layout.journalDir, segmentName(k)), index: k, offset: 0, reason: `segment missing (${segmentName(prev.index)} and ${segmentName(seg.index)} exist)` });
       }
     }
-    const buf = fs.readFileSync(seg.path);
-    const scan = scanSegment(buf);
+    const f = factsOf(seg);
     const at = (offset: number, reason: string, kind: JournalProblemKind = 'record'): JournalProblem => ({ kind, segment: seg.path, index: seg.index, offset, reason });
-    for (const l of scan.lines) records.push({ record: l.record, segment: seg.index, offset: l.offset });
-    for (const p of scan.problems) problems.push(at(p.offset, p.reason));
-    const framed = scan.lines.some((l) => l.record.kind === 'segment' || l.record.kind === 'close') || (scan.lines.length === 0 && buf.length > 0 && seg.index === writing);
+    for (const p of f.problems) problems.push(at(p.offset, p.reason));
+    const framed = f.framed || (f.lines === 0 && f.size > 0 && seg.index === writing);
     const isLast = i === segments.length - 1;
     if (!framed) {
       // first format: only the last segment may end torn, and nothing shows a cut at a line boundary
-      if (scan.tornTail) {
-        const t = scan.tornTail;
+      if (f.tornTail) {
+        const t = f.tornTail;
         if (isLast) tornTail = { ...at(t.offset, t.reason), bytes: t.bytes, path: seg.path };
         else problems.push(at(t.offset, `${t.reason} (${t.bytes} bytes) in a closed segment`, 'cut'));
       }
       return;
     }
-    checkFraming(seg, scan, buf.length, { writing: seg.index === writing, imported: imported.has(seg.index), isLast }, {
+    checkFraming(seg, f, { writing: seg.index === writing, imported: imported.has(seg.index), isLast }, {
       problem: (offset, reason, kind) => problems.push(at(offset, reason, kind)),
       torn: (t) => (tornTail = { ...at(t.offset, t.reason), bytes: t.bytes, path: seg.path }),
       unclosed: (end) => (unclosed = { path: seg.path, index: seg.index, end }),
       openElsewhere: () => openElsewhere.push(seg.index),
     });
   });
-  placeProblems(problems, records);
-  return { records, segments, problems, tornTail, unclosed, openElsewhere };
+  return { problems, tornTail, unclosed, openElsewhere };
+}
+
+/** Read every segment of the journal in a state directory. Never writes. */
+export function readJournal(stateDir: string): JournalContents {
+  const layout = stateLayout(stateDir);
+  const segments = listSegments(layout.journalDir);
+  const records: LocatedRecord[] = [];
+  const check = checkSegments(stateDir, segments, (seg) => {
+    const buf = fs.readFileSync(seg.path);
+    const scan = scanSegment(buf);
+    for (const l of scan.lines) records.push({ record: l.record, segment: seg.index, offset: l.offset });
+    return segmentFacts(scan, buf.length);
+  });
+  placeProblems(check.problems, records);
+  return { records, segments, ...check };
 }
 
 interface FramingSink {
@@ -110,42 +159,42 @@ interface FramingSink {
 }
 
 /** A framed segment starts with its `segment` record and ends with its `close` record, at the length it names. */
-function checkFraming(seg: SegmentFile, scan: ScannedSegment, size: number, is: { writing: boolean; imported: boolean; isLast: boolean }, out: FramingSink): void {
-  const first = scan.lines[0];
-  if (first?.record.kind === 'segment' && first.record.index !== seg.index) {
-    out.problem(0, `holds the records of segment ${segmentName(first.record.index)} (renamed or copied over)`, 'framing');
+function checkFraming(seg: SegmentFile, f: SegmentFacts, is: { writing: boolean; imported: boolean; isLast: boolean }, out: FramingSink): void {
+  const size = f.size;
+  if (f.header !== null && f.header !== seg.index) {
+    out.problem(0, `holds the records of segment ${segmentName(f.header)} (renamed or copied over)`, 'framing');
   }
-  const closeAt = scan.lines.findIndex((l) => l.record.kind === 'close');
-  const close = closeAt >= 0 ? scan.lines[closeAt] : undefined;
-  if (close && close.record.kind === 'close') {
-    const after = scan.lines.length - 1 - closeAt;
+  const close = f.close;
+  if (close) {
+    const after = close.after;
     if (after > 0) out.problem(close.offset + close.length, `${after} record(s) after the segment's close record`, 'framing');
-    else if (scan.tornTail) out.problem(scan.tornTail.offset, `${scan.tornTail.bytes} bytes after the segment's close record`, 'framing');
-    if (close.record.bytes !== close.offset) {
-      out.problem(close.offset, close.record.bytes > close.offset
-        ? `${close.record.bytes - close.offset} bytes of records missing before the close record (it was written at byte ${close.record.bytes})`
-        : `${close.offset - close.record.bytes} bytes more before the close record than when it was written`, 'cut');
+    else if (f.tornTail) out.problem(f.tornTail.offset, `${f.tornTail.bytes} bytes after the segment's close record`, 'framing');
+    if (close.bytes !== close.offset) {
+      out.problem(close.offset, close.bytes > close.offset
+        ? `${close.bytes - close.offset} bytes of records missing before the close record (it was written at byte ${close.bytes})`
+        : `${close.offset - close.bytes} bytes more before the close record than when it was written`, 'cut');
     }
-    if (close.record.reason === 'roll' && is.isLast) {
+    if (close.reason === 'roll' && is.isLast) {
       out.problem(size, `segment ${segmentName(seg.index + 1)} is missing: this one was closed to go on there`, 'missing');
     }
     return;
   }
+  const tornTailF = f.tornTail;
   if (is.writing) {
     // the writer's own segment: it is being written, or a crash stopped it (the next start closes it)
-    if (scan.tornTail) out.torn(scan.tornTail);
-    out.unclosed(scan.tornTail ? scan.tornTail.offset : size);
+    if (tornTailF) out.torn(tornTailF);
+    out.unclosed(tornTailF ? tornTailF.offset : size);
     return;
   }
   if (is.imported) {
     // another host's writer may still be writing it: its parts arrive whole, so a torn end is damage
-    if (scan.tornTail) out.problem(scan.tornTail.offset, `${scan.tornTail.reason} (${scan.tornTail.bytes} bytes) in a segment imported from another host`, 'cut');
+    if (tornTailF) out.problem(tornTailF.offset, `${tornTailF.reason} (${tornTailF.bytes} bytes) in a segment imported from another host`, 'cut');
     out.openElsewhere();
     return;
   }
-  const end = scan.tornTail ? scan.tornTail.offset : size;
+  const end = tornTailF ? tornTailF.offset : size;
   const why = is.isLast ? 'its writer closed the journal' : 'a later segment exists';
-  out.problem(end, `the segment ends at byte ${end}${scan.tornTail ? ` in ${scan.tornTail.bytes} bytes of a damaged record (${scan.tornTail.reason})` : ''} without its close record: records at its end were cut off (it was complete: ${why})`, 'cut');
+  out.problem(end, `the segment ends at byte ${end}${tornTailF ? ` in ${tornTailF.bytes} bytes of a damaged record (${tornTailF.reason})` : ''} without its close record: records at its end were cut off (it was complete: ${why})`, 'cut');
 }
 
 /** Name the operations around each problem: what a reader cannot know lies between them. */

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Backend, Logger, MutationStage } from '../core/index.js';
+import type { Backend, Logger, MutationStage, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
 import { BlobStore } from './blobs.js';
@@ -10,6 +10,7 @@ import { buildHistory, type History } from './history.js';
 import { stateLayout, syncDir, type StateLayout } from './layout.js';
 import { JournalLock } from './lock.js';
 import { describeProblem, readIntactJournal, readJournal } from './reader.js';
+import { readJournalFor, rollbackQuery } from './segment-index.js';
 import { encodeRecord } from './codec.js';
 import { RECORD_VERSION, type TagRecord } from './record.js';
 import { recoverPending } from './recovery.js';
@@ -34,6 +35,13 @@ export interface OpenJournalOptions {
   log: Logger;
   /** GCS: the bucket's reserved area; the journal is pulled from and mirrored to it */
   remote?: JournalRemote | undefined;
+  /** where a change refused because the state disk is full is told, as a denial (the policy's DenialLog) */
+  denials?: DenialSink | undefined;
+}
+
+/** What takes a refusal's line (policy/denials.ts DenialLog). */
+export interface DenialSink {
+  record(op: string, path: string, err: VfsError, pid?: number): void;
 }
 
 /** End a segment a crash left open with a `recovered` close record, durably. */
@@ -137,6 +145,14 @@ export class JournalService {
           log: o.log,
           beforeSync: () => blobs.syncPending(),
           ...(mirror ? { onAppend: (i: number, b: number) => mirror.segmentAppended(i, b) } : {}),
+          onFull: (records, err) => {
+            for (const r of records) {
+              if (r.kind !== 'op') continue;
+              // a denial line for each change refused (nothing reached the backend)
+              if (o.denials) o.denials.record(r.op, r.paths[0] as string, err, r.pid);
+              else o.log.warn({ op: r.op, path: r.paths[0], errno: 'ENOSPC', ...(r.pid !== undefined ? { callerPid: r.pid } : {}) }, 'denied: the state directory is full, so the change cannot be journaled');
+            }
+          },
         },
         history.lastSeq,
       );
@@ -181,6 +197,12 @@ export class JournalService {
     return buildHistory(readIntactJournal(this.o.stateDir).records);
   }
 
+  /** history() for what a rollback selects, read through the journal index (segment-index.ts). */
+  private indexedHistory(sel: RollbackRequest): History {
+    this.writer.flush();
+    return readJournalFor(this.o.stateDir, rollbackQuery(sel)).history;
+  }
+
   /** Run one maintenance task at a time (two rollbacks at once would fight over the same paths). */
   private serial<T>(fn: () => Promise<T>): Promise<T> {
     const next = this.queue.then(fn, fn);
@@ -193,7 +215,8 @@ export class JournalService {
       const vfs = this.vfs;
       if (!vfs) throw new Error('journal: no Vfs attached for rollback');
       const openWritePaths = () => this.stage.openWritePaths();
-      const history = this.history();
+      // a dry run needs only the selected operations (and every undo): the index finds them
+      const history = req.dryRun ? this.indexedHistory(req) : this.history();
       const { ops, result: plan } = await planRollback(history, req, { backend: this.o.backend, openWritePaths: openWritePaths() });
       const { planned, alreadyUndone, conflicts } = plan;
       const base = { planned, alreadyUndone, forced: [], ...(plan.unfinished ? { unfinished: plan.unfinished } : {}) };
@@ -230,9 +253,14 @@ export class JournalService {
     });
   }
 
-  gc(keepMs: number): Promise<GcResult> {
+  /**
+   * Drop history older than `keepMs` (none given: no age limit) and, with `maxBytes`, the oldest
+   * whole sessions until the journal fits. A background run (a mount file's retention) never
+   * drops this writer's own session, still mounted; one the user asks for may (gc --keep 0).
+   */
+  gc(keepMs: number | undefined, o: { maxBytes?: number; background?: boolean } = {}): Promise<GcResult> {
     return this.serial(async () => {
-      const cutoff = Date.now() - keepMs;
+      const cutoff = keepMs === undefined ? 0 : Date.now() - keepMs;
       this.writer.rollNow(); // every record so far into closed segments, which gc may rewrite
       await this.writer.sync();
       // The bucket gets them whole first: gc prunes the spool, the bucket keeps the history. A
@@ -244,7 +272,9 @@ export class JournalService {
         if (mirror.backlog > 0) await upload(); // a pass already running when rollNow() closed the segment
         if (mirror.backlog > 0) throw new Error(`journal gc: the bucket does not have the whole journal yet (${mirror.backlog} part(s)/blob(s) to upload); gc not run, try again when it is reachable`);
       }
-      const result = collectGarbage(this.o.stateDir, cutoff, this.writer.activeSegment);
+      const result = collectGarbage(this.o.stateDir, cutoff, this.writer.activeSegment, { ...(o.background ? { protect: [this.o.session] } : {}), ...(o.maxBytes !== undefined ? { maxBytes: o.maxBytes } : {}) });
+      // a background run that dropped nothing leaves no trace (it runs every few minutes)
+      if (o.background && result.droppedOperations === 0 && result.blobsRemoved === 0 && result.segmentsRemoved === 0 && result.segmentsRewritten === 0) return result;
       // numbering must go on after the last seq even if gc dropped every operation
       this.writer.appendNow({
         kind: 'start', time: Date.now(), session: this.o.session, actor: this.o.actor, pid: process.pid, source: this.o.source,

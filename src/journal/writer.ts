@@ -21,6 +21,8 @@ export interface WriterOptions {
   beforeSync?: () => Promise<void>;
   /** whole records were written: segment `index` is now `bytes` long (the bucket mirror's feed) */
   onAppend?: (index: number, bytes: number) => void;
+  /** records that could not be written because the state directory's file system is full */
+  onFull?: (records: JournalRecord[], err: VfsError) => void;
 }
 
 /**
@@ -107,7 +109,15 @@ export class JournalWriter {
 
   appendNow(rec: JournalRecord): void {
     this.pending.push(rec);
-    this.flush();
+    try {
+      this.flush();
+    } catch (err) {
+      // the caller's change does not happen: its record must not be written later either (the
+      // records before it, outcomes of changes made, wait for room: see flush)
+      const i = this.pending.lastIndexOf(rec);
+      if (i >= 0) this.pending.splice(i, 1);
+      throw err;
+    }
   }
 
   appendSoon(rec: JournalRecord): void {
@@ -118,7 +128,9 @@ export class JournalWriter {
         try {
           this.flush();
         } catch (err) {
-          this.o.log.error({ err: (err as Error).message }, 'journal: writing buffered records failed');
+          // a full state disk: the records wait (written with the next flush that finds room)
+          if ((err as VfsError).code === 'ENOSPC') this.o.log.warn({ err: (err as Error).message, waiting: this.pending.length }, 'journal: buffered records wait for room on the state disk');
+          else this.o.log.error({ err: (err as Error).message }, 'journal: writing buffered records failed');
         }
       }, this.o.flushDelayMs);
       this.flushTimer.unref();
@@ -145,8 +157,9 @@ export class JournalWriter {
   flush(): void {
     if (this.pending.length === 0) return;
     if (this.closed) throw new VfsError('EIO', 'journal: writer is closed');
-    const records = this.pending.length;
-    const data = this.pending.length === 1 ? encodeRecord(this.pending[0] as JournalRecord) : Buffer.concat(this.pending.map(encodeRecord));
+    const batch = this.pending;
+    const records = batch.length;
+    const data = batch.length === 1 ? encodeRecord(batch[0] as JournalRecord) : Buffer.concat(batch.map(encodeRecord));
     this.pending = [];
     let off = 0;
     try {
@@ -157,6 +170,15 @@ export class JournalWriter {
         fs.ftruncateSync(this.fd, this.segBytes);
       } catch {
         /* the reader treats it as damage; the next start reports it */
+      }
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOSPC' || code === 'EDQUOT') {
+        // a full state disk: the change is refused (ENOSPC, as a full disk answers) rather than made unrecorded
+        const full = new VfsError('ENOSPC', `journal: the state directory's file system is full (${this.o.journalDir}): the change was refused rather than made without its record`);
+        // nothing of the batch reached the file: keep it for the next flush, once there is room
+        this.pending = batch.concat(this.pending);
+        this.o.onFull?.(batch, full);
+        throw full;
       }
       throw new VfsError('EIO', `journal: cannot append to ${this.o.journalDir}: ${(err as Error).message}`);
     }

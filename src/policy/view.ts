@@ -64,6 +64,8 @@ export class PolicyView implements Backend {
 
   /** The session /.ledgerfs/session names: told by the mount once its journal is open. */
   session: SessionInfo = { id: null, mode: 'live' };
+  /** extra lines for /.ledgerfs/usage from above (the journal's state directory running low on space) */
+  usageNotes: (() => string | null) | undefined;
 
   constructor(
     readonly inner: Backend,
@@ -111,8 +113,10 @@ export class PolicyView implements Backend {
     switch (name) {
       case 'policy':
         return describePolicy(this.policy, 'program');
-      case 'usage':
-        return describeUsage(this.policy, this.usage);
+      case 'usage': {
+        const note = this.usageNotes?.();
+        return describeUsage(this.policy, this.usage) + (note ? `\n${note}\n` : '');
+      }
       case 'denials':
         return describeDenials(this.denials.list());
       case 'session':

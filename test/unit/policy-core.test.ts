@@ -67,6 +67,18 @@ describe('policy view: what exists', () => {
     await expectCode(fx.vfs.unlink('/.ledgerfs/policy'), 'EROFS');
   });
 
+  it('adds what the mount reports (a state directory low on space) to /.ledgerfs/usage', async () => {
+    const fx = await caseFixture();
+    expect(await fx.readFile('/.ledgerfs/usage')).not.toMatch(/low on space/);
+    let note: string | null = 'warning: the journal\'s state directory is low on space: 1.0 MiB free of 2.0 MiB';
+    fx.policy.view.usageNotes = () => note;
+    await fx.vfs.getattr('/.ledgerfs/usage');
+    expect(await fx.readFile('/.ledgerfs/usage')).toMatch(/\nwarning: the journal's state directory is low on space: 1.0 MiB free of 2.0 MiB\n$/);
+    note = null;
+    await fx.vfs.getattr('/.ledgerfs/usage');
+    expect(await fx.readFile('/.ledgerfs/usage')).not.toMatch(/low on space/);
+  });
+
   it('keeps an open /.ledgerfs file at the text its last stat reported', async () => {
     const fx = await caseFixture();
     const before = (await fx.vfs.getattr('/.ledgerfs/denials')).size;
