@@ -1,5 +1,5 @@
 import fs from 'node:fs';
-import { type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, type FsStats, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, type TreePage, VfsError } from '../core/index.js';
+import { type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, type FsStats, isWithin, type MkdirHint, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, type TreePage, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { GcsRequests, makeStorage, type ListPage } from './gcs/client.js';
 import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
@@ -70,7 +70,7 @@ const RACE_ATTEMPTS = 4;
 export class GcsBackend implements Backend, GcsFileHost {
   readonly kind = 'gcs';
   readonly location: string;
-  readonly capabilities: BackendCapabilities = { xattrs: false, hardLinks: false, symlinks: true, owners: true, posixNewNodes: false };
+  readonly capabilities: BackendCapabilities;
   /** local versions set aside because their upload was refused or failed (newest last) */
   readonly conflicts: GcsConflict[] = [];
   readonly names: ObjectNames;
@@ -91,6 +91,8 @@ export class GcsBackend implements Backend, GcsFileHost {
   ) {
     this.names = new ObjectNames(opts.prefix);
     this.location = `gs://${opts.bucket}/${opts.prefix}`;
+    // new nodes carry opts.uid/gid in their metadata (newNodeMeta)
+    this.capabilities = { xattrs: false, hardLinks: false, symlinks: true, owners: true, posixNewNodes: false, newNodeOwner: { uid: opts.uid, gid: opts.gid } };
     this.stagingDir = opts.stagingDir;
     this.conflictsDir = opts.conflictsDir;
     this.journalArea = new GcsJournalRemote(req, this.names.prefix + DEFAULTS.gcs.reservedName + '/');
@@ -496,13 +498,21 @@ export class GcsBackend implements Backend, GcsFileHost {
 
   // ---- Backend: namespace --------------------------------------------------------------------
 
-  async mkdir(path: string, mode: number): Promise<void> {
+  async mkdir(path: string, mode: number, hint?: MkdirHint): Promise<Attr> {
     checkPath(path);
     if (path === '/') throw new VfsError('EEXIST', '/ exists');
+    if (hint?.knownAbsent) {
+      // As open's knownAbsent: tar and git make trees whose directories a cache in front knows
+      // are new and empty, so no lookup of path or parent per directory; GCS still decides
+      // (ifGenerationMatch=0), and a refusal falls back to the checks below.
+      const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
+      if (made) return attrOf('dir', path, made, this.attrDefaults);
+    }
     const [f] = await Promise.all([this.lookup(path), this.requireParentDir(path)]);
     if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
     const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
     if (!made) throw new VfsError('EEXIST', `${path} exists`);
+    return attrOf('dir', path, made, this.attrDefaults);
   }
 
   async rmdir(path: string): Promise<void> {

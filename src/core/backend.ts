@@ -151,6 +151,18 @@ export interface BackendCapabilities {
    * Where it does not, the core does it when it gives a node to its caller.
    */
   posixNewNodes: boolean;
+  /**
+   * Optional, for a store that is not posixNewNodes: the owner it gives a new node by itself.
+   * A caller with exactly these ids (outside a setgid directory) then needs no chown after a
+   * create or mkdir; on GCS that chown is a lookup and a metadata patch per new node.
+   */
+  newNodeOwner?: { uid: number; gid: number };
+}
+
+/** What a cache in front knows before a mkdir (see OpenMode.knownAbsent). */
+export interface MkdirHint {
+  /** nothing is at the path and its parent is a directory: the store may skip its lookups */
+  knownAbsent?: boolean;
 }
 
 /** A page of a tree listing (Backend.readdirTree). */
@@ -192,7 +204,11 @@ export interface Backend {
   readdirTree?(path: string, pageToken?: string): Promise<TreePage>;
   readlink(path: string): Promise<string>;
   open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile>;
-  mkdir(path: string, mode: number): Promise<void>;
+  /**
+   * Resolves with the new directory's attributes when the store has them from the request that
+   * made it (a cache in front keeps them: no lookup right after), else with nothing.
+   */
+  mkdir(path: string, mode: number, hint?: MkdirHint): Promise<Attr | void>;
   rmdir(path: string): Promise<void>;
   unlink(path: string): Promise<void>;
   /** POSIX rename: replaces a file, or an empty directory, at `to`. */

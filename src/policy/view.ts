@@ -302,7 +302,7 @@ export class PolicyView implements Backend {
         return;
       }
     }
-    return this.inner.mkdir(b, mode);
+    await this.inner.mkdir(b, mode);
   }
 
   async rmdir(path: string): Promise<void> {

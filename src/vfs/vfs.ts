@@ -130,6 +130,10 @@ export class Vfs {
     let gid = caller.gid ?? 0;
     const parent = await this.backend.stat(parentOf(path));
     const setgid = (parent.mode & 0o2000) /* S_ISGID */ !== 0;
+    // a store that already gave the node the caller's ids (GCS: the daemon's, in the create
+    // request's metadata) needs no chown, unless a setgid parent wants its group
+    const own = this.backend.capabilities.newNodeOwner;
+    if (!posix && !setgid && own && own.uid === caller.uid && own.gid === gid) return;
     if (setgid) gid = parent.gid;
     await this.backend.chown(path, caller.uid, gid);
     // a directory made in a setgid directory is setgid too (what the file system would do)

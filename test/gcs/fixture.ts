@@ -10,6 +10,8 @@ export interface GcsFixture {
   storage: Storage;
   /** requests the emulator has answered so far (admin calls not counted) */
   requests(): Promise<number>;
+  /** the requests answered after the `since`-th (the emulator's log; see its README) */
+  requestLog(since: number): Promise<Array<{ seq: number; method: string; path: string; query: string }>>;
   fault(spec: unknown): Promise<void>;
   clearFaults(): Promise<void>;
   /** upload `names` (each with `data`), `concurrency` at a time */
@@ -37,6 +39,7 @@ export async function startGcsFixture(base = 'ledgerfs-gcs-test'): Promise<GcsFi
     bucket,
     storage,
     requests: async () => ((await admin('GET', 'stats')) as { requests: number }).requests,
+    requestLog: async (since) => ((await admin('GET', `requests?since=${since}`)) as { requests: Array<{ seq: number; method: string; path: string; query: string }> }).requests,
     fault: async (spec) => void (await admin('POST', 'faults', spec)),
     clearFaults: async () => void (await admin('DELETE', 'faults')),
     seed: async (names, data = 'x', concurrency = 32) => {

@@ -1,4 +1,4 @@
-import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, OpenMode, TimeSpec, TreePage } from '../../core/index.js';
+import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, MkdirHint, OpenMode, TimeSpec, TreePage } from '../../core/index.js';
 
 /**
  * A layer that passes every call to the backend it wraps (OpenDAL's layer model): concrete
@@ -44,8 +44,8 @@ export class ForwardingLayer implements Backend {
   open(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
     return this.inner.open(path, mode, createMode);
   }
-  mkdir(path: string, mode: number): Promise<void> {
-    return this.inner.mkdir(path, mode);
+  mkdir(path: string, mode: number, hint?: MkdirHint): Promise<Attr | void> {
+    return this.inner.mkdir(path, mode, hint);
   }
   rmdir(path: string): Promise<void> {
     return this.inner.rmdir(path);

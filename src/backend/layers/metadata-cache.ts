@@ -298,9 +298,11 @@ export class MetadataCacheLayer extends ForwardingLayer {
     if (attr && !token.gone && this.enabled && !this.isWriting(token.path)) this.nodes.set(token.path, { attr });
   }
 
-  override async mkdir(path: string, mode: number): Promise<void> {
-    await this.change([path], false, () => this.inner.mkdir(path, mode));
+  override async mkdir(path: string, mode: number): Promise<Attr | void> {
+    const hint = this.knownAbsent(path) ? { knownAbsent: true } : undefined;
+    const attr = await this.change([path], false, () => this.inner.mkdir(path, mode, hint));
     this.entry(path, 'dir');
+    if (attr) this.remember(path, { attr }, this.epoch);
     // A new directory is empty: lookups in it (tar, cp -r create right after) need not ask.
     if (this.enabled) this.lists.set(path, new Map());
   }

@@ -1,4 +1,4 @@
-import { type Attr, type Backend, type BackendFile, type DirEntry, isWithin, type OpenMode, type TimeSpec, type TreePage, VfsError } from '../../core/index.js';
+import { type Attr, type Backend, type BackendFile, type DirEntry, isWithin, type MkdirHint, type OpenMode, type TimeSpec, type TreePage, VfsError } from '../../core/index.js';
 import { ForwardingLayer } from './forward.js';
 
 /**
@@ -76,9 +76,9 @@ export class ReservedNameLayer extends ForwardingLayer {
     this.absent(path);
     return super.open(path, mode, createMode);
   }
-  override async mkdir(path: string, mode: number): Promise<void> {
+  override async mkdir(path: string, mode: number, hint?: MkdirHint): Promise<Attr | void> {
     this.refuseNew(path, 'mkdir');
-    return super.mkdir(path, mode);
+    return super.mkdir(path, mode, hint);
   }
   override async rmdir(path: string): Promise<void> {
     this.absent(path);

@@ -29,6 +29,20 @@ export interface GcsEmulator {
   stop(): Promise<void>;
 }
 
+/** One answered JSON API request, for tests that count what a client asks per operation. */
+export interface LoggedRequest {
+  /** 1, 2, ... in arrival order (equal to stats.requests when it arrived) */
+  seq: number;
+  method: string;
+  /** the decoded path, e.g. /upload/storage/v1/b/B/o or /storage/v1/b/B/o/dir/name */
+  path: string;
+  /** the query string, with its "?" ("" for none) */
+  query: string;
+}
+
+/** The request log keeps this many of the latest requests (a ring). */
+const REQUEST_LOG_MAX = 20_000;
+
 export interface EmulatorStats {
   requests: number;
   faultsInjected: number;
@@ -49,9 +63,13 @@ function splitPath(pathname: string): string[] {
 }
 
 /** Admin endpoints under /_emulator/: health, faults, stats, reset (documented in README.md). */
-function admin(ctx: RequestContext, emu: { store: EmulatorStore; faults: FaultInjector; stats: EmulatorStats }): Reply {
+function admin(ctx: RequestContext, emu: { store: EmulatorStore; faults: FaultInjector; stats: EmulatorStats; log: LoggedRequest[] }): Reply {
   const what = ctx.segments[1];
   if (what === 'health' && ctx.method === 'GET') return json({ ok: true });
+  if (what === 'requests' && ctx.method === 'GET') {
+    const since = Number(ctx.query.get('since') ?? 0);
+    return json({ requests: emu.log.filter((r) => r.seq > since) });
+  }
   if (what === 'stats' && ctx.method === 'GET') return json({ ...emu.stats, faultsInjected: emu.faults.injected });
   if (what === 'reset' && ctx.method === 'POST') {
     emu.store.reset();
@@ -89,6 +107,7 @@ export async function startGcsEmulator(opts: GcsEmulatorOptions = {}): Promise<G
   const store = opts.store ?? new EmulatorStore();
   const faults = new FaultInjector();
   const stats: EmulatorStats = { requests: 0, faultsInjected: 0, byMethod: {} };
+  const log: LoggedRequest[] = [];
   const host = opts.host ?? '127.0.0.1';
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -118,7 +137,7 @@ export async function startGcsEmulator(opts: GcsEmulatorOptions = {}): Promise<G
     if (ctx.segments[0] === '_emulator') {
       let reply: Reply;
       try {
-        reply = admin(ctx, { store, faults, stats });
+        reply = admin(ctx, { store, faults, stats, log });
       } catch (err) {
         reply = errorReply(err);
       }
@@ -133,6 +152,8 @@ export async function startGcsEmulator(opts: GcsEmulatorOptions = {}): Promise<G
     } catch {
       // keep the raw path
     }
+    log.push({ seq: stats.requests, method: ctx.method, path: decoded, query: url.search });
+    if (log.length > REQUEST_LOG_MAX) log.splice(0, log.length - REQUEST_LOG_MAX);
     const fault = faults.take(ctx.method, url.pathname, decoded);
     if (fault && fault.delayMs > 0) await sleep(fault.delayMs);
     const failNow = fault && fault.when === 'before' && (fault.status !== 0 || fault.reset);
