@@ -166,18 +166,35 @@ interface Daemon {
   alive(): boolean;
 }
 
+let daemonCount = 0;
+
 /** A `ledgerfs mount` child at `mnt`, waited for until mounted; `wrap`: a command it runs under (e.g. prlimit). */
 async function spawnDaemon(args: string[], mnt: string, env: NodeJS.ProcessEnv, wrap: string[] = []): Promise<Daemon> {
-  let log = '';
+  // The daemon logs into a file, not a pipe: it writes its log synchronously, and a pipe that
+  // fills while this process is blocked in spawnSync (a CLI call, a tool) would stop the daemon
+  // mid-request until the call timed out.
+  const logFile = path.join(os.tmpdir(), `ledgerfs-test-daemon-${process.pid}-${++daemonCount}.log`);
+  const out = fs.openSync(logFile, 'a');
+  let final: string | null = null;
+  const readLog = () => {
+    try {
+      return fs.readFileSync(logFile, 'utf8');
+    } catch {
+      return '';
+    }
+  };
   // a wrapper that execs (prlimit, env) keeps the pid: signals still reach the daemon itself
   const [cmd, ...argv] = [...wrap, process.execPath, CLI, 'mount', ...bindingArgs(), ...args, mnt] as [string, ...string[]];
-  const daemon = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], env });
-  daemon.stdout?.on('data', (d: Buffer) => (log += d.toString()));
-  daemon.stderr?.on('data', (d: Buffer) => (log += d.toString()));
+  const daemon = spawn(cmd, argv, { stdio: ['ignore', out, out], env });
+  fs.closeSync(out);
+  daemon.on('exit', () => {
+    final = readLog();
+    fs.rmSync(logFile, { force: true });
+  });
   let exited = false;
   let stopping = false;
   const exitedP = new Promise<void>((r) => daemon.on('exit', () => ((exited = true), r())));
-  const logs = () => log;
+  const logs = () => final ?? readLog();
   const stop = async () => {
     const diedEarly = exited && !stopping;
     stopping = true;
@@ -186,9 +203,9 @@ async function spawnDaemon(args: string[], mnt: string, env: NodeJS.ProcessEnv, 
     // not unmounted by one SIGTERM: the daemon names the holders and keeps serving; a second
     // detaches it lazily
     // (only then: a clean unmount that takes its time, e.g. GCS's last mirror upload, is waited for)
-    const busyBefore = log.split('is in use by pid').length;
+    const busyBefore = logs().split('is in use by pid').length;
     const again = setInterval(() => {
-      if (!exited && log.split('is in use by pid').length > busyBefore) {
+      if (!exited && logs().split('is in use by pid').length > busyBefore) {
         clearInterval(again);
         daemon.kill('SIGTERM');
       }
@@ -202,7 +219,7 @@ async function spawnDaemon(args: string[], mnt: string, env: NodeJS.ProcessEnv, 
   };
   try {
     await waitFor(() => exited || isMounted(mnt), 15_000, `mount at ${mnt}`, logs);
-    if (exited) throw new Error(`daemon exited before mounting\n${log}`);
+    if (exited) throw new Error(`daemon exited before mounting\n${logs()}`);
   } catch (err) {
     await stop().catch(() => undefined);
     throw err;
@@ -220,6 +237,8 @@ export function bindingArgs(): string[] {
 }
 /** the binding mounts run: the one named, else the CLI's default (on every backend) */
 export const RUNNING_BINDING = TEST_BINDING ?? DEFAULTS.binding;
+/** fallocate's modes (punch-hole): fuse-native (libfuse 2) has no fallocate op, and GCS keeps no blocks */
+export const PUNCHES_HOLES = RUNNING_BINDING !== 'fuse-native' && !onGcs;
 
 /** Start a real `ledgerfs mount` daemon on fresh temp dirs; always pair with stop() in a finally/afterEach. */
 export async function startMount(opts: StartOptions = {}): Promise<TestMount> {
