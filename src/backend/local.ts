@@ -12,6 +12,8 @@ import { checkXattrRead, checkXattrWrite, listableXattr } from './xattr-names.js
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
 /** a descriptor of the node itself, for calls that name it by /proc/self/fd (fs.constants lacks it) */
 const O_PATH = 0o10000000;
+/** the kernel's limit on a path it is given, its NUL included */
+const PATH_MAX = 4096;
 
 /*
  * Why synchronous fs calls: measured on this machine, the libuv thread-pool hop of fs.promises
@@ -556,6 +558,26 @@ export class LocalBackend implements Backend {
     return full;
   }
 
+  /**
+   * `use` with a host path for `path`. A path relative to the mount may be PATH_MAX long, and the
+   * root's prefix makes the host path longer than the kernel takes: then the parent is opened
+   * beneath the root (openat2 takes the relative path) and `use` gets /proc/self/fd/N/NAME, which
+   * the kernel resolves through that descriptor, so only the last name is looked up by path.
+   */
+  private withHost<T>(path: string, use: (p: string) => T): T {
+    const full = this.host(path);
+    if (!this.beneath || Buffer.byteLength(full) < PATH_MAX) return use(full);
+    const [parent, name] = LocalBackend.split(path);
+    const [grand, parentName] = LocalBackend.split(`/${parent}`);
+    const fd = this.beneath.open(this.rootFd, grand, parentName, O_PATH | O_DIRECTORY, 0);
+    if (fd < 0) throw fromNodeError(this.nativeFailure(path, fd), `resolve ${path}`);
+    try {
+      return use(`/proc/self/fd/${fd}/${name}`);
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+
   async stat(path: string): Promise<Attr> {
     // a miss is the common answer (the kernel looks up every name before creating it): no
     // Node exception for it, whose message and stack cost more than the lstat
@@ -606,8 +628,7 @@ export class LocalBackend implements Backend {
   }
 
   async readlink(path: string): Promise<string> {
-    const p = this.host(path);
-    return sys(`readlink ${path}`, () => fs.readlinkSync(p));
+    return this.withHost(path, (p) => sys(`readlink ${path}`, () => fs.readlinkSync(p)));
   }
 
   async open(path: string, mode: OpenMode, createMode = 0o644): Promise<BackendFile> {
@@ -658,25 +679,24 @@ export class LocalBackend implements Backend {
   }
 
   async mkdir(path: string, mode: number): Promise<void> {
-    const p = this.host(path);
-    sys(`mkdir ${path}`, () => fs.mkdirSync(p, { mode }));
-    // mkdir(2) keeps only the permission and sticky bits of its mode; a setgid parent adds S_ISGID
-    const want = mode & 0o1777;
-    if ((want & DAEMON_UMASK) === 0) return;
-    const inherited = sys(`stat ${path}`, () => fs.lstatSync(p)).mode & 0o2000;
-    sys(`chmod ${path}`, () => fs.chmodSync(p, want | inherited));
+    this.withHost(path, (p) => {
+      sys(`mkdir ${path}`, () => fs.mkdirSync(p, { mode }));
+      // mkdir(2) keeps only the permission and sticky bits of its mode; a setgid parent adds S_ISGID
+      const want = mode & 0o1777;
+      if ((want & DAEMON_UMASK) === 0) return;
+      const inherited = sys(`stat ${path}`, () => fs.lstatSync(p)).mode & 0o2000;
+      sys(`chmod ${path}`, () => fs.chmodSync(p, want | inherited));
+    });
   }
 
   async rmdir(path: string): Promise<void> {
-    const p = this.host(path);
-    sys(`rmdir ${path}`, () => fs.rmdirSync(p));
+    this.withHost(path, (p) => sys(`rmdir ${path}`, () => fs.rmdirSync(p)));
   }
 
   async unlink(path: string): Promise<void> {
-    const p = this.host(path);
     const open = this.byPath.has(path) ? this.pinAt(path, `unlink ${path}`) : null;
     try {
-      sys(`unlink ${path}`, () => fs.unlinkSync(p));
+      this.withHost(path, (p) => sys(`unlink ${path}`, () => fs.unlinkSync(p)));
     } catch (err) {
       if (open) for (const f of open.pinned) this.pool.unpin(f);
       throw err;
@@ -685,11 +705,9 @@ export class LocalBackend implements Backend {
   }
 
   async rename(from: string, to: string): Promise<void> {
-    const a = this.host(from);
-    const b = this.host(to);
     const replaced = this.byPath.has(to) ? this.pinAt(to, `rename ${from} -> ${to}`) : null;
     try {
-      sys(`rename ${from} -> ${to}`, () => fs.renameSync(a, b));
+      this.withHost(from, (a) => this.withHost(to, (b) => sys(`rename ${from} -> ${to}`, () => fs.renameSync(a, b))));
     } catch (err) {
       if (replaced) for (const f of replaced.pinned) this.pool.unpin(f);
       throw err;
@@ -699,8 +717,7 @@ export class LocalBackend implements Backend {
   }
 
   async symlink(target: string, path: string): Promise<void> {
-    const p = this.host(path);
-    sys(`symlink ${path}`, () => fs.symlinkSync(target, p));
+    this.withHost(path, (p) => sys(`symlink ${path}`, () => fs.symlinkSync(target, p)));
   }
 
   /** FIFOs, sockets and device nodes (mknodat beneath the root; needs the local addon) */
@@ -712,28 +729,25 @@ export class LocalBackend implements Backend {
     if (r < 0) throw fromNodeError(this.nativeFailure(path, r), `mknod ${path}`);
     // the daemon's umask is not the caller's (see DAEMON_UMASK)
     if ((mode & 0o777 & DAEMON_UMASK) !== 0) {
-      const p = this.host(path);
-      sys(`chmod ${path}`, () => fs.chmodSync(p, mode & 0o7777));
+      this.withHost(path, (p) => sys(`chmod ${path}`, () => fs.chmodSync(p, mode & 0o7777)));
     }
   }
 
   async link(existing: string, newPath: string): Promise<void> {
-    const a = this.host(existing);
-    const b = this.host(newPath);
-    sys(`link ${existing} -> ${newPath}`, () => fs.linkSync(a, b));
+    this.withHost(existing, (a) => this.withHost(newPath, (b) => sys(`link ${existing} -> ${newPath}`, () => fs.linkSync(a, b))));
   }
 
   async chmod(path: string, mode: number): Promise<void> {
-    const p = this.host(path);
-    const st = sys(`stat ${path}`, () => fs.lstatSync(p));
-    // Linux cannot chmod a symlink itself, and following it could leave the root.
-    if (st.isSymbolicLink()) throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
-    sys(`chmod ${path}`, () => fs.chmodSync(p, mode & 0o7777));
+    this.withHost(path, (p) => {
+      const st = sys(`stat ${path}`, () => fs.lstatSync(p));
+      // Linux cannot chmod a symlink itself, and following it could leave the root.
+      if (st.isSymbolicLink()) throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
+      sys(`chmod ${path}`, () => fs.chmodSync(p, mode & 0o7777));
+    });
   }
 
   async chown(path: string, uid: number, gid: number): Promise<void> {
-    const p = this.host(path);
-    sys(`chown ${path}`, () => fs.lchownSync(p, uid, gid));
+    this.withHost(path, (p) => sys(`chown ${path}`, () => fs.lchownSync(p, uid, gid)));
   }
 
   async utimens(path: string, times: TimeSpec): Promise<void> {
@@ -771,21 +785,32 @@ export class LocalBackend implements Backend {
   }
 
   async copyOut(path: string, hostFile: string): Promise<void> {
-    const p = this.host(path);
     // FICLONE: a copy-on-write clone where the file system offers one (btrfs, XFS), else a
     // kernel-side copy; off the event loop, since a big file takes a while.
+    const copy = async (p: string) => {
+      try {
+        await fs.promises.copyFile(p, hostFile, fs.constants.COPYFILE_FICLONE | fs.constants.COPYFILE_EXCL);
+      } catch (err) {
+        throw fromNodeError(err, `copy ${path}`);
+      }
+    };
+    const p = this.host(path);
+    if (!this.beneath || Buffer.byteLength(p) < PATH_MAX) return copy(p);
+    // a long path: through the file's own descriptor (see withHost), open until the copy ends
+    const fd = sys(`open ${path}`, () => this.openNode(path, O_RDONLY));
     try {
-      await fs.promises.copyFile(p, hostFile, fs.constants.COPYFILE_FICLONE | fs.constants.COPYFILE_EXCL);
-    } catch (err) {
-      throw fromNodeError(err, `copy ${path}`);
+      await copy(`/proc/self/fd/${fd}`);
+    } finally {
+      fs.closeSync(fd);
     }
   }
 
   async statfs(path: string): Promise<FsStats> {
-    const p = this.host(path);
-    // statfs follows a final symlink; do not report on whatever it points at
-    if (sys(`stat ${path}`, () => fs.lstatSync(p)).isSymbolicLink()) throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
-    const s = sys(`statfs ${path}`, () => fs.statfsSync(p));
+    const s = this.withHost(path, (p) => {
+      // statfs follows a final symlink; do not report on whatever it points at
+      if (sys(`stat ${path}`, () => fs.lstatSync(p)).isSymbolicLink()) throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
+      return sys(`statfs ${path}`, () => fs.statfsSync(p));
+    });
     return { bsize: s.bsize, blocks: s.blocks, bfree: s.bfree, bavail: s.bavail, files: s.files, ffree: s.ffree, namemax: 255 };
   }
 

@@ -25,8 +25,13 @@ export function stateFromAttr(a: Attr, target?: string): NodeState {
   return s;
 }
 
-/** What is at `path` now: a state, or null when nothing is (ENOENT, or a parent is not a directory). */
-export async function stateOf(backend: Backend, path: string, opts: { atime?: boolean } = {}): Promise<State> {
+/**
+ * What is at `path` now: a state, or null when nothing is (ENOENT, or a parent is not a directory).
+ * `sameTarget`: a state read before of this path; a symlink still of its inode keeps its target
+ * (a link's text cannot change in place), so the link is not read again. Reading it would bump its
+ * atime (relatime on the backend's disk, atime older than mtime) just after a utimens set it.
+ */
+export async function stateOf(backend: Backend, path: string, opts: { atime?: boolean; sameTarget?: State } = {}): Promise<State> {
   let a: Attr | null;
   if (backend.tryStat) {
     a = await backend.tryStat(path);
@@ -39,7 +44,12 @@ export async function stateOf(backend: Backend, path: string, opts: { atime?: bo
       throw err;
     }
   }
-  const s = stateFromAttr(a, a.type === 'symlink' ? await backend.readlink(path) : undefined);
+  let target: string | undefined;
+  if (a.type === 'symlink') {
+    const was = opts.sameTarget;
+    target = was?.type === 'symlink' && was.ino === a.ino && was.target !== undefined ? was.target : await backend.readlink(path);
+  }
+  const s = stateFromAttr(a, target);
   if (opts.atime) s.atimeNs = a.atimeNs.toString();
   return s;
 }

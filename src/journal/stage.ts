@@ -6,6 +6,9 @@ import { dataRuns, keepBytes, keepData } from './ranges.js';
 import type { ConflictRecord, DoneRecord, JournalOp, NodeState, OpArgs, OpRecord, State } from './record.js';
 import type { JournalWriter } from './writer.js';
 
+/** Ops that change a node's metadata and leave its name (and a symlink's text) as it was. */
+const META_OPS: ReadonlySet<string> = new Set<JournalOp>(['chmod', 'chown', 'utimens', 'setxattr', 'removexattr']);
+
 /** Who a mutation is recorded for when a rollback makes it (set per caller object). */
 export interface RecordContext {
   session: string;
@@ -236,7 +239,11 @@ export class JournalStage implements MutationStage {
         if (st.size === 0) this.lastCreate = { file: result, seq, path: paths[0] as string, done };
         return result;
       }
-      after = paths.length === 1 ? [await stateOf(this.backend, paths[0] as string)] : await Promise.all(paths.map((p) => stateOf(this.backend, p)));
+      // an op that leaves the name in place cannot change a symlink's text: reuse the before's
+      const keepsName = META_OPS.has(m.op);
+      after = paths.length === 1
+        ? [await stateOf(this.backend, paths[0] as string, keepsName ? { sameTarget: before[0] ?? null } : {})]
+        : await Promise.all(paths.map((p) => stateOf(this.backend, p)));
       this.writer.appendSoon({ kind: 'done', of: seq, time: Date.now(), after });
     } catch (err) {
       // The change is made; without an outcome the next start resolves it from the backend.
