@@ -20,7 +20,9 @@
 #include <linux/fs.h>
 #include <sys/ioctl.h>
 
-static napi_value fail(napi_env env, const char *what, int err) {
+/* Throw the errno `err` as a JS error whose code is its name (EPERM, ...): the local-store addon's
+ * one way to fail (ledgerfs_xattr.c uses it too). */
+napi_value ledgerfs_throw_errno(napi_env env, const char *what, int err) {
   char msg[256];
   const char *name = strerrorname_np(err);
   snprintf(msg, sizeof msg, "%s: %s", what, strerror(err));
@@ -49,7 +51,7 @@ static bool nums(napi_env env, napi_callback_info info, size_t n, double *out) {
 static napi_value js_fallocate(napi_env env, napi_callback_info info) {
   double a[4];
   if (!nums(env, info, 4, a)) return NULL;
-  if (fallocate((int)a[0], (int)a[1], (off_t)a[2], (off_t)a[3]) != 0) return fail(env, "fallocate", errno);
+  if (fallocate((int)a[0], (int)a[1], (off_t)a[2], (off_t)a[3]) != 0) return ledgerfs_throw_errno(env, "fallocate", errno);
   return NULL;
 }
 
@@ -105,7 +107,7 @@ static napi_value js_copy_file_range(napi_env env, napi_callback_info info) {
   double a[5];
   if (!nums(env, info, 5, a)) return NULL;
   struct copy_job *j = calloc(1, sizeof *j);
-  if (!j) return fail(env, "copy_file_range", ENOMEM);
+  if (!j) return ledgerfs_throw_errno(env, "copy_file_range", ENOMEM);
   j->fd_in = (int)a[0]; j->in = (off_t)a[1]; j->fd_out = (int)a[2]; j->out = (off_t)a[3]; j->left = (size_t)a[4];
   napi_value promise, name;
   napi_create_string_utf8(env, "ledgerfs:copy_file_range", NAPI_AUTO_LENGTH, &name);
@@ -113,7 +115,7 @@ static napi_value js_copy_file_range(napi_env env, napi_callback_info info) {
       napi_create_async_work(env, NULL, name, copy_execute, copy_complete, j, &j->work) != napi_ok ||
       napi_queue_async_work(env, j->work) != napi_ok) {
     free(j);
-    return fail(env, "copy_file_range", EIO);
+    return ledgerfs_throw_errno(env, "copy_file_range", EIO);
   }
   return promise;
 }
@@ -123,7 +125,7 @@ static napi_value js_seek(napi_env env, napi_callback_info info) {
   double a[3];
   if (!nums(env, info, 3, a)) return NULL;
   off_t r = lseek((int)a[0], (off_t)a[1], (int)a[2]);
-  if (r < 0) return fail(env, "lseek", errno);
+  if (r < 0) return ledgerfs_throw_errno(env, "lseek", errno);
   napi_value v;
   napi_create_double(env, (double)r, &v);
   return v;
@@ -145,7 +147,7 @@ static napi_value js_allocated_end(napi_env env, napi_callback_info info) {
     fm->fm_start = at;
     fm->fm_length = FIEMAP_MAX_OFFSET - at;
     fm->fm_extent_count = EXTENTS;
-    if (ioctl(fd, FS_IOC_FIEMAP, fm) != 0) return fail(env, "fiemap", errno == ENOTTY ? EOPNOTSUPP : errno);
+    if (ioctl(fd, FS_IOC_FIEMAP, fm) != 0) return ledgerfs_throw_errno(env, "fiemap", errno == ENOTTY ? EOPNOTSUPP : errno);
     if (fm->fm_mapped_extents == 0) break;
     bool last = false;
     for (__u32 k = 0; k < fm->fm_mapped_extents; k++) {

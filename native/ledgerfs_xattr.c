@@ -21,13 +21,7 @@
 
 #define ATTR_NAME_BYTES (XATTR_NAME_MAX + 2) /* one more to see a longer name */
 
-static napi_value fail(napi_env env, const char *what, int err) {
-  char msg[256];
-  const char *name = strerrorname_np(err);
-  snprintf(msg, sizeof msg, "%s: %s", what, strerror(err));
-  napi_throw_error(env, name ? name : "EIO", msg);
-  return NULL;
-}
+napi_value ledgerfs_throw_errno(napi_env env, const char *what, int err); /* ledgerfs_fdops.c */
 
 static void proc_path(char *buf, size_t len, int32_t fd) { snprintf(buf, len, "/proc/self/fd/%d", fd); }
 
@@ -43,7 +37,7 @@ static bool fd_and_name(napi_env env, napi_value *argv, size_t argc, size_t want
     napi_throw_type_error(env, NULL, "ledgerfs_xattr: the attribute name must be a string");
     return false;
   }
-  if (len > XATTR_NAME_MAX) { fail(env, "xattr", ERANGE); return false; }
+  if (len > XATTR_NAME_MAX) { ledgerfs_throw_errno(env, "xattr", ERANGE); return false; }
   return true;
 }
 
@@ -58,13 +52,13 @@ static napi_value js_getxattr(napi_env env, napi_callback_info info) {
   proc_path(p, sizeof p, fd);
   for (;;) {
     ssize_t n = getxattr(p, name, NULL, 0);
-    if (n < 0) return fail(env, "getxattr", errno);
+    if (n < 0) return ledgerfs_throw_errno(env, "getxattr", errno);
     void *data;
     napi_value buf;
-    if (napi_create_buffer(env, (size_t)n, &data, &buf) != napi_ok) return fail(env, "getxattr", ENOMEM);
+    if (napi_create_buffer(env, (size_t)n, &data, &buf) != napi_ok) return ledgerfs_throw_errno(env, "getxattr", ENOMEM);
     ssize_t got = n ? getxattr(p, name, data, (size_t)n) : 0;
     if (got == n) return buf;
-    if (got < 0 && errno != ERANGE) return fail(env, "getxattr", errno);
+    if (got < 0 && errno != ERANGE) return ledgerfs_throw_errno(env, "getxattr", errno);
     /* it changed size between the two calls: ask again */
   }
 }
@@ -80,19 +74,19 @@ static napi_value js_listxattr(napi_env env, napi_callback_info info) {
   proc_path(p, sizeof p, fd);
   for (;;) {
     ssize_t n = listxattr(p, NULL, 0);
-    if (n < 0) return fail(env, "listxattr", errno);
+    if (n < 0) return ledgerfs_throw_errno(env, "listxattr", errno);
     void *data;
     napi_value buf;
-    if (napi_create_buffer(env, (size_t)n, &data, &buf) != napi_ok) return fail(env, "listxattr", ENOMEM);
+    if (napi_create_buffer(env, (size_t)n, &data, &buf) != napi_ok) return ledgerfs_throw_errno(env, "listxattr", ENOMEM);
     ssize_t got = n ? listxattr(p, data, (size_t)n) : 0;
     if (got == n) return buf;
     if (got >= 0 && got < n) {
       napi_value short_buf;
       void *copy;
-      if (napi_create_buffer_copy(env, (size_t)got, data, &copy, &short_buf) != napi_ok) return fail(env, "listxattr", ENOMEM);
+      if (napi_create_buffer_copy(env, (size_t)got, data, &copy, &short_buf) != napi_ok) return ledgerfs_throw_errno(env, "listxattr", ENOMEM);
       return short_buf;
     }
-    if (errno != ERANGE) return fail(env, "listxattr", errno);
+    if (errno != ERANGE) return ledgerfs_throw_errno(env, "listxattr", errno);
   }
 }
 
@@ -111,7 +105,7 @@ static napi_value js_setxattr(napi_env env, napi_callback_info info) {
     return NULL;
   }
   proc_path(p, sizeof p, fd);
-  if (setxattr(p, name, len ? data : "", len, flags) != 0) return fail(env, "setxattr", errno);
+  if (setxattr(p, name, len ? data : "", len, flags) != 0) return ledgerfs_throw_errno(env, "setxattr", errno);
   return NULL;
 }
 
@@ -124,7 +118,7 @@ static napi_value js_removexattr(napi_env env, napi_callback_info info) {
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (!fd_and_name(env, argv, argc, 2, &fd, name)) return NULL;
   proc_path(p, sizeof p, fd);
-  if (removexattr(p, name) != 0) return fail(env, "removexattr", errno);
+  if (removexattr(p, name) != 0) return ledgerfs_throw_errno(env, "removexattr", errno);
   return NULL;
 }
 
@@ -151,7 +145,7 @@ static napi_value js_utimens(napi_env env, napi_callback_info info) {
   }
   struct timespec ts[2] = {{.tv_sec = as, .tv_nsec = ans}, {.tv_sec = ms, .tv_nsec = mns}};
   proc_path(p, sizeof p, fd);
-  if (utimensat(AT_FDCWD, p, ts, 0) != 0) return fail(env, "utimensat", errno);
+  if (utimensat(AT_FDCWD, p, ts, 0) != 0) return ledgerfs_throw_errno(env, "utimensat", errno);
   return NULL;
 }
 
