@@ -35,10 +35,16 @@ export function mayNeedPrivilege(m: Mutation, p: Privileges): boolean {
     case 'mknod':
       return (!p.setid && ((m.mode ?? 0) & (S_ISUID | S_ISGID)) !== 0) || (m.op === 'mknod' && !p.devices);
     case 'chown':
-      return !p.chown;
+      // to "unchanged" or to the caller's own ids (cp -p, tar as the owner) needs no look at the node
+      return !p.chown && (mayGiveAway(m.uid, m.caller.uid) || mayGiveAway(m.gid, m.caller.gid));
     default:
       return false;
   }
+}
+
+/** An id a chown asks for that could be someone else's (not "keep", not the caller's own). */
+function mayGiveAway(to: number | undefined, own: number | undefined): boolean {
+  return to !== undefined && to !== KEEP_ID && to !== -1 && to !== own;
 }
 
 /** Whether the check needs the node's current attributes (a chmod or chown of it). */
@@ -69,8 +75,7 @@ export function privilegeRefusal(m: Mutation, p: Privileges, current: Attr | nul
     case 'chown': {
       if (p.chown) return null;
       const c = m.caller;
-      const changes = (to: number | undefined, now: number | undefined, own: number | undefined) =>
-        to !== undefined && to !== KEEP_ID && to !== -1 && to !== now && to !== own;
+      const changes = (to: number | undefined, now: number | undefined, own: number | undefined) => mayGiveAway(to, own) && to !== now;
       if (changes(m.uid, current?.uid, c.uid) || changes(m.gid, current?.gid, c.gid)) {
         return new VfsError('EPERM', `chown ${m.path} to ${m.uid}:${m.gid} refused: giving a node to another user or group is not allowed (privileges.chown in the mount file grants it)`);
       }
