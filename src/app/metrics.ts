@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { DEFAULTS } from '../config/index.js';
 import { errnoName, kernelErrno } from '../core/index.js';
 import type { OpMeter, RequestMeters } from '../fuse/index.js';
 import type { MountJournal } from '../journal/index.js';
@@ -15,8 +16,7 @@ export interface MetricSources {
   journal?: MountJournal | null | undefined;
 }
 
-/** request latency buckets, seconds: from a cached getattr (tens of µs) to a slow upload */
-const LATENCY_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const LATENCY_BUCKETS = DEFAULTS.metricsLatencyBuckets;
 
 /**
  * A counter whose value lives elsewhere (a layer's own hit count, the journal writer's bytes):
@@ -139,9 +139,8 @@ export class DaemonMetrics implements RequestMeters {
     if (policy) {
       const roots = policy.compiled.roots;
       const rootOf = (path: string) => {
-        let best = '';
-        for (const root of roots) if ((path === root.path || path.startsWith(root.path === '/' ? '/' : root.path + '/')) && root.path.length > best.length) best = root.path;
-        return best || '(none)';
+        const loc = policy.compiled.locate(path);
+        return loc?.kind === 'root' ? loc.path : '(none)';
       };
       policy.denials.onRecord = (d: Denial) => this.denials.inc({ rule: d.rule, root: rootOf(d.path) });
       const quota = (name: string, help: string, read: (rootIndex: number) => number | undefined) =>

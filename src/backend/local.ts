@@ -1,12 +1,12 @@
 import fs from 'node:fs';
 import nodePath from 'node:path';
-import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, type NodeType, type OpenMode, rebase, SEEK_DATA, SEEK_HOLE, type TimeSpec, VfsError } from '../core/index.js';
+import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, type NodeType, type OpenMode, rebase, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_NOW, UTIME_OMIT, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { loadBeneath, type Beneath } from './beneath.js';
 import { fdLimit } from './fd-limit.js';
 import { fdOps, type FdOps } from './fd-ops.js';
 import { FdPool, type Pooled, poolSize, type PoolSize } from './fd-pool.js';
-import { nodeOps, type NodeOps, splitNs, UTIME_NOW, UTIME_OMIT } from './node-ops.js';
+import { nodeOps, type NodeOps, splitNs } from './node-ops.js';
 import { checkXattrRead, checkXattrWrite, listableXattr } from './xattr-names.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;

@@ -17,9 +17,6 @@ export interface NodeOps {
   utimens(fd: number, atimeSec: bigint, atimeNsec: number, mtimeSec: bigint, mtimeNsec: number): void;
 }
 
-// linux/stat.h
-export const UTIME_NOW = (1 << 30) - 1;
-export const UTIME_OMIT = (1 << 30) - 2;
 
 /** The helpers, or null when the addon was not built (or is an older build without them). */
 export function nodeOps(): NodeOps | null {

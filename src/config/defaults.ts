@@ -74,6 +74,8 @@ export const DEFAULTS = {
   failureLogPerSecond: 10,
   /** `ledgerfs mount --metrics` with no port: Prometheus' registered port for ledgerfs-like exporters */
   metricsPort: 9464,
+  /** --metrics request latency buckets, seconds: from a cached getattr (tens of µs) to a slow upload */
+  metricsLatencyBuckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10] as readonly number[],
   /** /healthz: the backend call that proves it reachable must answer within this */
   healthTimeoutMs: 2000,
   /** `ledgerfs run` (src/cli/run-command.ts, src/sandbox/bwrap.ts). */

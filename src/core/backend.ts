@@ -133,6 +133,10 @@ export const FALLOC_FL_PUNCH_HOLE = 0x02;
 export const SEEK_DATA = 3;
 export const SEEK_HOLE = 4;
 
+/** utimensat(2)'s special nanosecond values (linux/stat.h), as the kernel passes them through libfuse */
+export const UTIME_NOW = (1 << 30) - 1;
+export const UTIME_OMIT = (1 << 30) - 2;
+
 export interface TimeSpec {
   /** nanoseconds since epoch; 'now' for the current time; undefined leaves it unchanged */
   atimeNs?: bigint | 'now';

@@ -1,4 +1,4 @@
-import type { Attr, FsStats, TimeSpec, Caller } from '../core/index.js';
+import { type Attr, type FsStats, type TimeSpec, type Caller, UTIME_NOW, UTIME_OMIT } from '../core/index.js';
 
 /**
  * The one interface between ledgerfs and a kernel binding. fuse-native implements it today; a
@@ -91,10 +91,6 @@ export interface Binding {
   readonly hidesReleasedFiles: boolean;
   mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs>;
 }
-
-/** utimensat's special nanosecond values, as the kernel passes them through libfuse */
-const UTIME_NOW = 0x3fffffff;
-const UTIME_OMIT = 0x3ffffffe;
 
 /** One time of a utimens request as the core takes it: ns since the epoch, 'now', or unchanged. */
 export function timeArg(sec: number, nsec: number): bigint | 'now' | undefined {

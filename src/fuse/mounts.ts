@@ -12,9 +12,9 @@ import { promisify } from 'node:util';
 const run = promisify(execFile);
 
 /** The kernel type of a ledgerfs mount (libfuse `-o subtype=ledgerfs`). */
-export const LEDGERFS_FSTYPE = 'fuse.ledgerfs';
+const LEDGERFS_FSTYPE = 'fuse.ledgerfs';
 /** fsname of a local workspace: `ledgerfs:/abs/path`; a GCS workspace is named by its URL. */
-export const LOCAL_FSNAME_PREFIX = 'ledgerfs:';
+const LOCAL_FSNAME_PREFIX = 'ledgerfs:';
 
 export interface MountEntry {
   mountpoint: string;
@@ -33,7 +33,7 @@ function unescape(s: string): string {
   return s.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
 }
 
-export function parseMountInfo(text: string): MountEntry[] {
+function parseMountInfo(text: string): MountEntry[] {
   const out: MountEntry[] = [];
   for (const line of text.split('\n')) {
     if (!line) continue;
@@ -58,11 +58,6 @@ export function mountAt(mountpoint: string): MountEntry | undefined {
   return found;
 }
 
-/** Mount points strictly below `dir` (deepest last as listed: unmount in reverse). */
-export function mountsUnder(dir: string): MountEntry[] {
-  const abs = path.resolve(dir);
-  return listMounts().filter((m) => m.mountpoint.startsWith(abs + path.sep));
-}
 
 /** The fsname a mount of this backend location carries: `ledgerfs:/abs/dir` or `gs://bucket/prefix`. */
 export function fsNameFor(location: string): string {
