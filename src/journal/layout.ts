@@ -25,7 +25,6 @@ export const SEGMENT_RE = /^(\d{6,})\.log$/;
 export interface StateLayout {
   root: string;
   journalDir: string;
-  writingFile: string;
   blobsDir: string;
   journalIndex: string;
   lockFile: string;
@@ -40,7 +39,6 @@ export function stateLayout(root: string): StateLayout {
   return {
     root,
     journalDir: path.join(root, 'journal'),
-    writingFile: path.join(root, 'journal', 'writing.json'),
     blobsDir: path.join(root, 'blobs'),
     journalIndex: path.join(root, 'journal-index.json'),
     lockFile: path.join(root, 'lock'),
@@ -88,10 +86,15 @@ export function syncDir(dir: string): void {
   }
 }
 
+/** The file naming the segment a writer is writing (removed when it closes cleanly). */
+export function writingMarker(journalDir: string): string {
+  return path.join(journalDir, 'writing.json');
+}
+
 /** The segment a writer is writing, or was writing when it stopped without closing (a crash). */
 export function segmentBeingWritten(journalDir: string): number | null {
   try {
-    const v = JSON.parse(fs.readFileSync(path.join(journalDir, 'writing.json'), 'utf8')) as { segment?: unknown };
+    const v = JSON.parse(fs.readFileSync(writingMarker(journalDir), 'utf8')) as { segment?: unknown };
     return typeof v.segment === 'number' ? v.segment : null;
   } catch {
     return null;

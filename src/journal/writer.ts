@@ -1,9 +1,8 @@
 import fs from 'node:fs';
-import path from 'node:path';
 import { promisify } from 'node:util';
 import { type Logger, VfsError } from '../core/index.js';
 import { encodeRecord } from './codec.js';
-import { listSegments, segmentName, syncDir } from './layout.js';
+import { listSegments, segmentName, syncDir, writingMarker } from './layout.js';
 import type { JournalRecord } from './record.js';
 
 const fsyncAsync = promisify(fs.fsync);
@@ -71,8 +70,14 @@ export class JournalWriter {
 
   /** Name the segment about to be written (durably), then create it. */
   private openSegment(): number {
-    const marker = path.join(this.o.journalDir, 'writing.json');
-    fs.writeFileSync(`${marker}.tmp`, JSON.stringify({ segment: this.segIndex, pid: process.pid }) + '\n', { mode: 0o600 });
+    const marker = writingMarker(this.o.journalDir);
+    const tmp = fs.openSync(`${marker}.tmp`, 'w', 0o600);
+    try {
+      fs.writeSync(tmp, JSON.stringify({ segment: this.segIndex, pid: process.pid }) + '\n');
+      fs.fsyncSync(tmp);
+    } finally {
+      fs.closeSync(tmp);
+    }
     fs.renameSync(`${marker}.tmp`, marker);
     const fd = fs.openSync(`${this.o.journalDir}/${segmentName(this.segIndex)}`, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o600);
     syncDir(this.o.journalDir);
@@ -265,7 +270,7 @@ export class JournalWriter {
     }
     // Only once the close record is durable: from now on a segment without one has lost records.
     if (clean) {
-      fs.rmSync(path.join(this.o.journalDir, 'writing.json'), { force: true });
+      fs.rmSync(writingMarker(this.o.journalDir), { force: true });
       syncDir(this.o.journalDir);
     }
   }
