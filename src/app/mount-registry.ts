@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { DEFAULTS } from '../config/index.js';
+import { pidAlive } from '../core/index.js';
 import { isLedgerfsMount, listMounts, type MountEntry } from '../fuse/index.js';
 
 /**
@@ -52,19 +53,10 @@ export function registerMount(r: MountRecord): () => void {
   };
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 function recordAt(m: MountEntry): MountRecord | null {
   try {
     const r = JSON.parse(fs.readFileSync(fileOf(m.mountpoint), 'utf8')) as MountRecord;
-    return r.mountpoint === m.mountpoint && r.source === m.source && alive(r.pid) ? r : null;
+    return r.mountpoint === m.mountpoint && r.source === m.source && pidAlive(r.pid) ? r : null;
   } catch {
     return null;
   }

@@ -79,3 +79,13 @@ export function callerProcess(pid: number | undefined): CallerProcess | undefine
 export function clearCallerCache(): void {
   cache.clear();
 }
+
+/** Whether process `pid` exists (EPERM: it does, owned by someone else). */
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

@@ -371,11 +371,13 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
       }
       // ids for the entries this reply may hold; each one sent is a lookup, the rest are dropped
       const n = Math.min(d.names.length - off, Math.floor(size / MIN_PLUS_ENTRY) + 1);
+      const linked: Promise<void>[] = [];
       for (let k = 0; k < n; k++) {
         const a = d.attrs[off + k];
         const name = d.names[off + k] as string;
-        if (a && a.nlink > 1 && name !== '.' && name !== '..') await checkAlias(c, d.ino, name, a);
+        if (a && a.nlink > 1 && name !== '.' && name !== '..') linked.push(checkAlias(c, d.ino, name, a));
       }
+      if (linked.length) await Promise.all(linked);
       const { buf, f, t, n: ns } = plusRecords(Math.max(n, 0));
       const offered: (Node | undefined)[] = [];
       for (let k = 0; k < n; k++) {

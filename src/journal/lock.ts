@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { pidAlive } from '../core/index.js';
 
 export class JournalLockedError extends Error {
   constructor(
@@ -29,11 +30,7 @@ function processStart(pid: number): string | undefined {
 }
 
 function alive(info: LockInfo): boolean {
-  try {
-    process.kill(info.pid, 0);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
-  }
+  if (!pidAlive(info.pid)) return false;
   const start = processStart(info.pid);
   return info.start === undefined || start === undefined || start === info.start;
 }

@@ -1,6 +1,7 @@
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { DEFAULTS } from '../../config/index.js';
+import { pidAlive } from '../../core/index.js';
 import type { GcsRequests } from './client.js';
 import { isNotFound, isPreconditionFailed } from './errors.js';
 import type { ObjectInfo } from './metadata.js';
@@ -73,15 +74,6 @@ export function registerInstance(): string {
 
 export function unregisterInstance(id: string): void {
   liveInstances.delete(id);
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
+import { pidAlive } from '../../core/index.js';
 
 export interface ContentCacheOptions {
   /** a directory of its own is made under it for this process, and removed at close */
@@ -142,10 +143,6 @@ function removeOrphans(root: string): void {
   for (const n of names) {
     const pid = Number(/^(\d+)-/.exec(n)?.[1]);
     if (!pid || pid === process.pid) continue;
-    try {
-      process.kill(pid, 0);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ESRCH') fs.rmSync(path.join(root, n), { recursive: true, force: true });
-    }
+    if (!pidAlive(pid)) fs.rmSync(path.join(root, n), { recursive: true, force: true });
   }
 }
