@@ -298,7 +298,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
 async function notifyReady(mountpoint: string, source: string, stillMounted: () => boolean, log: Logger): Promise<void> {
   const deadline = Date.now() + DEFAULTS.daemonReadyTimeoutSec * 1000;
   while (stillMounted() && Date.now() < deadline) {
-    if (await mountAnswersStatFromChild(mountpoint, 10_000)) {
+    if (await mountAnswersStatFromChild(mountpoint)) {
       const r = sdNotify(`READY=1\nSTATUS=serving ${source} at ${mountpoint}\nMAINPID=${process.pid}\n`);
       if (typeof r === 'object') log.error({ err: r.error }, 'could not tell systemd the mount is ready');
       else log.info({ notify: r }, 'told systemd: ready');

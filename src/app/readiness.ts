@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { DEFAULTS } from '../config/index.js';
 import { isLedgerfsMount, mountAt } from '../fuse/index.js';
 
 /*
@@ -14,7 +15,7 @@ import { isLedgerfsMount, mountAt } from '../fuse/index.js';
  * on a daemon that does not answer can then be killed, where one on this process's own thread
  * pool would hold this process (and its exit) until the daemon answers.
  */
-export async function mountAnswersStat(mountpoint: string, timeoutMs = 10_000): Promise<boolean> {
+export async function mountAnswersStat(mountpoint: string, timeoutMs = DEFAULTS.readinessStatTimeoutMs): Promise<boolean> {
   const m = mountAt(mountpoint);
   if (!m || !isLedgerfsMount(m)) return false;
   return mountAnswersStatFromChild(mountpoint, timeoutMs);
@@ -27,7 +28,7 @@ process.exit(fs.statSync(p).dev !== fs.statSync(require('path').dirname(p)).dev 
  * For the daemon itself: the same check made by a child process, so that the daemon keeps
  * serving (the child's stat is one of the requests it answers) while it waits.
  */
-export function mountAnswersStatFromChild(mountpoint: string, timeoutMs: number): Promise<boolean> {
+export function mountAnswersStatFromChild(mountpoint: string, timeoutMs = DEFAULTS.readinessStatTimeoutMs): Promise<boolean> {
   return new Promise((resolve) => {
     execFile(process.execPath, ['-e', STAT_IN_CHILD, mountpoint], { timeout: timeoutMs, killSignal: 'SIGKILL' }, (err) => resolve(err === null));
   });

@@ -47,6 +47,8 @@ export const DEFAULTS = {
   statePruneOlderThan: '30d',
   /** `mount --daemon`: how long the parent waits for the mount to answer stat before giving up */
   daemonReadyTimeoutSec: 60,
+  /** how long one readiness stat of a mount (made by a child process) may take before it counts as no answer */
+  readinessStatTimeoutMs: 10_000,
   fsName: 'ledgerfs',
   /** Where `ledgerfs mount` without --source puts its demo workspace. */
   demoWorkspaceDir: path.join(os.homedir(), '.ledgerfs', 'demo-workspace'),
