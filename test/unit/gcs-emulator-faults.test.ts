@@ -98,7 +98,10 @@ describe('fault injection', () => {
     await expect(noRetry.file('during-503').save('x', { resumable: false, preconditionOpts: { ifGenerationMatch: 0 } })).rejects.toMatchObject({ code: 503 });
     // admin calls still answer during the outage
     expect(((await (await fetch(`${fx.emu.url}/_emulator/outage`)).json()) as { outage: unknown }).outage).toMatchObject({ status: 503, reset: false });
-    await new Promise((r) => setTimeout(r, 650));
+    // ends by itself: wait for the emulator to say so (polled, not one fixed sleep)
+    const over = async () => ((await (await fetch(`${fx.emu.url}/_emulator/outage`)).json()) as { outage: unknown }).outage === null;
+    for (let i = 0; i < 200 && !(await over()); i++) await new Promise((r) => setTimeout(r, 20));
+    expect(await over()).toBe(true);
     await expect(noRetry.file('f1').getMetadata()).resolves.toBeDefined();
     await outage({ ms: 10_000, reset: true });
     const dropped = await noRetry.file('during-reset').save('x', { resumable: false, preconditionOpts: { ifGenerationMatch: 0 } }).catch((e: Error) => e);
