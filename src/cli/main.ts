@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { Command, Option } from 'commander';
 import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_FORMATS, LOG_LEVELS, type LogFormat, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
+import { flushLogs } from '../core/index.js';
 import { notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
 import { serveMount, startDaemon, UserError } from '../app/index.js';
 import { JournalDamagedError } from '../journal/index.js';
@@ -201,7 +202,9 @@ async function reportingErrors(body: () => Promise<void>): Promise<void> {
   });
   try {
     await body();
+    await flushLogs();
   } catch (err) {
+    await flushLogs();
     if (err instanceof UserError) {
       process.stderr.write(`ledgerfs: ${err.message}\n`);
       process.exitCode = err.exitCode;

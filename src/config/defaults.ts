@@ -43,6 +43,12 @@ export const DEFAULTS = {
   /** copy_file_range between stores that cannot copy themselves: read+write in pieces this big */
   copyBufferBytes: 1024 * 1024,
   logLevel: 'info' as const,
+  /** Log bytes waiting to be written when the log goes to a pipe or socket nobody is reading (a
+   * stalled supervisor): past this, further lines are dropped and counted, rather than the
+   * daemon blocking on the write and every program on the mount with it (src/core/log.ts). */
+  logPipeBufferBytes: 4 * 1024 * 1024,
+  /** at exit, the daemon waits for such a pipe to take the log lines still queued while it takes some at least this often */
+  logFlushTimeoutMs: 1000,
   /** `ledgerfs state prune` without --older-than: state directories unused this long go */
   statePruneOlderThan: '30d',
   /** `mount --daemon`: how long the parent waits for the mount to answer stat before giving up */
