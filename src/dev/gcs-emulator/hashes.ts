@@ -28,6 +28,11 @@ export function crc32cBase64(data: Uint8Array): string {
   return b.toString('base64');
 }
 
+// one hash update takes at most 2^31-1 bytes ("data is too long"): objects of 2 GiB and more go in slices
+const HASH_SLICE = 1 << 30;
+
 export function md5Base64(data: Uint8Array): string {
-  return createHash('md5').update(data).digest('base64');
+  const h = createHash('md5');
+  for (let at = 0; at < data.length; at += HASH_SLICE) h.update(data.subarray(at, at + HASH_SLICE));
+  return h.digest('base64');
 }
