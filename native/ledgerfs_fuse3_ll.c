@@ -79,6 +79,8 @@ struct mnt {
   int bulk;                 /* the last request moved SPIN_BULK_BYTES or more (no spin after it) */
   int closing_handles;      /* uv handles still to close before the struct is freed */
   uint64_t spin_hits, spin_misses, spin_requests;
+  uint64_t spin_contended;  /* spins given up because another task held our CPU (see SPIN) */
+  uint64_t spin_quiet_at;   /* no spin before this time: the CPU was contended lately (see SPIN) */
 };
 
 static uint64_t now_ns(void) {
@@ -814,8 +816,14 @@ static void on_poll(uv_poll_t *h, int status, int events) {
  * a wake-up is little beside moving 1 MiB, and a spinning vCPU there took host CPU from the
  * disk: dd of a cold 512 MiB file fell from 1.2-1.5 GB/s to 0.5-1.9 GB/s, its copies from the
  * page cache (_copy_to_iter) running 3x slower.
+ * Not on a contended CPU: a yield that comes back after more than the window means another task
+ * (a neighbour process, not a caller about to send its next request) ran on this CPU meanwhile.
+ * A spinning thread is runnable, so when the request comes it waits for that task's time slice
+ * to end (milliseconds); a thread asleep in epoll is woken and preempts at once. So such a yield
+ * ends the spin, and no spin starts for SPIN_BACKOFF_NS (issue 17: a busy agent host).
  */
 #define SPIN_SLICE_NS 2000000u
+#define SPIN_BACKOFF_NS 100000000u
 
 static void on_spin(uv_check_t *h) {
   struct mnt *m = h->data;
@@ -824,7 +832,9 @@ static void on_spin(uv_check_t *h) {
   /* a wake-up that needed no answer (FORGET: git's unlinks send many) starts the window now */
   if (!m->idle_since) m->idle_since = now_ns();
   if (!m->spin_on || !m->spin_ns || m->bulk) return;
-  uint64_t slice_end = now_ns() + SPIN_SLICE_NS;
+  uint64_t start = now_ns();
+  if (start < m->spin_quiet_at) return;
+  uint64_t slice_end = start + SPIN_SLICE_NS;
   for (;;) {
     struct pollfd pfd = { .fd = fuse_session_fd(m->se), .events = POLLIN };
     int ready = poll(&pfd, 1, 0);
@@ -839,7 +849,13 @@ static void on_spin(uv_check_t *h) {
       m->spin_on = 0;
       return;
     }
+    uint64_t before = now_ns();
     sched_yield();
+    if (now_ns() - before > m->spin_ns) {
+      m->spin_contended++;
+      m->spin_quiet_at = now_ns() + SPIN_BACKOFF_NS;
+      return;
+    }
   }
 }
 
@@ -941,8 +957,9 @@ static napi_value js_destroy(napi_env env, napi_callback_info info) {
     fprintf(stderr, "ledgerfs_fuse3_ll: %llu requests in %llu JS wake-ups (%.2f per wake-up, largest batch %llu)\n",
             (unsigned long long)m->requests, (unsigned long long)m->batches,
             m->batches ? (double)m->requests / (double)m->batches : 0.0, (unsigned long long)m->max_batch);
-    fprintf(stderr, "ledgerfs_fuse3_ll: spin: %llu requests caught in %llu spins, %llu spins ran out\n",
-            (unsigned long long)m->spin_requests, (unsigned long long)m->spin_hits, (unsigned long long)m->spin_misses);
+    fprintf(stderr, "ledgerfs_fuse3_ll: spin: %llu requests caught in %llu spins, %llu spins ran out, %llu given up on a contended CPU\n",
+            (unsigned long long)m->spin_requests, (unsigned long long)m->spin_hits, (unsigned long long)m->spin_misses,
+            (unsigned long long)m->spin_contended);
   }
   m->closing_handles = 2;
   uv_close((uv_handle_t *)&m->poll, on_closed_handle);

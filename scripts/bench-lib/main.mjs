@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { FuseOpsTracer, fmtOps } from './fuseops.mjs';
+import { NO_LOAD, killAllLoadSync, startBackgroundLoad } from './load.mjs';
 import { cleanupAllSync, liveMounts, makeTargets } from './targets.mjs';
 import {
   BenchError, canDropCaches, cpuSeconds, fmtBytes, median, mountAt, mountPoints, parseSize, rmrf, runOk, say, setQuiet, waitQuiet, warn, which,
@@ -41,6 +42,7 @@ const OPTIONS = {
   'add-peer': { type: 'string', multiple: true },
   quiet: { type: 'boolean', short: 'q' },
   'fuse-ops': { type: 'boolean' },
+  'background-load': { type: 'string' },
 };
 
 function usage() {
@@ -67,6 +69,15 @@ Options:
   --rounds N            measured rounds per workload and peer, median reported (default ${FULL.rounds})
   --fio-runtime SEC     cap on each fio round (default ${FULL.fioRuntime})
   --no-warmup           skip the discarded warm-up rounds
+  --background-load N   keep N cores busy with other processes during every round, for
+                        every column alike (default 0): N child processes, each spinning on a
+                        core at nice 0 like a real neighbour, started after the quiet wait and
+                        before the round's timed part, killed by PID after it. Agent hosts are
+                        busy: a daemon that wins on an idle machine can lose when its busy-poll,
+                        its wake-ups and the caller must share what is left. The report says the
+                        load was on (column 'spin': cores the spinners got, median of the rounds;
+                        less than N means the daemon, the workload or other work took CPU from
+                        them). N >= the CPU count leaves no idle core at all.
   --quiet-wait SEC      before each round, wait up to SEC (default 15) while other processes keep
                         more than --busy-threshold cores (default 0.25) busy; the busy level
                         seen is recorded per round (column 'bg' = worst of the row)
@@ -129,6 +140,7 @@ function config(v) {
     quietWait: Number(v['quiet-wait'] ?? 15),
     busyThreshold: Number(v['busy-threshold'] ?? 0.25),
     quick: !!v.quick,
+    backgroundLoad: intOpt(v['background-load'] ?? 0, 'background-load', 0),
   };
   if (cfg.size % MiB) throw new BenchError(`--size must be a multiple of 1M, got ${fmtBytes(cfg.size)}`);
   if (cfg.randSize % 4096) throw new BenchError('--rand-size must be a multiple of 4K');
@@ -207,7 +219,7 @@ function fmtValue(v, unit) {
 async function runWorkload(w, targets, ctx) {
   const load = loadNow();
   say(`\n[${w.name}] ${titleOf(w, ctx.cfg)} — load ${load.join(' ')}`);
-  const rec = new Map(targets.map((t) => [t.name, { values: [], seconds: [], daemonCpu: [], background: [], fuseOps: [], extra: [], error: null, mountOptions: null }]));
+  const rec = new Map(targets.map((t) => [t.name, { values: [], seconds: [], daemonCpu: [], background: [], spin: [], fuseOps: [], extra: [], error: null, mountOptions: null }]));
   const held = new Map();
   const failed = new Set();
   const fail = async (t, err) => {
@@ -270,12 +282,20 @@ async function runWorkload(w, targets, ctx) {
           // else's) writeback does not compete with this one for the disk.
           await runOk('sync', []);
           const bg = await waitQuiet(ctx.cfg.busyThreshold, ctx.cfg.quietWait, `${w.name} ${t.name} ${tag}`);
-          clock.start();
+          // after the quiet wait (which would otherwise wait for our own load to go away)
+          const load = ctx.cfg.backgroundLoad ? await startBackgroundLoad(ctx.cfg.backgroundLoad) : NO_LOAD;
           let m;
+          let spin;
           try {
-            m = await w.measure(ctx, t, h.path, tag, clock);
+            clock.start();
+            try {
+              m = await w.measure(ctx, t, h.path, tag, clock);
+            } finally {
+              if (clock.c1 === null) clock.stop();
+            }
+            spin = load.usage();
           } finally {
-            if (clock.c1 === null) clock.stop();
+            await load.stop();
           }
           const cpu = clock.c0 !== null && clock.c1 !== null ? clock.c1 - clock.c0 : null;
           if (tag !== 'warmup') {
@@ -284,11 +304,13 @@ async function runWorkload(w, targets, ctx) {
             r.seconds.push(m.seconds);
             r.daemonCpu.push(cpu);
             r.background.push(+bg.toFixed(2));
+            if (load.n) r.spin.push(+spin.busyCores.toFixed(2));
             if (clock.ops) r.fuseOps.push(clock.ops);
             r.extra.push(m.extra ?? null);
           }
           say(`  ${w.name.padEnd(13)} ${t.name.padEnd(10)} ${tag.padEnd(6)} ${fmtValue(m.value, w.unit).padStart(10)} ${w.unit}` +
-            `${cpu !== null ? `   daemon cpu ${cpu.toFixed(2)} s over ${m.seconds.toFixed(2)} s` : ''}`);
+            `${cpu !== null ? `   daemon cpu ${cpu.toFixed(2)} s over ${m.seconds.toFixed(2)} s` : ''}` +
+            `${load.n ? `   load got ${spin.busyCores.toFixed(2)} of ${load.n} cores` : ''}`);
           await w.afterRound?.(ctx, t, h.path, tag);
         } catch (err) {
           await fail(t, err);
@@ -322,6 +344,7 @@ function summarize(w, targets, rec, ctx, load) {
       seconds: r.seconds,
       daemonCpuSeconds: cpus.length ? median(cpus) : null,
       backgroundBusyCores: r.background,
+      backgroundLoadCores: r.spin.length ? r.spin : undefined,
       fuseOps: r.fuseOps.length ? medianOps(r.fuseOps) : null,
       fuseOpsRounds: r.fuseOps.length ? r.fuseOps : undefined,
       extra: r.extra,
@@ -338,9 +361,11 @@ function summarize(w, targets, rec, ctx, load) {
   }
   const barRatio = ratios.bindfs ?? null;
   const bgs = targets.flatMap((t) => rec.get(t.name).background);
+  const spins = targets.flatMap((t) => rec.get(t.name).spin);
   return {
     workload: w.name,
     backgroundBusyMax: bgs.length ? Math.max(...bgs) : null,
+    backgroundLoadCores: spins.length ? +median(spins).toFixed(2) : null,
     title: titleOf(w, ctx.cfg),
     unit: w.unit,
     better: w.better,
@@ -382,6 +407,11 @@ function render(report) {
   out.push(`ledgerfs ${meta.machine.ledgerfs ?? '?'}; ${meta.machine.bindfs ?? 'bindfs ?'}; ${meta.machine.fio ?? 'fio ?'}; ${meta.machine.git ?? 'git ?'}`);
   out.push(`load average (1/5/15 min): start ${meta.loadStart.join(' ')}, end ${meta.loadEnd.join(' ')};  uptime: ${meta.uptime}`);
   out.push(`load1 = 1-min load average when the row started; bg = most CPU cores other processes kept busy just before a round (! when > ${meta.config.busyThreshold}: contended)`);
+  const spinOn = meta.config.backgroundLoad > 0;
+  if (spinOn) {
+    out.push(`BACKGROUND LOAD: ${meta.config.backgroundLoad} spinning process(es) at nice 0 on ${meta.machine.cpus} CPU(s) during every round of every column` +
+      ` (--background-load ${meta.config.backgroundLoad}); spin = cores they got over the rounds (median)`);
+  }
   out.push(`median of ${meta.config.rounds} round(s)${meta.config.quick ? "" : " (stat-uncached, stat-cold: at least 5)"}${meta.config.warmup ? ' (+1 discarded warm-up for create/tar/git)' : ''}; ±x% = half the min-max range of the rounds (! when > 10%)`);
   if (meta.createProbe) out.push(`backing fs create probe (plain, 500 x 4 KiB files, before the run): ${meta.createProbe.filesPerSecond.join(' -> ')} files/s`);
   out.push(`size ${fmtBytes(meta.config.size)}, random-read file ${fmtBytes(meta.config.randSize)}, tree ${meta.config.files} files, create ${meta.config.createFiles} files; work dir ${meta.work}`);
@@ -390,7 +420,7 @@ function render(report) {
     out.push(`RATIOS: ${subject}/peer, bigger is better: > 1 means ${subject} is faster. For times (s) the ratio is peer_time/${subject}_time.`);
   }
   out.push('');
-  const head = ['workload', 'unit', ...names, ...(hasSubject ? others.map((o) => `${subject}/${o}`) : []), ...(hasSubject ? ['bar vs bindfs'] : []), 'load1', 'bg'];
+  const head = ['workload', 'unit', ...names, ...(hasSubject ? others.map((o) => `${subject}/${o}`) : []), ...(hasSubject ? ['bar vs bindfs'] : []), 'load1', 'bg', ...(spinOn ? ['spin'] : [])];
   const rows = [head];
   for (const r of results) {
     const cells = [r.workload, r.better === 'lower' ? 's (lower=better)' : r.unit];
@@ -405,6 +435,7 @@ function render(report) {
     }
     cells.push(r.load[0].toFixed(2));
     cells.push(r.backgroundBusyMax === null ? '-' : `${r.backgroundBusyMax.toFixed(2)}${r.backgroundBusyMax > meta.config.busyThreshold ? '!' : ''}`);
+    if (spinOn) cells.push(r.backgroundLoadCores === null ? '-' : r.backgroundLoadCores.toFixed(2));
     rows.push(cells);
   }
   out.push(table(rows));
@@ -465,12 +496,28 @@ async function probeCreates(ctx) {
 
 // ---- main --------------------------------------------------------------------------------------
 
-export async function main(argv) {
+/**
+ * The command line -> {values, cfg}; a BenchError (exit 2) says what is wrong with it. cfg is
+ * null with --help.
+ */
+export function parseOptions(argv) {
   let v;
   try {
     ({ values: v } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: false }));
   } catch (err) {
-    process.stderr.write(`bench: ${err.message}\n(run with --help for usage)\n`);
+    throw new BenchError(`${err.message}\n(run with --help for usage)`);
+  }
+  return { values: v, cfg: v.help ? null : config(v) };
+}
+
+export async function main(argv) {
+  let v;
+  let cfg;
+  try {
+    ({ values: v, cfg } = parseOptions(argv));
+  } catch (err) {
+    if (!(err instanceof BenchError)) throw err;
+    process.stderr.write(`bench: ${err.message}\n`);
     return 2;
   }
   if (v.help) {
@@ -478,11 +525,9 @@ export async function main(argv) {
     return 0;
   }
   setQuiet(!!v.quiet);
-  let cfg;
   let targets;
   let workloads;
   try {
-    cfg = config(v);
     const all = makeTargets({ repo: REPO, ledgerfsArgs: v['ledgerfs-args'], bindfsArgs: v['bindfs-args'], addPeers: v['add-peer'] });
     const want = list(v.peers) ?? ['plain', 'bindfs', 'libfuse3', 'ledgerfs', 'ledgerfs-fuse-native'];
     targets = want.map((n) => all.find((t) => t.name === n) ?? (() => { throw new BenchError(`unknown peer ${n} (known: ${all.map((t) => t.name).join(', ')})`); })());
@@ -568,13 +613,17 @@ export async function main(argv) {
     finishing = true;
     process.stderr.write(`\nbench: ${why}: unmounting ${liveMounts().length} mount(s) and cleaning up\n`);
     ctx.tracer?.close();
+    killAllLoadSync();
     cleanupAllSync();
     removeWork();
     process.exit(code);
   };
   const onSignal = (sig) => emergency(`${sig}`, 128 + (os.constants.signals[sig] ?? 2));
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(sig, onSignal);
-  process.on('exit', () => cleanupAllSync());
+  process.on('exit', () => {
+    killAllLoadSync();
+    cleanupAllSync();
+  });
 
   const meta = {
     started: new Date().toISOString(),
@@ -588,6 +637,7 @@ export async function main(argv) {
     targets: targets.map((t) => ({ name: t.name, describe: t.describe, fuse: t.fuse })),
     cachesDropped: canDropCaches(),
   };
+  if (cfg.backgroundLoad >= meta.machine.cpus) warn(`--background-load ${cfg.backgroundLoad} on ${meta.machine.cpus} CPUs: no core is left idle; the workload, the daemon and the spinners all time-share`);
   if (meta.loadStart[0] > 0.5 * meta.machine.cpus) warn(`load average is ${meta.loadStart[0]} on ${meta.machine.cpus} CPUs: numbers will be noisy`);
   say(`bench: work dir ${work}; peers ${targets.map((t) => t.name).join(', ')}; workloads ${workloads.map((w) => w.name).join(', ')}`);
 

@@ -90,7 +90,7 @@ export function buildProgram(): Command {
     .option('--entry-timeout <sec>', 'kernel name lookup cache lifetime', positiveNumber, DEFAULTS.entryTimeoutSec)
     .option('--busy-poll <us>', 'native-ll: after answering, keep reading requests this many microseconds before sleeping, ' +
       'while they come that fast (a program working one request at a time then pays no wake-up per request; ' +
-      `costs up to this much CPU per burst; at most ${DEFAULTS.busyPollMaxMicros}); 0: sleep at once`, busyPollMicros, DEFAULTS.busyPollMicros)
+      `costs up to this much CPU per burst; paused for a while when another process holds the CPU; at most ${DEFAULTS.busyPollMaxMicros}); 0: sleep at once`, busyPollMicros, DEFAULTS.busyPollMicros)
     .option('--state <dir>', `journal directory (outside the source); default: ${DEFAULT_STATE_DIR_PATTERN}`)
     .option('--session <id>', 'journal session id for this mount (default: generated, e.g. 2026-11-22T05-30-12-ab12)')
     .option('--actor <label>', 'actor label on this mount\'s journal records', DEFAULTS.journal.mountActor)

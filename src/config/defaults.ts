@@ -30,7 +30,8 @@ export const DEFAULTS = {
    * request pay this thread's wake-up from an idle CPU. Measured on 2 vCPUs (2026-11-22, journal
    * on, tmpfs): a 3000-file stat loop 0.31 s -> 0.15 s, 2000 creates 1.2 s -> 0.74 s, git
    * add+commit of 3000 files 5.8 s -> 3.9 s; 50 us missed 6% of git's requests, 200 us 0.4%,
-   * and an idle mount spins at most once per burst. */
+   * and an idle mount spins at most once per burst. A CPU held by another process ends the spin
+   * for 100 ms (SPIN_BACKOFF_NS): a runnable spinner waits out the neighbour's slice (issue 17). */
   busyPollMicros: 200,
   /** the longest window --busy-poll takes (mountOptions() caps any value there): a burst's last
    * answer holds the JS thread this long when no request follows */
