@@ -1,7 +1,10 @@
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CLI, onGcs, py, TEST_BINDING, type TestMount } from '../helpers/mount.js';
+import { CLI, onGcs, py, startMount, TEST_BINDING, type TestMount } from '../helpers/mount.js';
 import { startJournaledMount, type JournaledMount } from '../helpers/journaled-mount.js';
+import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
 /*
  * Names are bytes (issue 15): a name that is not UTF-8 is created, listed, stat'ed, renamed,
@@ -150,5 +153,37 @@ print(json.dumps([res, hexes(os.listdir(b'.')), open('é日本').read()]))
     expect(codes).toEqual(Array(10).fill('EILSEQ'));
     expect(names).toEqual([Buffer.from('src').toString('hex'), Buffer.from('é日本').toString('hex')].sort());
     expect(content).toBe('ok');
+  });
+});
+
+describe.skipIf(onGcs || TEST_BINDING === 'fuse-native')('mount: policy globs match names that are not UTF-8', () => {
+  it('a glob sees each such byte as one character, and "\\udcXX" in YAML names the byte XX', async () => {
+    const dir = makeTemp('names-policy');
+    const ws = path.join(dir, 'ws');
+    fs.mkdirSync(path.join(ws, 'w'), { recursive: true });
+    py(`for n in (b'secret-\\xff', b'secret-\\xfe', b'ro-\\xfd', b'ok-\\xfc'): open(b'w/' + n, 'w').write('x')`, ws);
+    // YAML's double-quoted "\udcff" is the escape of byte 0xff; `ro-?` matches one byte
+    fs.writeFileSync(path.join(dir, 'p.yaml'), 'backend: {type: local, path: ./ws}\nroots: [{path: /w, mode: rw, readonly: ["ro-?"]}]\nhide: ["secret-\\udcff"]\n');
+    let m: TestMount | undefined;
+    try {
+      m = await startMount({ src: ws, omitSource: true, args: ['--policy', path.join(dir, 'p.yaml'), '--no-journal'] });
+      const out = py(
+        `import os, json, errno
+res = [sorted(x.hex() for x in os.listdir(b'w'))]
+for n, how in ((b'w/secret-\\xff', 'r'), (b'w/ro-\\xfd', 'a'), (b'w/ok-\\xfc', 'a')):
+    try:
+        open(n, how).close(); res.append('ok')
+    except OSError as e:
+        res.append(errno.errorcode[e.errno])
+print(json.dumps(res))
+`,
+        m.mnt,
+      );
+      const hex = (xs: string[]) => xs.map((x) => Buffer.from(x, 'latin1').toString('hex')).sort();
+      expect(JSON.parse(out)).toEqual([hex(['secret-\xfe', 'ro-\xfd', 'ok-\xfc']), 'ENOENT', 'EACCES', 'ok']);
+    } finally {
+      await m?.stop();
+      rmTemp(dir);
+    }
   });
 });
