@@ -128,7 +128,9 @@ static inline napi_status name_from_js(napi_env env, napi_value v, char *buf, si
   if (buf && cap) {
     st = napi_get_value_string_utf8(env, v, buf, cap, &n);
     if (st != napi_ok) return st;
-    if (n + 1 < cap && !names_has_fffd(buf, n)) { *len = n; return napi_ok; }
+    /* V8 stops before a character that does not fit whole (up to 4 bytes) and says nothing:
+     * only with room for one more left over is the string known to be complete */
+    if (n + 4 < cap && !names_has_fffd(buf, n)) { *len = n; return napi_ok; }
   } else {
     /* length only: V8 counts a lone surrogate as 3 bytes, an escape is 1 */
     st = napi_get_value_string_utf8(env, v, NULL, 0, &n);

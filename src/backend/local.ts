@@ -850,7 +850,14 @@ export class LocalBackend implements Backend {
 
   async listxattr(path: string): Promise<string[]> {
     const raw = this.onNode(path, `listxattr ${path}`, (ops, fd) => ops.listxattr(fd));
-    return raw.toString('utf8').split('\0').filter((n) => n !== '' && listableXattr(n));
+    const names: string[] = [];
+    for (let at = 0; at < raw.length; ) {
+      const end = raw.indexOf(0, at);
+      const n = nameFromBytes(raw.subarray(at, end < 0 ? raw.length : end));
+      if (n !== '' && listableXattr(n)) names.push(n);
+      at = end < 0 ? raw.length : end + 1;
+    }
+    return names;
   }
 
   async setxattr(path: string, name: string, value: Buffer, flags: number): Promise<void> {

@@ -97,6 +97,25 @@ print(json.dumps([os.readlink(b'ln-\\xfd').hex(), os.readlink(b'ln2').hex(), sor
     expect(py(`import os\nprint(os.readlink(b'ln-\\xfd').hex())`, m.src).trim()).toBe(want[0]);
   });
 
+  it.skipIf(onGcs)('extended attribute names that are not UTF-8 are set, listed, read and removed by their bytes', () => {
+    const q = `import os, json
+p = b'x-\\xff'
+res = []
+if os.path.exists(p):
+    res.append(sorted(n.encode('utf-8', 'surrogateescape').hex() for n in os.listxattr(p)))
+else:
+    open(p, 'w').close()
+    for k, v in ((b'user.k-\\xfe', b'v1'), (b'user.k-\\xfd', b'v2'), ('user.é'.encode(), b'v3')): os.setxattr(p, k, v)
+    res.append([os.getxattr(p, b'user.k-\\xfe').decode(), os.getxattr(p, b'user.k-\\xfd').decode()])
+    os.removexattr(p, b'user.k-\\xfe')
+    res.append(sorted(n.encode('utf-8', 'surrogateescape').hex() for n in os.listxattr(p)))
+print(json.dumps(res))
+`;
+    const names = [Buffer.from('user.k-\xfd', 'latin1').toString('hex'), Buffer.from('user.é').toString('hex')].sort();
+    expect(JSON.parse(py(q, m.mnt))).toEqual([['v1', 'v2'], names]);
+    expect(JSON.parse(py(q, m.src))).toEqual([names]);
+  });
+
   it.skipIf(onGcs)('the journal shows the names (\\xHH in text, the escape in --json) and a rollback restores the exact bytes', () => {
     const before = py(`${PY_NAMES}\nprint(json.dumps([hexes(os.listdir(b'.')), hexes(os.listdir(b'dir-\\xfa'))]))`, m.src);
     py(
