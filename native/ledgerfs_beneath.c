@@ -29,6 +29,7 @@
 
 #define ADDON_NAME "ledgerfs_local"
 #include "ledgerfs_napi.h"
+#include "ledgerfs_names.h"
 
 #define PARENT 4096
 #define PATH_BYTES 4096
@@ -93,10 +94,11 @@ static int args(napi_env env, napi_callback_info info, size_t want, int32_t *int
   size_t argc = 5, len;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < want) return EINVAL;
   if (napi_get_value_int32(env, argv[0], &ints[0]) != napi_ok) return EINVAL;
-  if (napi_get_value_string_utf8(env, argv[1], parent, PATH_BYTES, &len) != napi_ok) return EINVAL;
+  /* names are bytes; strings carry the bytes that are not UTF-8 as escapes (ledgerfs_names.h) */
+  if (name_from_js(env, argv[1], parent, PATH_BYTES, &len) != napi_ok) return EINVAL;
   if (len >= PATH_BYTES - 1) return ENAMETOOLONG;
   if (name) {
-    if (napi_get_value_string_utf8(env, argv[2], name, NAME_BYTES, &len) != napi_ok) return EINVAL;
+    if (name_from_js(env, argv[2], name, NAME_BYTES, &len) != napi_ok) return EINVAL;
     if (len >= NAME_BYTES - 1) return ENAMETOOLONG;
   }
   for (size_t k = 3; k < want; k++)

@@ -33,6 +33,7 @@
 
 #define ADDON_NAME "ledgerfs_fuse3_ll"
 #include "ledgerfs_common.h"
+#include "ledgerfs_names.h"
 
 /*
  * The op codes, once: the enum and the names the addon exports as `opNames`. The TypeScript side
@@ -223,8 +224,9 @@ static void call_js(struct mnt *m, uint32_t i, int op, fuse_req_t req, double in
   napi_create_double(env, a, &argv[6]);
   napi_create_double(env, b, &argv[7]);
   napi_create_double(env, c, &argv[8]);
-  if (name) napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &argv[9]); else argv[9] = null;
-  if (name2) napi_create_string_utf8(env, name2, NAPI_AUTO_LENGTH, &argv[10]); else argv[10] = null;
+  /* names (and a symlink's target) are bytes: see ledgerfs_names.h */
+  if (name) name_to_js_z(env, name, &argv[9]); else argv[9] = null;
+  if (name2) name_to_js_z(env, name2, &argv[10]); else argv[10] = null;
   argv[11] = extra ? extra : null;
   napi_value ret;
   if (napi_call_function(env, m->recv, m->fn, 12, argv, &ret) == napi_ok) return;
@@ -522,7 +524,7 @@ static int reply_readdir(napi_env env, struct slot *s, napi_value list, napi_val
   for (uint32_t i = (uint32_t)s->off; i < n; i++) {
     napi_value v;
     size_t len = 0;
-    if (napi_get_element(env, list, i, &v) != napi_ok || napi_get_value_string_utf8(env, v, name, sizeof name, &len) != napi_ok) {
+    if (napi_get_element(env, list, i, &v) != napi_ok || name_from_js(env, v, name, sizeof name, &len) != napi_ok || len >= sizeof name) {
       free(buf);
       return -EIO;
     }
@@ -566,7 +568,7 @@ static int reply_names(napi_env env, struct slot *s, napi_value list) {
   for (uint32_t i = 0; i < n; i++) {
     napi_value v;
     size_t len = 0;
-    if (napi_get_element(env, list, i, &v) != napi_ok || napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) {
+    if (napi_get_element(env, list, i, &v) != napi_ok || name_from_js(env, v, NULL, 0, &len) != napi_ok) {
       return fuse_reply_err(s->req, EIO), 0;
     }
     total += len + 1;
@@ -579,7 +581,7 @@ static int reply_names(napi_env env, struct slot *s, napi_value list) {
   for (uint32_t i = 0; i < n; i++) {
     napi_value v;
     napi_get_element(env, list, i, &v);
-    napi_get_value_string_utf8(env, v, buf + at, total - at, &len);
+    name_from_js(env, v, buf + at, total - at, &len);
     at += len + 1;
   }
   fuse_reply_buf(s->req, buf, total);
@@ -599,13 +601,11 @@ static void reply_bytes(napi_env env, struct slot *s, napi_value v) {
 }
 
 static void reply_readlink(napi_env env, struct slot *s, napi_value v) {
+  char buf[PATH_MAX + 1];
   size_t len = 0;
-  if (napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) { fuse_reply_err(s->req, EIO); return; }
-  char *buf = malloc(len + 1);
-  if (!buf) { fuse_reply_err(s->req, ENOMEM); return; }
-  napi_get_value_string_utf8(env, v, buf, len + 1, &len);
+  if (name_from_js(env, v, buf, sizeof buf, &len) != napi_ok) { fuse_reply_err(s->req, EIO); return; }
+  if (len >= sizeof buf) { fuse_reply_err(s->req, ENAMETOOLONG); return; }
   fuse_reply_readlink(s->req, buf);
-  free(buf);
 }
 
 /*

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <linux/limits.h> /* XATTR_NAME_MAX */
+#include "ledgerfs_names.h"
 
 #define ATTR_NAME_BYTES (XATTR_NAME_MAX + 2) /* one more to see a longer name */
 
@@ -33,7 +34,8 @@ static bool fd_and_name(napi_env env, napi_value *argv, size_t argc, size_t want
   }
   if (!name) return true;
   size_t len = 0;
-  if (napi_get_value_string_utf8(env, argv[1], name, ATTR_NAME_BYTES, &len) != napi_ok) {
+  /* attribute names are bytes too (ledgerfs_names.h) */
+  if (name_from_js(env, argv[1], name, ATTR_NAME_BYTES, &len) != napi_ok) {
     napi_throw_type_error(env, NULL, "ledgerfs_xattr: the attribute name must be a string");
     return false;
   }

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import nodePath from 'node:path';
-import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, type NodeType, type OpenMode, rebase, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_NOW, UTIME_OMIT, VfsError } from '../core/index.js';
+import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, mayHaveLostBytes, nameFromBytes, type NodeType, type OpenMode, osPath, rebase, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_NOW, UTIME_OMIT, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { loadBeneath, type Beneath } from './beneath.js';
 import { fdLimit } from './fd-limit.js';
@@ -39,7 +39,7 @@ export function attrFromStats(st: fs.BigIntStats): Attr {
   };
 }
 
-function typeOf(st: fs.BigIntStats | fs.Dirent): NodeType {
+function typeOf(st: fs.BigIntStats | fs.Dirent | fs.Dirent<Buffer>): NodeType {
   if (st.isDirectory()) return 'dir';
   if (st.isSymbolicLink()) return 'symlink';
   if (st.isFIFO()) return 'fifo';
@@ -498,7 +498,7 @@ export class LocalBackend implements Backend {
   private lstatNode(path: string): Attr | undefined {
     checkPath(path);
     if (!this.beneath) {
-      const st = sys(`stat ${path}`, () => fs.lstatSync(this.host(path), { bigint: true, throwIfNoEntry: false }));
+      const st = sys(`stat ${path}`, () => fs.lstatSync(osPath(this.host(path)), { bigint: true, throwIfNoEntry: false }));
       return st === undefined ? undefined : attrFromStats(st);
     }
     const [parent, name] = LocalBackend.split(path);
@@ -517,7 +517,7 @@ export class LocalBackend implements Backend {
 
   /** open(2) of the node without following it; throws a VfsError for the parent, else like openSync */
   private openNode(path: string, flags: number, mode?: number): number {
-    if (!this.beneath) return this.withFds(`open ${path}`, () => fs.openSync(this.host(path), flags | O_NOFOLLOW, mode));
+    if (!this.beneath) return this.withFds(`open ${path}`, () => fs.openSync(osPath(this.host(path)), flags | O_NOFOLLOW, mode));
     checkPath(path);
     const [parent, name] = LocalBackend.split(path);
     const b = this.beneath;
@@ -547,7 +547,7 @@ export class LocalBackend implements Backend {
     if (parent !== this.root) {
       let real: string;
       try {
-        real = fs.realpathSync.native(parent);
+        real = nameFromBytes(fs.realpathSync.native(osPath(parent), 'buffer'));
       } catch (err) {
         throw fromNodeError(err, `resolve ${path}`);
       }
@@ -563,16 +563,17 @@ export class LocalBackend implements Backend {
    * root's prefix makes the host path longer than the kernel takes: then the parent is opened
    * beneath the root (openat2 takes the relative path) and `use` gets /proc/self/fd/N/NAME, which
    * the kernel resolves through that descriptor, so only the last name is looked up by path.
+   * `use` gets a Buffer when the path holds bytes that are not UTF-8 (core/names.ts).
    */
-  private withHost<T>(path: string, use: (p: string) => T): T {
+  private withHost<T>(path: string, use: (p: string | Buffer) => T): T {
     const full = this.host(path);
-    if (!this.beneath || Buffer.byteLength(full) < PATH_MAX) return use(full);
+    if (!this.beneath || Buffer.byteLength(full) < PATH_MAX) return use(osPath(full));
     const [parent, name] = LocalBackend.split(path);
     const [grand, parentName] = LocalBackend.split(`/${parent}`);
     const fd = this.beneath.open(this.rootFd, grand, parentName, O_PATH | O_DIRECTORY, 0);
     if (fd < 0) throw fromNodeError(this.nativeFailure(path, fd), `resolve ${path}`);
     try {
-      return use(`/proc/self/fd/${fd}/${name}`);
+      return use(osPath(`/proc/self/fd/${fd}/${name}`));
     } finally {
       fs.closeSync(fd);
     }
@@ -594,7 +595,7 @@ export class LocalBackend implements Backend {
     if (path !== '/' && !this.beneath) {
       let quick: fs.Stats | undefined | null = null;
       try {
-        quick = fs.lstatSync(this.root + checkPath(path), { throwIfNoEntry: false });
+        quick = fs.lstatSync(osPath(this.root + checkPath(path)), { throwIfNoEntry: false });
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
       }
@@ -620,15 +621,24 @@ export class LocalBackend implements Backend {
       throw fromNodeError(err, `readdir ${path}`);
     }
     try {
-      const ents = sys(`readdir ${path}`, () => this.withFds(`readdir ${path}`, () => fs.readdirSync(`/proc/self/fd/${fd}`, { withFileTypes: true })));
-      return ents.map((d) => ({ name: d.name, type: typeOf(d) }));
+      const dir = `/proc/self/fd/${fd}`;
+      const ents = sys(`readdir ${path}`, () => this.withFds(`readdir ${path}`, () => fs.readdirSync(dir, { withFileTypes: true })));
+      // Node decodes names as UTF-8 and writes U+FFFD for what is not: then list the bytes
+      if (!ents.some((d) => mayHaveLostBytes(d.name))) return ents.map((d) => ({ name: d.name, type: typeOf(d) }));
+      const raw = sys(`readdir ${path}`, () => this.withFds(`readdir ${path}`, () => fs.readdirSync(dir, { withFileTypes: true, encoding: 'buffer' })));
+      return raw.map((d) => ({ name: nameFromBytes(d.name), type: typeOf(d) }));
     } finally {
       fs.closeSync(fd);
     }
   }
 
   async readlink(path: string): Promise<string> {
-    return this.withHost(path, (p) => sys(`readlink ${path}`, () => fs.readlinkSync(p)));
+    return this.withHost(path, (p) =>
+      sys(`readlink ${path}`, () => {
+        const target = fs.readlinkSync(p);
+        return mayHaveLostBytes(target) ? nameFromBytes(fs.readlinkSync(p, { encoding: 'buffer' })) : target;
+      }),
+    );
   }
 
   async open(path: string, mode: OpenMode, createMode = 0o644): Promise<BackendFile> {
@@ -717,7 +727,7 @@ export class LocalBackend implements Backend {
   }
 
   async symlink(target: string, path: string): Promise<void> {
-    this.withHost(path, (p) => sys(`symlink ${path}`, () => fs.symlinkSync(target, p)));
+    this.withHost(path, (p) => sys(`symlink ${path}`, () => fs.symlinkSync(osPath(target), p)));
   }
 
   /** FIFOs, sockets and device nodes (mknodat beneath the root; needs the local addon) */
@@ -752,7 +762,7 @@ export class LocalBackend implements Backend {
 
   async utimens(path: string, times: TimeSpec): Promise<void> {
     if (nodeOps()) return this.utimensExact(path, times);
-    const p = this.host(path);
+    const p = osPath(this.host(path));
     if (times.atimeNs === undefined && times.mtimeNs === undefined) return;
     const cur = sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true }));
     const now = BigInt(Date.now()) * 1_000_000n;
@@ -787,7 +797,7 @@ export class LocalBackend implements Backend {
   async copyOut(path: string, hostFile: string): Promise<void> {
     // FICLONE: a copy-on-write clone where the file system offers one (btrfs, XFS), else a
     // kernel-side copy; off the event loop, since a big file takes a while.
-    const copy = async (p: string) => {
+    const copy = async (p: string | Buffer) => {
       try {
         await fs.promises.copyFile(p, hostFile, fs.constants.COPYFILE_FICLONE | fs.constants.COPYFILE_EXCL);
       } catch (err) {
@@ -795,7 +805,7 @@ export class LocalBackend implements Backend {
       }
     };
     const p = this.host(path);
-    if (!this.beneath || Buffer.byteLength(p) < PATH_MAX) return copy(p);
+    if (!this.beneath || Buffer.byteLength(p) < PATH_MAX) return copy(osPath(p));
     // a long path: through the file's own descriptor (see withHost), open until the copy ends
     const fd = sys(`open ${path}`, () => this.openNode(path, O_RDONLY));
     try {
@@ -840,7 +850,14 @@ export class LocalBackend implements Backend {
 
   async listxattr(path: string): Promise<string[]> {
     const raw = this.onNode(path, `listxattr ${path}`, (ops, fd) => ops.listxattr(fd));
-    return raw.toString('utf8').split('\0').filter((n) => n !== '' && listableXattr(n));
+    const names: string[] = [];
+    for (let at = 0; at < raw.length; ) {
+      const end = raw.indexOf(0, at);
+      const n = nameFromBytes(raw.subarray(at, end < 0 ? raw.length : end));
+      if (n !== '' && listableXattr(n)) names.push(n);
+      at = end < 0 ? raw.length : end + 1;
+    }
+    return names;
   }
 
   async setxattr(path: string, name: string, value: Buffer, flags: number): Promise<void> {

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { describeConflict, formatTime, JournalFollower, type JournalRecord, type Operation, readJournalFor, recordSeq, statusNotes, summarize, type TagRecord, undoneByMap } from '../journal/index.js';
-import { createLogger, isWithin } from '../core/index.js';
+import { createLogger, isWithin, printable } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { addStateFlags, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
@@ -51,7 +51,7 @@ async function follow(stateDir: string, o: LogOptions): Promise<void> {
   const first = follower.poll();
   const show = (r: JournalRecord) => {
     if (o.session !== undefined && 'session' in r && r.session !== o.session) return;
-    process.stdout.write(o.json ? `${JSON.stringify(r)}\n` : `${recordLine(r)}\n`);
+    process.stdout.write(o.json ? `${JSON.stringify(r)}\n` : `${printable(recordLine(r))}\n`);
   };
   if (since !== undefined) {
     for (const r of first) {
@@ -181,7 +181,7 @@ ${STATE_HELP}`,
         return;
       }
       const w = String(h.lastSeq).length;
-      for (const c of loose) process.stdout.write(`${'!'.padEnd(w + 1)}  ${formatTime(c.time)}  conflict ${c.path}: ${describeConflict(c)}\n`);
+      for (const c of loose) process.stdout.write(printable(`${'!'.padEnd(w + 1)}  ${formatTime(c.time)}  conflict ${c.path}: ${describeConflict(c)}\n`));
       for (const e of entries) {
         if ('tag' in e) {
           process.stdout.write(`${'@'.padEnd(w + 1)}  ${formatTime(e.tag.time)}  ${tagText(e.tag)}\n`);
@@ -190,7 +190,7 @@ ${STATE_HELP}`,
         const op = e.op;
         const notes = statusNotes(op, undoneBy.get(op.seq));
         process.stdout.write(
-          `#${String(op.seq).padEnd(w)}  ${formatTime(op.time)}  ${op.session}  ${op.actor}${caller(op)}  ${summarize(op)}${notes.length ? `  [${notes.join('; ')}]` : ''}\n`,
+          printable(`#${String(op.seq).padEnd(w)}  ${formatTime(op.time)}  ${op.session}  ${op.actor}${caller(op)}  ${summarize(op)}${notes.length ? `  [${notes.join('; ')}]` : ''}\n`),
         );
       }
     });

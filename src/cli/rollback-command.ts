@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { DEFAULTS } from '../config/index.js';
 import { BlobStore, buildHistory, damagedImages, describeDamage, stateLayout, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readJournal, readJournalFor, RollbackError, rollbackQuery, type RollbackRequest, type RollbackResult } from '../journal/index.js';
-import { createLogger } from '../core/index.js';
+import { createLogger, printable } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import {
   addStateFlags, cliLockError, mayBeTag, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags, type When,
@@ -33,7 +33,7 @@ function report(r: RollbackResult, o: RollbackOptions, where: string): number {
     printJson({ ...r, via: where });
     return r.conflicts.length > 0 || !r.complete ? 1 : 0;
   }
-  const out = (s: string) => process.stdout.write(s + '\n');
+  const out = (s: string) => process.stdout.write(printable(s) + '\n');
   const planned = new Set(r.planned.map((s) => s.seq));
   for (const u of r.unfinished ?? []) {
     const left = u.left.filter((seq) => planned.has(seq)).length;

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { buildHistory, describeConflict, type Range, describeState, describeUndo, formatTime, readIntactJournal, type State, statusNotes, summarize, undoneByMap } from '../journal/index.js';
-import { createLogger, shellQuote } from '../core/index.js';
+import { createLogger, printable, shellQuote } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { addStateFlags, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 import { operationJson } from './log-command.js';
@@ -54,6 +54,6 @@ export function registerShowCommand(program: Command): void {
           `  restore   cp ${shellQuote(c.localFile)} MOUNTPOINT${shellQuote(c.path)}   (after looking at what the bucket has now)`,
         ]),
       ];
-      process.stdout.write(lines.join('\n') + '\n');
+      process.stdout.write(printable(lines.join('\n')) + '\n');
     });
 }

@@ -9,7 +9,7 @@ export type ErrnoCode =
   | 'EPERM' | 'ENOENT' | 'EIO' | 'EBADF' | 'EAGAIN' | 'EACCES' | 'EBUSY' | 'EEXIST' | 'EXDEV'
   | 'ENOTDIR' | 'EISDIR' | 'EINVAL' | 'EMFILE' | 'EFBIG' | 'ENOSPC' | 'EROFS' | 'EMLINK'
   | 'ENAMETOOLONG' | 'ENOSYS' | 'ENOTEMPTY' | 'ELOOP' | 'ENODATA' | 'ENOTSUP' | 'EDQUOT'
-  | 'ESTALE' | 'ERANGE' | 'ETIMEDOUT' | 'ENOTCONN' | 'EOPNOTSUPP' | 'E2BIG' | 'ENXIO' | 'ENFILE';
+  | 'ESTALE' | 'ERANGE' | 'ETIMEDOUT' | 'ENOTCONN' | 'EOPNOTSUPP' | 'E2BIG' | 'ENXIO' | 'ENFILE' | 'EILSEQ';
 
 const table = constants.errno as Record<string, number>;
 

@@ -4,5 +4,6 @@ export * from './clock.js';
 export * from './errors.js';
 export * from './log.js';
 export * from './mutation.js';
+export * from './names.js';
 export * from './paths.js';
 export * from './process-names.js';

@@ -1,4 +1,4 @@
-import { VfsError } from '../../core/index.js';
+import { hasRawBytes, VfsError } from '../../core/index.js';
 
 /**
  * View paths <-> object names. A file `/a/b` is the object `<prefix>a/b`; a directory `/a` is
@@ -10,6 +10,8 @@ export class ObjectNames {
 
   /** Object name of a file or symlink at `path` (not meaningful for "/"). */
   key(path: string): string {
+    // Object names are UTF-8: a name with other bytes (core/names.ts) cannot be stored, nor exist.
+    if (hasRawBytes(path)) throw new VfsError('EILSEQ', `${path}: the name is not valid UTF-8, and GCS object names must be`);
     const k = this.prefix + path.slice(1);
     // GCS caps names at 1024 bytes of UTF-8; a longer path cannot exist there.
     if (Buffer.byteLength(k) + 1 > 1024) throw new VfsError('ENAMETOOLONG', `${path}: object name would exceed 1024 bytes`);
