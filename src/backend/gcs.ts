@@ -530,23 +530,34 @@ export class GcsBackend implements Backend, GcsFileHost {
     checkPath(path);
     this.placeholders.delete(path);
     if (path === '/') throw new VfsError('EBUSY', 'the root directory cannot be removed');
+    const dirKey = this.names.dirKey(path);
+    // The emptiness listing goes out with the lookup, and the parent's (see unlink) with the
+    // delete: rm -rf waits for 2 round trips per directory instead of 4.
+    const listing = this.req.list({ prefix: dirKey, maxResults: 2 });
+    listing.catch(() => undefined); // its failure is read below, after the lookup's
     const f = await this.lookup(path);
     if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
     if (f.type !== 'dir') throw new VfsError('ENOTDIR', `${path} is not a directory`);
-    const dirKey = this.names.dirKey(path);
+    const parent = parentOf(path);
+    const parentKey = parent === '/' ? undefined : this.names.dirKey(parent);
+    let first: Promise<ObjectInfo | undefined | null> | undefined;
     try {
-      const page = await this.req.list({ prefix: dirKey, maxResults: 2 });
+      const page = await listing;
       // Objects with names POSIX cannot show (e.g. "dir//x") count too: removing the
       // directory must not orphan them.
       if (page.items.some((o) => o.name !== dirKey) || page.nextPageToken) throw new VfsError('ENOTEMPTY', `${path} is not empty`);
-      if (f.placeholder) await this.req.remove(dirKey, f.placeholder.generation);
+      if (f.placeholder) {
+        first = parentKey === undefined ? undefined : this.firstUnder(parentKey).catch(() => null);
+        await this.req.remove(dirKey, f.placeholder.generation);
+      }
     } catch (err) {
       if (isNotFound(err)) return; // removed meanwhile: the outcome is the same
       if (isPreconditionFailed(err)) throw new VfsError('ESTALE', `${path}: its placeholder changed in the bucket meanwhile`);
       throw toVfsError(err, `rmdir ${path}`);
     }
-    await this.keepDir(parentOf(path));
+    if (parentKey === undefined || (await first)?.name !== parentKey) await this.keepDir(parent);
   }
+
 
   async unlink(path: string): Promise<void> {
     checkPath(path);

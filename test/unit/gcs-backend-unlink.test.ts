@@ -3,8 +3,9 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import type { GcsBackend } from '../../src/backend/gcs.js';
 import { gcsBackendPerTest } from '../helpers/gcs-emulator.js';
 
-// unlink asks whether the parent outlives its last entry beside the delete, not after it (rm -rf:
-// one round trip less per file), and a directory still never vanishes with its last file.
+// unlink and rmdir ask whether the parent outlives its last entry beside the delete, not after
+// it, and rmdir lists the directory beside its lookup (rm -rf: one round trip less per file, two
+// per directory); a directory still never vanishes with its last entry.
 
 const ctx = gcsBackendPerTest('unlink-test');
 let b: GcsBackend;
@@ -59,5 +60,29 @@ describe('GCS unlink', () => {
     await Promise.all([b.unlink('/j/a'), b.unlink('/j/b')]);
     expect((await b.stat('/j')).type).toBe('dir');
     expect(await b.readdir('/j')).toEqual([]);
+  });
+
+  it('rmdir: the emptiness listing goes out with the lookup, the parent listing with the delete', async () => {
+    await b.mkdir('/p', 0o755);
+    await b.mkdir('/p/d', 0o755);
+    await b.mkdir('/p/e', 0o755);
+    const r0 = await requests();
+    // hold the lookup's object GET: the listings must not wait for it
+    await ctx.fx.fault({ status: 0, delayMs: 1500, count: 1, method: 'GET', pathPrefix: `/storage/v1/b/unlink-test/o/${ctx.prefix}/p/d` });
+    const done = b.rmdir('/p/d');
+    await sleep(700);
+    const during = await log(r0);
+    const listOf = (key: string) => (r: Logged) => r.method === 'GET' && decodeURIComponent(r.query).includes(`prefix=${key}&`);
+    expect(during.filter(listOf(`${ctx.prefix}/p/d/`)).length, JSON.stringify(during)).toBe(2); // the probe and the emptiness check
+    await ctx.fx.fault({ status: 0, delayMs: 1500, count: 1, method: 'DELETE' });
+    await done;
+    const all = await log(r0);
+    expect(all.filter(listOf(`${ctx.prefix}/p/`)).length, JSON.stringify(all)).toBe(1);
+    expect(all.length, JSON.stringify(all)).toBe(5);
+    expect((await b.readdir('/p')).map((e) => e.name)).toEqual(['e']);
+    await expect(b.rmdir('/p')).rejects.toMatchObject({ code: 'ENOTEMPTY' });
+    await b.rmdir('/p/e');
+    await b.rmdir('/p');
+    await expect(b.stat('/p')).rejects.toMatchObject({ code: 'ENOENT' });
   });
 });
