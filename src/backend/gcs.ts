@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { LRUCache } from 'lru-cache';
 import { type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, type FsStats, isWithin, type MkdirHint, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, type TreePage, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { GcsRequests, makeStorage, type ListPage } from './gcs/client.js';
@@ -81,6 +82,12 @@ export class GcsBackend implements Backend, GcsFileHost {
   recoveredRenames: RenameRecovery[] = [];
   readonly intents: RenameIntents;
   private readonly instance = registerInstance();
+  /**
+   * Placeholders by directory path, as our own mkdir and patch answers gave them: the
+   * generation a patch's preconditions need without a lookup. Only ever a first guess: a 404 or
+   * 412 drops it and the patch looks the directory up as before.
+   */
+  private readonly placeholders = new LRUCache<string, ObjectInfo>({ max: DEFAULTS.gcs.placeholderHints });
   /** the reserved area below the prefix (hidden from the view by layers/reserved.ts) */
   readonly journalArea: GcsJournalRemote;
   private readonly openFiles = new Map<string, Set<GcsFile>>();
@@ -506,35 +513,51 @@ export class GcsBackend implements Backend, GcsFileHost {
       // are new and empty, so no lookup of path or parent per directory; GCS still decides
       // (ifGenerationMatch=0), and a refusal falls back to the checks below.
       const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
-      if (made) return attrOf('dir', path, made, this.attrDefaults);
+      if (made) {
+        this.placeholders.set(path, made);
+        return attrOf('dir', path, made, this.attrDefaults);
+      }
     }
     const [f] = await Promise.all([this.lookup(path), this.requireParentDir(path)]);
     if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
     const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
     if (!made) throw new VfsError('EEXIST', `${path} exists`);
+    this.placeholders.set(path, made);
     return attrOf('dir', path, made, this.attrDefaults);
   }
 
   async rmdir(path: string): Promise<void> {
     checkPath(path);
+    this.placeholders.delete(path);
     if (path === '/') throw new VfsError('EBUSY', 'the root directory cannot be removed');
+    const dirKey = this.names.dirKey(path);
+    // The emptiness listing goes out with the lookup, and the parent's (see unlink) with the
+    // delete: rm -rf waits for 2 round trips per directory instead of 4.
+    const listing = this.req.list({ prefix: dirKey, maxResults: 2 });
+    listing.catch(() => undefined); // its failure is read below, after the lookup's
     const f = await this.lookup(path);
     if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
     if (f.type !== 'dir') throw new VfsError('ENOTDIR', `${path} is not a directory`);
-    const dirKey = this.names.dirKey(path);
+    const parent = parentOf(path);
+    const parentKey = parent === '/' ? undefined : this.names.dirKey(parent);
+    let first: Promise<ObjectInfo | undefined | null> | undefined;
     try {
-      const page = await this.req.list({ prefix: dirKey, maxResults: 2 });
+      const page = await listing;
       // Objects with names POSIX cannot show (e.g. "dir//x") count too: removing the
       // directory must not orphan them.
       if (page.items.some((o) => o.name !== dirKey) || page.nextPageToken) throw new VfsError('ENOTEMPTY', `${path} is not empty`);
-      if (f.placeholder) await this.req.remove(dirKey, f.placeholder.generation);
+      if (f.placeholder) {
+        first = parentKey === undefined ? undefined : this.firstUnder(parentKey).catch(() => null);
+        await this.req.remove(dirKey, f.placeholder.generation);
+      }
     } catch (err) {
       if (isNotFound(err)) return; // removed meanwhile: the outcome is the same
       if (isPreconditionFailed(err)) throw new VfsError('ESTALE', `${path}: its placeholder changed in the bucket meanwhile`);
       throw toVfsError(err, `rmdir ${path}`);
     }
-    await this.keepDir(parentOf(path));
+    if (parentKey === undefined || (await first)?.name !== parentKey) await this.keepDir(parent);
   }
+
 
   async unlink(path: string): Promise<void> {
     checkPath(path);
@@ -544,6 +567,13 @@ export class GcsBackend implements Backend, GcsFileHost {
       if (f.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
       const open = this.filesAt(path);
       for (const of of open) await of.keepLocalCopy(); // open handles keep reading, as POSIX wants
+      // Whether the parent outlives its last entry is asked beside the delete, not after it (rm
+      // -rf: one round trip less per file): the listing's first name under "dir/" is the
+      // placeholder itself when there is one, and a placeholder keeps the directory whatever
+      // else goes. Without one, keepDir asks again after the delete, as before.
+      const parent = parentOf(path);
+      const parentKey = parent === '/' ? undefined : this.names.dirKey(parent);
+      const first = parentKey === undefined ? undefined : this.firstUnder(parentKey).catch(() => null);
       try {
         await this.req.remove(f.object.name, f.object.generation);
       } catch (err) {
@@ -554,7 +584,7 @@ export class GcsBackend implements Backend, GcsFileHost {
         of.unlinked = true;
         this.forget(of);
       }
-      await this.keepDir(parentOf(path));
+      if ((await first)?.name !== parentKey || parentKey === undefined) await this.keepDir(parent);
       return;
     }
     throw new VfsError('ESTALE', `${path} kept changing in the bucket while being unlinked`);
@@ -583,6 +613,8 @@ export class GcsBackend implements Backend, GcsFileHost {
     checkPath(to);
     if (from === to) return;
     if (from === '/' || to === '/') throw new VfsError('EBUSY', 'the root directory cannot be renamed');
+    // (a stale hint would only cost a failed precondition; dropped to keep the map honest)
+    for (const k of [...this.placeholders.keys()]) if (isWithin(k, from) || isWithin(k, to)) this.placeholders.delete(k);
     if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
     // Local changes of open files go first, so the copy carries them.
     for (const of of this.filesUnder(from)) if (of.isDirty) await of.sync();
@@ -724,22 +756,26 @@ export class GcsBackend implements Backend, GcsFileHost {
 
   // ---- Backend: attributes -------------------------------------------------------------------
 
-  async chmod(path: string, mode: number): Promise<void> {
-    await this.patchNode(path, { perm: mode & 0o7777 }, 'chmod');
+  async chmod(path: string, mode: number): Promise<Attr | void> {
+    const r = await this.patchNode(path, { perm: mode & 0o7777 }, 'chmod');
+    return r === DEFERRED ? undefined : r;
   }
 
-  async chown(path: string, uid: number, gid: number): Promise<void> {
-    await this.patchNode(path, { uid, gid }, 'chown');
+  async chown(path: string, uid: number, gid: number): Promise<Attr | void> {
+    const r = await this.patchNode(path, { uid, gid }, 'chown');
+    return r === DEFERRED ? undefined : r;
   }
 
-  async utimens(path: string, times: TimeSpec): Promise<void> {
+  async utimens(path: string, times: TimeSpec): Promise<Attr | void> {
     if (times.atimeNs === undefined && times.mtimeNs === undefined) return;
     const now = nowNs();
     const fields: NodeMeta = {};
     if (times.mtimeNs !== undefined) fields.mtimeNs = times.mtimeNs === 'now' ? now : times.mtimeNs;
     if (times.atimeNs !== undefined) fields.atimeNs = times.atimeNs === 'now' ? now : times.atimeNs;
-    if (await this.patchNode(path, fields, 'utimens')) return;
+    const r = await this.patchNode(path, fields, 'utimens');
+    if (r === DEFERRED) return;
     if (fields.mtimeNs !== undefined) for (const of of this.filesAt(path)) of.setMtime(fields.mtimeNs);
+    return r;
   }
 
   /**
@@ -749,7 +785,7 @@ export class GcsBackend implements Backend, GcsFileHost {
    * in between. A directory without a placeholder gets one, carrying the attributes. The bucket
    * root (no prefix) has no object to carry them: changes to it are accepted and not kept.
    */
-  private async patchNode(path: string, fields: NodeMeta, what: string): Promise<boolean> {
+  private async patchNode(path: string, fields: NodeMeta, what: string): Promise<Attr | typeof DEFERRED | undefined> {
     checkPath(path);
     const entries = nodeMetaEntries(fields);
     // A file open with changes not uploaded yet (tar: write, futimens, fchown, fchmod, close)
@@ -757,18 +793,24 @@ export class GcsBackend implements Backend, GcsFileHost {
     const dirty = this.filesAt(path).find((f) => f.isDirty && f.writable && !f.unlinked);
     if (dirty) {
       dirty.addPendingMeta(entries, fields.mtimeNs);
-      return true;
+      return DEFERRED;
     }
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
-      const f = await this.lookup(path);
+      // the first try trusts the placeholder our own last answer gave (preconditions check it)
+      const hinted = attempt === 0 ? this.placeholders.get(path) : undefined;
+      this.placeholders.delete(path);
+      const f: Found = hinted ? { type: 'dir', placeholder: hinted } : await this.lookup(path);
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
       // Linux cannot chmod a symlink itself (as the local backend).
       if (f.type === 'symlink' && what === 'chmod') throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
       const obj = f.type === 'dir' ? f.placeholder : f.object;
       if (!obj) {
-        if (path === '/' && !this.names.prefix) return false;
+        if (path === '/' && !this.names.prefix) return undefined;
         const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ mtimeNs: this.attrDefaults.implicitTimeNs, ...fields }));
-        if (made) return false;
+        if (made) {
+          this.placeholders.set(path, made);
+          return attrOf('dir', path, made, this.attrDefaults);
+        }
         continue;
       }
       let info: ObjectInfo;
@@ -784,8 +826,14 @@ export class GcsBackend implements Backend, GcsFileHost {
         if (cur.generation !== obj.generation) continue;
         info = cur;
       }
-      for (const of of this.filesAt(path)) of.noteMetadata(info, obj.generation);
-      return false;
+      const open = this.filesAt(path);
+      for (const of of open) of.noteMetadata(info, obj.generation);
+      if (f.type === 'dir') {
+        this.placeholders.set(path, info);
+        return attrOf('dir', path, info, this.attrDefaults);
+      }
+      // an open file's attributes are its handle's (stat asks it): none to give here
+      return open.length ? undefined : attrOf(f.type, path, info, this.attrDefaults);
     }
     throw new VfsError('ESTALE', `${what} ${path}: the object kept changing in the bucket`);
   }
@@ -796,6 +844,9 @@ export class GcsBackend implements Backend, GcsFileHost {
     unregisterInstance(this.instance);
   }
 }
+
+/** patchNode: the change went with an open file's next upload (no request now) */
+const DEFERRED = Symbol('deferred');
 
 interface ListedEntry {
   name: string;

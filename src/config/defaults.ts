@@ -213,6 +213,10 @@ export const DEFAULTS = {
     dirMode: 0o755,
     /** objects copied at once by a directory rename */
     renameConcurrency: 8,
+    /** directory placeholders whose last known generation the backend remembers from its own
+     * mkdir and patch answers, so a chmod/chown/utimens of a directory it just made or changed
+     * (tar's fix-ups) patches without a lookup first; preconditions catch a stale one */
+    placeholderHints: 4096,
     /** name, below the workspace prefix, of the reserved area holding the journal's mirror
      * (journal/<writer>/..., blobs/..) and rename intents: the view never shows it, and refuses to make it */
     reservedName: GCS_RESERVED,

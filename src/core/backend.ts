@@ -224,9 +224,14 @@ export interface Backend {
    */
   mknod?(path: string, mode: number, rdev: number): Promise<void>;
   link(existing: string, newPath: string): Promise<void>;
-  chmod(path: string, mode: number): Promise<void>;
-  chown(path: string, uid: number, gid: number): Promise<void>;
-  utimens(path: string, times: TimeSpec): Promise<void>;
+  /**
+   * chmod, chown and utimens resolve, as mkdir, with the node's new attributes when the store
+   * has them from the request that changed it (a cache in front keeps them: the stat that
+   * follows, as FUSE's setattr answers with attributes, asks nothing), else with nothing.
+   */
+  chmod(path: string, mode: number): Promise<Attr | void>;
+  chown(path: string, uid: number, gid: number): Promise<Attr | void>;
+  utimens(path: string, times: TimeSpec): Promise<Attr | void>;
   truncate(path: string, size: number): Promise<void>;
   statfs(path: string): Promise<FsStats>;
 

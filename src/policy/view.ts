@@ -404,16 +404,16 @@ export class PolicyView implements Backend {
     return this.inner.link(a.toBackend(existing), b.toBackend(newPath));
   }
 
-  chmod(path: string, mode: number): Promise<void> {
-    return this.inner.chmod(this.change(path, 'change mode of', false), mode);
+  async chmod(path: string, mode: number): Promise<void> {
+    await this.inner.chmod(this.change(path, 'change mode of', false), mode);
   }
 
-  chown(path: string, uid: number, gid: number): Promise<void> {
-    return this.inner.chown(this.change(path, 'change owner of', false), uid, gid);
+  async chown(path: string, uid: number, gid: number): Promise<void> {
+    await this.inner.chown(this.change(path, 'change owner of', false), uid, gid);
   }
 
-  utimens(path: string, times: TimeSpec): Promise<void> {
-    return this.inner.utimens(this.change(path, 'change times of', false), times);
+  async utimens(path: string, times: TimeSpec): Promise<void> {
+    await this.inner.utimens(this.change(path, 'change times of', false), times);
   }
 
   truncate(path: string, size: number): Promise<void> {

@@ -3,6 +3,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Storage, type Bucket, type File } from '@google-cloud/storage';
 import { httpStatus, isNotFound } from './errors.js';
+import { JsonApi } from './json-api.js';
 import { objectInfo, type ObjectInfo, type RawObjectMetadata } from './metadata.js';
 import type { ResolvedGcsOptions } from './options.js';
 import { withRetries, type RetryCounters, type RetryPolicy } from './retry.js';
@@ -58,14 +59,18 @@ const int64 = (g: bigint) => g.toString() as unknown as number;
 export class GcsRequests {
   readonly bucket: Bucket;
   readonly counters: RetryCounters = { retries: 0, attempts: new Map() };
+  /** small uploads, sent without the client's per-call machinery (see json-api.ts) */
+  private readonly json: JsonApi;
 
   constructor(
     readonly storage: Storage,
     bucketName: string,
     private readonly policy: RetryPolicy,
-    private readonly opts: { resumableThresholdBytes: number; uploadChunkBytes: number; requestTimeoutMs: number },
+    private readonly opts: { resumableThresholdBytes: number; uploadChunkBytes: number; requestTimeoutMs: number; apiEndpoint?: string; keyFile?: string },
   ) {
     this.bucket = storage.bucket(bucketName);
+    // as makeStorage: a custom endpoint without a key file goes unauthenticated
+    this.json = new JsonApi(storage, bucketName, { authenticate: opts.apiEndpoint === undefined || opts.keyFile !== undefined, requestTimeoutMs: opts.requestTimeoutMs });
   }
 
   private retry<T>(fn: (attempt: number) => Promise<T>, method = 'GET'): Promise<T> {
@@ -173,7 +178,7 @@ export class GcsRequests {
 
   /** Create a new generation from a buffer (a multipart upload). */
   async uploadBuffer(key: string, data: Buffer, spec: UploadSpec): Promise<ObjectInfo> {
-    return this.retry(() => this.uploadOnce(key, () => Readable.from([data]), { ...spec, resumable: false }), 'POST');
+    return this.retry(async () => objectInfo((await this.json.multipartUpload(key, data, spec)) as unknown as RawObjectMetadata), 'POST');
   }
 
   /**
@@ -185,7 +190,10 @@ export class GcsRequests {
   async uploadFile(key: string, localPath: string, size: number, spec: UploadSpec): Promise<ObjectInfo> {
     const source = () => fs.createReadStream(localPath);
     if (size < this.opts.resumableThresholdBytes) {
-      return this.retry(() => this.uploadOnce(key, source, { ...spec, resumable: false }), 'POST');
+      // read per attempt: what is uploaded is what the file holds when the request is made;
+      // synchronously, as file.ts stages: a local file under the threshold, where the promise
+      // API's four thread-pool trips (open, fstat, read, close) cost more than the read
+      return this.retry(async () => objectInfo((await this.json.multipartUpload(key, fs.readFileSync(localPath), spec)) as unknown as RawObjectMetadata), 'POST');
     }
     let uri: string | undefined;
     return this.retry(async () => {

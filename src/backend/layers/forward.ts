@@ -62,13 +62,13 @@ export class ForwardingLayer implements Backend {
   link(existing: string, newPath: string): Promise<void> {
     return this.inner.link(existing, newPath);
   }
-  chmod(path: string, mode: number): Promise<void> {
+  chmod(path: string, mode: number): Promise<Attr | void> {
     return this.inner.chmod(path, mode);
   }
-  chown(path: string, uid: number, gid: number): Promise<void> {
+  chown(path: string, uid: number, gid: number): Promise<Attr | void> {
     return this.inner.chown(path, uid, gid);
   }
-  utimens(path: string, times: TimeSpec): Promise<void> {
+  utimens(path: string, times: TimeSpec): Promise<Attr | void> {
     return this.inner.utimens(path, times);
   }
   truncate(path: string, size: number): Promise<void> {

@@ -347,16 +347,23 @@ export class MetadataCacheLayer extends ForwardingLayer {
     this.entry(newPath, 'file');
   }
 
-  override chmod(path: string, mode: number): Promise<void> {
-    return this.change([path], false, () => this.inner.chmod(path, mode));
+  override chmod(path: string, mode: number): Promise<Attr | void> {
+    return this.changeAttrs(path, () => this.inner.chmod(path, mode));
   }
 
-  override chown(path: string, uid: number, gid: number): Promise<void> {
-    return this.change([path], false, () => this.inner.chown(path, uid, gid));
+  override chown(path: string, uid: number, gid: number): Promise<Attr | void> {
+    return this.changeAttrs(path, () => this.inner.chown(path, uid, gid));
   }
 
-  override utimens(path: string, times: TimeSpec): Promise<void> {
-    return this.change([path], false, () => this.inner.utimens(path, times));
+  override utimens(path: string, times: TimeSpec): Promise<Attr | void> {
+    return this.changeAttrs(path, () => this.inner.utimens(path, times));
+  }
+
+  /** An attribute change; the attributes the store answered it with are kept (tar's directory fix-ups: no lookup after). */
+  private async changeAttrs(path: string, fn: () => Promise<Attr | void>): Promise<Attr | void> {
+    const attr = await this.change([path], false, fn);
+    if (attr) this.remember(path, { attr }, this.epoch);
+    return attr;
   }
 
   override truncate(path: string, size: number): Promise<void> {

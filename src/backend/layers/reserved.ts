@@ -102,15 +102,15 @@ export class ReservedNameLayer extends ForwardingLayer {
     this.refuseNew(newPath, 'link');
     return super.link(existing, newPath);
   }
-  override async chmod(path: string, mode: number): Promise<void> {
+  override async chmod(path: string, mode: number): Promise<Attr | void> {
     this.absent(path);
     return super.chmod(path, mode);
   }
-  override async chown(path: string, uid: number, gid: number): Promise<void> {
+  override async chown(path: string, uid: number, gid: number): Promise<Attr | void> {
     this.absent(path);
     return super.chown(path, uid, gid);
   }
-  override async utimens(path: string, times: TimeSpec): Promise<void> {
+  override async utimens(path: string, times: TimeSpec): Promise<Attr | void> {
     this.absent(path);
     return super.utimens(path, times);
   }
