@@ -206,6 +206,14 @@ export const DEFAULTS = {
     dirMode: 0o755,
     /** objects copied at once by a directory rename */
     renameConcurrency: 8,
+    /** close(2) returns once the version is in the bucket ('bucket'), or durable in the state
+     * directory's upload spool with uploads in the background ('journal'; --durability) */
+    durability: 'bucket' as 'bucket' | 'journal',
+    /** durability journal: background uploads in flight at once (measured: see src/backend/gcs/README.md) */
+    uploadConcurrency: 16,
+    /** durability journal: a failed background upload is tried again after this, doubling up to the max */
+    uploadRetryMs: 1000,
+    uploadRetryMaxMs: 30_000,
     /** name, below the workspace prefix, of the reserved area holding the journal's mirror
      * (journal/<writer>/..., blobs/..) and rename intents: the view never shows it, and refuses to make it */
     reservedName: GCS_RESERVED,
