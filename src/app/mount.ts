@@ -16,7 +16,7 @@ import { liveMounts, registerMount } from './mount-registry.js';
 import { stateDirProblem } from './state-dir-check.js';
 import { DaemonMetrics } from './metrics.js';
 import { serveMetrics, type MetricsServer } from './metrics-server.js';
-import { storeStatsOf, type StoreStats } from './workspace.js';
+import { storeStatsOf, type StoreStats, type UploadsHandle } from './workspace.js';
 import { takeNoWaitRequest } from './upload-spool.js';
 import type { UploadQueueStats } from '../backend/index.js';
 import { bannerWritten, isDaemonChild } from './daemon.js';
@@ -148,7 +148,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
       const stage = journal.stage;
       if (ws.policy) ws.policy.view.session = { id: journal.session, mode: 'live' };
       const j = journal;
-      if (ws.policy) ws.policy.view.usageNotes = () => j.spaceNote();
+      const uploads = storeStatsOf(ws.store, ws.sourceDir).uploads;
+      if (ws.policy) ws.policy.view.usageNotes = () => [j.spaceNote(), uploads ? uploadsNote(uploads) : null].filter((n) => n).join('\n') || null;
       ws.conflicts?.listen((c, viewPath) =>
         stage.noteConflict({
           time: c.time.getTime(), path: viewPath, reason: c.reason, expectedGeneration: c.expectedGeneration,
@@ -354,4 +355,15 @@ async function drainUploads(store: StoreStats, stateDir: string | null, log: Log
   const s = q.stats();
   log.warn({ files: s.files, bytes: s.bytes, spool: stateDir }, 'unmount --no-wait: queued uploads left in the spool; the next mount on this state directory uploads them');
   process.stderr.write(`ledgerfs: unmount --no-wait: ${left(s)} not uploaded yet, kept in ${stateDir}; the next mount on this state directory uploads them\n`);
+}
+
+/** /.ledgerfs/usage (GCS): the upload queue, and the conflicts its background uploads found. */
+function uploadsNote(u: UploadsHandle): string {
+  const s = u.stats();
+  const queue = s.files ? `${s.files} file(s), ${formatSize(s.bytes)} queued, oldest ${Math.round(s.oldestAgeSec)} s, ${s.inFlight} uploading` : 'nothing queued';
+  return (
+    `uploads (durability ${u.durability}): ${queue}` +
+    (s.retrying ? `; ${s.retrying} retrying after a failure (${s.lastError ?? 'unknown error'})` : '') +
+    (s.conflicts ? `\nconflicts found by background uploads: ${s.conflicts} (the local versions are kept in the journal's conflicts/ area; ledgerfs log shows them)` : '')
+  );
 }

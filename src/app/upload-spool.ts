@@ -18,6 +18,11 @@ export interface SpoolSummary {
 
 const NO_WAIT_FILE = 'unmount-no-wait';
 
+/** Whether the state directory has an upload spool (a GCS workspace's). */
+export function hasSpool(stateDir: string): boolean {
+  return fs.existsSync(stateLayout(stateDir).uploadSpool);
+}
+
 /** What waits in a state directory's upload spool (every `<id>.json` is one closed version). */
 export function spoolSummary(stateDir: string): SpoolSummary {
   const dir = stateLayout(stateDir).uploadSpool;

@@ -64,7 +64,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: --durability journal', () => {
   it('close returns before the upload, reads see the queued version, fsync waits for the bucket', async () => {
     const m = await mount();
     await slowUploads(2500);
-    // open (creates the empty object: slowed too), write, then time close(2) alone
+    // open (a new file: no request, it is born in the spool at close), write, then time close(2)
     const out = py(
       `import os, time
 fd = os.open('f', os.O_WRONLY | os.O_CREAT, 0o644)
@@ -75,8 +75,10 @@ t = time.time(); os.close(fd); print(round((time.time() - t) * 1000))`,
     expect(Number(out.trim())).toBeLessThan(1500);
     expect(spooled()).toBe(1);
     // read-your-writes while the upload waits
-    expect(sh('cat f; stat -c %s f', m.mnt)).toBe('hello journal13\n');
-    expect(await inBucket('f')).toBe(''); // still the empty object open() made
+    expect(sh('cat f; stat -c %s f; ls', m.mnt)).toBe('hello journal13\nf\n');
+    await new Promise((r) => setTimeout(r, 500)); // past the metadata cache's TTL: the listing is the backend's
+    expect(sh('ls', m.mnt)).toBe('f\n');
+    expect(await inBucket('f')).toBeUndefined(); // not in the bucket yet
     await eventually('f uploaded', async () => (await inBucket('f')) === 'hello journal');
     await eventually('the spool emptied', async () => spooled() === 0);
 
