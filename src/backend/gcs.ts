@@ -146,24 +146,6 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     return this.uploads.pendingKey(this.names.key(path));
   }
 
-  /**
-   * Names directly in the directory `dirKey` that exist here and maybe not yet in the bucket
-   * (durability journal): files created and still open, or closed and queued. Listings add them.
-   */
-  private localNamesIn(dirKey: string): string[] {
-    return this.localKeysUnder(dirKey)
-      .map((k) => k.slice(dirKey.length))
-      .filter((n) => !n.includes('/'));
-  }
-
-  private localKeysUnder(dirKey: string): string[] {
-    if (!this.writeBack) return [];
-    const out: string[] = [];
-    for (const set of this.openFiles.values()) for (const f of set) if (f.unborn && !f.unlinked && f.key.startsWith(dirKey)) out.push(f.key);
-    for (const key of this.uploads?.keys() ?? []) if (key.startsWith(dirKey)) out.push(key);
-    return out;
-  }
-
   /** A namespace change at `path` must not overtake uploads it depends on: wait for those at or under it. */
   private async settle(...paths: string[]): Promise<void> {
     if (!this.uploads || this.uploads.isEmpty) return;
@@ -346,12 +328,6 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     } catch (err) {
       throw toVfsError(err, `list ${path}`);
     }
-    for (const name of this.localNamesIn(dirKey)) {
-      if (!c.files.has(name) && !c.dirs.has(name)) {
-        sawAnything = true;
-        c.files.set(name, { name: dirKey + name, generation: 0n, metageneration: 0n, size: 0, updatedNs: 0n, metadata: {} });
-      }
-    }
     if (!sawAnything && path !== '/') {
       // Nothing under the prefix: a file, or nothing at all (or a placeholder-less dir with implicit dirs off).
       const f = await this.lookup(path);
@@ -384,12 +360,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       if (!c) dirs.set(rel, (c = new DirContents()));
       return c;
     };
-    // files here that the bucket may not have yet (durability journal) count as listed
-    const listed = new Set(page.items.map((o) => o.name));
-    const local = this.localKeysUnder(dirKey)
-      .filter((k) => !listed.has(k))
-      .map((k): ObjectInfo => ({ name: k, generation: 0n, metageneration: 0n, size: 0, updatedNs: 0n, metadata: {} }));
-    for (const o of local.length ? [...page.items, ...local] : page.items) {
+    for (const o of page.items) {
       const parts = o.name.slice(dirKey.length).split('/');
       const last = parts.pop() as string;
       let rel = '';
@@ -530,23 +501,6 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     }
     // A writer bases its version on the bucket's generation: the queued ones land first.
     if (this.pendingAt(path)) await this.settle(path);
-    const unborn = this.filesAt(path).find((f) => f.unborn && !f.unlinked);
-    if (unborn) {
-      if (mode.create && mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
-      // a second writer is based on the bucket's generation: the new file goes there first
-      await unborn.sync();
-    }
-    if (mode.create && mode.knownAbsent && this.writeBack && mode.write) {
-      // durability journal: the new file is born in the upload spool at close (its upload has
-      // ifGenerationMatch=0), not by a request now; until then only this host sees it (listings
-      // here include it). Another host creating the name meanwhile wins: ours is a conflict.
-      const meta = this.newNodeMeta({ perm: createMode & 0o7777 });
-      const unborn: ObjectInfo = { name: key, generation: 0n, metageneration: 0n, size: 0, updatedNs: nowNs(), metadata: meta };
-      const file = new GcsFile(this, path, key, unborn, true);
-      this.track(file);
-      await file.beUnborn();
-      return file;
-    }
     if (mode.create && mode.knownAbsent) {
       // The caller's cache says nothing is here and the parent is a directory: skip the
       // lookups; GCS still decides (ifGenerationMatch=0), and if something is there after
@@ -644,15 +598,6 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
   async unlink(path: string): Promise<void> {
     checkPath(path);
     await this.settle(path);
-    const unborn = this.filesAt(path).filter((f) => f.unborn);
-    if (unborn.length) {
-      // created here, still open, never closed: not in the bucket; its handles keep their bytes
-      for (const of of unborn) {
-        of.unlinked = true;
-        this.forget(of);
-      }
-      return;
-    }
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);

@@ -64,7 +64,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: --durability journal', () => {
   it('close returns before the upload, reads see the queued version, fsync waits for the bucket', async () => {
     const m = await mount();
     await slowUploads(2500);
-    // open (a new file: no request, it is born in the spool at close), write, then time close(2)
+    // open (creates the empty object: slowed too), write, then time close(2) alone
     const out = py(
       `import os, time
 fd = os.open('f', os.O_WRONLY | os.O_CREAT, 0o644)
@@ -75,10 +75,10 @@ t = time.time(); os.close(fd); print(round((time.time() - t) * 1000))`,
     expect(Number(out.trim())).toBeLessThan(1500);
     expect(spooled()).toBe(1);
     // read-your-writes while the upload waits
-    expect(sh('cat f; stat -c %s f; ls', m.mnt)).toBe('hello journal13\nf\n');
-    await new Promise((r) => setTimeout(r, 500)); // past the metadata cache's TTL: the listing is the backend's
-    expect(sh('ls', m.mnt)).toBe('f\n');
-    expect(await inBucket('f')).toBeUndefined(); // not in the bucket yet
+    expect(sh('cat f; stat -c %s f', m.mnt)).toBe('hello journal13\n');
+    await new Promise((r) => setTimeout(r, 500)); // past the metadata cache's TTL: the backend answers
+    expect(sh('stat -c %s f; ls -l f | cut -d" " -f5', m.mnt)).toBe('13\n13\n');
+    expect(await inBucket('f')).toBe(''); // still the empty object open() made
     await eventually('f uploaded', async () => (await inBucket('f')) === 'hello journal');
     await eventually('the spool emptied', async () => spooled() === 0);
 
@@ -154,5 +154,37 @@ t = time.time(); os.fsync(fd); print(round((time.time() - t) * 1000)); os.close(
     const entries = JSON.parse(log.stdout) as Entry[];
     const noted = entries.flatMap((e) => (e.kind === 'conflict' ? [e] : (e.conflicts ?? [])));
     expect(noted).toEqual([expect.objectContaining({ path: '/f', localFile: path.join(dir, kept[0] as string) })]);
+  });
+
+  const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
+
+  it('the mount file\'s backend.durability; status, /.ledgerfs/usage and unmount show the queue; --no-wait leaves it for the next mount', async () => {
+    const policy = path.join(home, 'ws.yaml');
+    fs.writeFileSync(policy, `backend: {type: gcs, bucket: ${g.bucket}, apiEndpoint: "${g.emulator.url}", durability: journal}\nroots: [{path: /, mode: rw}]\nstate: ${state()}\n`);
+    const a = await startMount({ omitSource: true, args: ['--policy', policy, '--attr-timeout', '0', '--entry-timeout', '0'] });
+    mounts.push(a);
+    sh('for i in 1 2 3 4 5; do touch f$i; done', a.mnt);
+    await g.fault({ status: 503, count: -1, method: 'POST', pathPrefix: '/upload/' });
+    py("for i in range(1, 6): open(f'f{i}', 'w').write('x' * 1000)", a.mnt);
+    expect(spooled()).toBe(5);
+    const st = JSON.parse(cli('status', '--json').stdout) as Array<{ mountpoint: string; uploads: { files: number; bytes: number } | null }>;
+    expect(st.find((m) => m.mountpoint === a.mnt)?.uploads).toMatchObject({ files: 5, bytes: 5000 });
+    expect(cli('status').stdout).toMatch(/uploads: 5 file\(s\), 4\.9 KiB, oldest \d+ s queued/);
+    const usage = fs.readFileSync(path.join(a.mnt, '.ledgerfs', 'usage'), 'utf8');
+    expect(usage).toMatch(/uploads \(durability journal\): 5 file\(s\), 4\.9 KiB queued/);
+
+    const u = cli('unmount', '--no-wait', a.mnt);
+    expect(u.status, u.stderr).toBe(0);
+    expect(u.stderr).toMatch(/not waiting: 5 file\(s\), 4\.9 KiB, oldest \d+ s queued for upload stay in/);
+    await a.stop().catch(() => undefined);
+    expect(spooled()).toBe(5);
+    await g.clearFaults();
+
+    const b = await startMount({ omitSource: true, args: ['--policy', policy, '--attr-timeout', '0', '--entry-timeout', '0'] });
+    mounts.push(b);
+    const w = cli('unmount', b.mnt); // waits for the queue (uploaded by the restart already, or now)
+    expect(w.status, w.stderr).toBe(0);
+    expect(spooled()).toBe(0);
+    for (let i = 1; i <= 5; i++) expect(await inBucket(`f${i}`)).toBe('x'.repeat(1000));
   });
 });

@@ -46,16 +46,30 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: --durability journal survives SIGKIL
       gcs: { emulator: g.emulator, bucket: g.bucket },
       args: ['--durability', 'journal', '--state', state(), '--attr-timeout', '0.2', '--entry-timeout', '0.2', '--metadata-ttl', '0.2'],
     });
-  const ledgerfs = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 300_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
+  const ledgerfs = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 300_000, maxBuffer: 1 << 28, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
+  /** (the fixture's client does not retry; a kept-alive socket the emulator closed is worth another try) */
+  const again = async <T>(fn: () => Promise<T>): Promise<T> => {
+    for (let i = 0; ; i++) {
+      try {
+        return await fn();
+      } catch (err) {
+        if (i >= 3 || !/socket hang up|ECONNRESET/.test((err as Error).message)) throw err;
+      }
+    }
+  };
   const objects = async (): Promise<Map<string, Buffer>> => {
-    const [files] = await g.storage.bucket(g.bucket).getFiles();
+    const [files] = await again(() => g.storage.bucket(g.bucket).getFiles());
     const out = new Map<string, Buffer>();
-    for (const f of files) if (!f.name.startsWith('.ledgerfs/')) out.set(f.name, (await f.download())[0]);
+    for (const f of files) if (!f.name.startsWith('.ledgerfs/')) out.set(f.name, (await again(() => f.download()))[0]);
     return out;
   };
 
   it(`${ROUNDS} kills, then the bucket equals the tree and a rollback empties it`, async () => {
     const kills: Array<{ afterMs: number; spooled: number }> = [];
+    // LEDGERFS_DURABILITY_KILL_DELAY_MS slows every upload during the killed rounds (the create
+    // at open too, so it does not make the queue longer by itself)
+    const delayMs = Number(process.env.LEDGERFS_DURABILITY_KILL_DELAY_MS ?? 0);
+    if (delayMs > 0) await g.fault({ status: 0, delayMs, count: -1, method: 'POST', pathPrefix: '/upload/' });
     for (let round = 0; round < ROUNDS; round++) {
       const m: TestMount = await mount();
       try {
@@ -72,6 +86,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: --durability journal survives SIGKIL
         await m.stop().catch(() => undefined); // reports the death it was dealt
       }
     }
+    await g.clearFaults();
     const last = await mount();
     try {
       fs.mkdirSync(path.join(last.mnt, 'out'), { recursive: true });
@@ -98,7 +113,9 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: --durability journal survives SIGKIL
     expect(fs.existsSync(path.join(state(), 'conflicts')) ? fs.readdirSync(path.join(state(), 'conflicts')) : []).toEqual([]);
 
     // every mount was its own session: undo them all, back to before the first record
-    const log = JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Array<{ seq: number }>;
+    const l = ledgerfs('log', '--state', state(), '--source', `gs://${g.bucket}`, '--json', '--all');
+    expect(l.status, l.stderr).toBe(0);
+    const log = JSON.parse(l.stdout) as Array<{ seq: number }>;
     const first = Math.min(...log.map((e) => e.seq));
     const r = ledgerfs('rollback', '--state', state(), '--source', `gs://${g.bucket}`, '--to', String(first - 1));
     expect(r.status, r.stderr + r.stdout).toBe(0);

@@ -53,8 +53,6 @@ export class GcsFile implements BackendFile {
   key: string;
   /** unlinked (or renamed over) while open: keeps working locally, never uploaded */
   unlinked = false;
-  /** created by this handle with durability journal: not in the bucket until its version is queued at close */
-  unborn = false;
   private base: ObjectInfo;
   private staged: { fd: number; file: string } | undefined;
   private staging: Promise<void> | undefined;
@@ -315,15 +313,6 @@ export class GcsFile implements BackendFile {
     this.staged = { fd, file };
   }
 
-  /** A new file with no object yet: staged and dirty from the start, so its first close queues it. */
-  async beUnborn(): Promise<void> {
-    this.unborn = true;
-    await this.ensureStaged(false);
-    this.dirty = true;
-    this.changes++;
-    this.mtimeNs = nowNs();
-  }
-
   /** A version landed from the upload queue: a handle based on the one it replaced is now based on it. */
   noteUploaded(replaced: bigint, info: ObjectInfo): void {
     if (this.base.generation !== replaced) return;
@@ -355,7 +344,6 @@ export class GcsFile implements BackendFile {
         baseMetageneration: this.base.metageneration,
       });
       this.base = { ...this.base, size, metadata };
-      this.unborn = false; // queued: the spool (and listings of it) has it now
       if (this.changes === at) {
         this.dirty = false;
         this.mtimeNs = undefined;

@@ -217,11 +217,6 @@ export class UploadQueue {
     return last ? this.view(last) : undefined;
   }
 
-  /** Object names with a queued version. */
-  keys(): IterableIterator<string> {
-    return this.chains.keys();
-  }
-
   get isEmpty(): boolean {
     return this.chains.size === 0;
   }
