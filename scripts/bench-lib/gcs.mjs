@@ -8,8 +8,15 @@
 //   seq write        dd of a large file, to close (ledgerfs: durable in the bucket at close;
 //                    rclone --vfs-cache-mode writes: uploaded after close)  (MB/s)
 //   tar -x           of ~3,000 small files                                 (seconds)
+//                    ledgerfs-journal (--durability journal): to tar's exit (every close
+//                    durable in the spool), and "+ upload" to the spool's last upload; with
+//                    the emulator's requests per file
 //   git add+commit   of the extracted tree                                 (seconds)
 //   raw download     @google-cloud/storage download of the large object    (MB/s, no FUSE)
+//
+// Peers (--peers): ledgerfs (default durability: close = in the bucket), ledgerfs-journal
+// (--durability journal), local (ledgerfs on a local directory: the bar for the journal mode),
+// rclone (--vfs-cache-mode writes). --only tar,git runs just those workloads (a short run).
 //
 // Indented rows say what some of them cost besides wall time, which a busy machine distorts:
 // emulator requests (cold ls and stat; per MiB of the sequential read) and CPU per MiB (the
@@ -29,7 +36,7 @@ const MB = 1e6;
 const BUCKET = 'bench';
 
 function parseArgs(argv) {
-  const o = { objects: 10_000, files: 3_000, large: 1024 ** 3, rounds: 1, peers: ['ledgerfs', 'rclone'], keep: false, json: false };
+  const o = { objects: 10_000, files: 3_000, large: 1024 ** 3, rounds: 1, peers: ['ledgerfs', 'ledgerfs-journal', 'local', 'rclone'], only: undefined, keep: false, json: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const v = () => {
@@ -43,12 +50,14 @@ function parseArgs(argv) {
     else if (a === '--large') o.large = parseSize(v());
     else if (a === '--rounds') o.rounds = Number(v());
     else if (a === '--peers') o.peers = v().split(',');
+    else if (a === '--only') o.only = v().split(',');
     else if (a === '--keep') o.keep = true;
     else if (a === '--json') o.json = true;
     else if (a === '--help' || a === '-h') {
       process.stdout.write(
-        'usage: scripts/bench-gcs [--quick] [--objects N] [--files N] [--large SIZE] [--rounds N] [--peers ledgerfs,rclone] [--json] [--keep]\n' +
-          '  --quick: a 64 MiB large object instead of 1 GiB (sanity run)\n',
+        'usage: scripts/bench-gcs [--quick] [--objects N] [--files N] [--large SIZE] [--rounds N] [--peers ledgerfs,ledgerfs-journal,local,rclone] [--only ls,stat,read,write,tar,git] [--json] [--keep]\n' +
+          '  --quick: a 64 MiB large object instead of 1 GiB (sanity run)\n' +
+          '  --only: just these workloads (tar -x and git add+commit: --only tar,git)\n',
       );
       process.exit(0);
     } else throw new BenchError(`unknown argument ${a}`);
@@ -106,6 +115,21 @@ function targetsFor(o, repo, emulatorUrl, work) {
       env: { LEDGERFS_GCS_ENDPOINT: emulatorUrl },
       argv: (_src, mnt) => [process.execPath, cli, 'mount', '--source', `gs://${BUCKET}`, '--state', path.join(work, 'state', path.basename(mnt)), mnt],
     }),
+    'ledgerfs-journal': daemonTarget({
+      name: 'ledgerfs-journal',
+      describe: `LEDGERFS_GCS_ENDPOINT=URL node bin/ledgerfs.js mount --source gs://${BUCKET} --durability journal --state DIR MNT`,
+      env: { LEDGERFS_GCS_ENDPOINT: emulatorUrl },
+      argv: (_src, mnt) => [process.execPath, cli, 'mount', '--source', `gs://${BUCKET}`, '--durability', 'journal', '--state', path.join(work, 'state', path.basename(mnt)), mnt],
+    }),
+    local: daemonTarget({
+      name: 'local',
+      describe: 'node bin/ledgerfs.js mount --source DIR --state DIR MNT (local backend, journal on; no GCS)',
+      argv: (_src, mnt) => {
+        const dir = path.join(work, 'local-src', path.basename(mnt));
+        fs.mkdirSync(dir, { recursive: true });
+        return [process.execPath, cli, 'mount', '--source', dir, '--state', path.join(work, 'state', path.basename(mnt)), mnt];
+      },
+    }),
     rclone: daemonTarget({
       name: 'rclone',
       describe: 'rclone mount emu:bench MNT --vfs-cache-mode writes (gcs remote: endpoint = URL/storage/v1/, anonymous = true)',
@@ -116,7 +140,7 @@ function targetsFor(o, repo, emulatorUrl, work) {
   };
   return o.peers.map((p) => {
     const t = all[p];
-    if (!t) throw new BenchError(`unknown peer ${p} (ledgerfs, rclone)`);
+    if (!t) throw new BenchError(`unknown peer ${p} (${Object.keys(all).join(', ')})`);
     return t;
   });
 }
@@ -138,6 +162,21 @@ async function measured(cmd, h, emuUrl) {
   return { seconds, requests: (await requests()) - r0, cpu: cpuSeconds(h.pid) - c0 };
 }
 
+/** Wait until the state directory's upload spool of a --durability journal mount is empty. */
+async function spoolDrained(stateDir) {
+  const dir = path.join(stateDir, 'upload-spool');
+  for (;;) {
+    let left = 0;
+    try {
+      left = fs.readdirSync(dir).filter((n) => n.endsWith('.json')).length;
+    } catch {
+      /* none */
+    }
+    if (left === 0) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 export async function mainGcs(argv) {
   const o = parseArgs(argv);
   const repo = path.resolve(import.meta.dirname, '../..');
@@ -154,18 +193,20 @@ export async function mainGcs(argv) {
   const results = {}; // workload -> target -> [values]
   const add = (w, t, v) => ((results[w] ??= {})[t] ??= []).push(v);
   try {
+    const want = (w) => !o.only || o.only.includes(w);
+    const seeding = want('ls') || want('stat') || want('read');
     const storage = new Storage({ apiEndpoint: emu.url, projectId: 'bench', retryOptions: { autoRetry: false } });
     const bucket = storage.bucket(BUCKET);
-    say(`gcs bench: emulator ${emu.url}; seeding ${o.objects} objects, a ${o.files}-file tree and a ${fmtBytes(o.large)} object`);
+    if (seeding) say(`gcs bench: emulator ${emu.url}; seeding ${o.objects} objects, a ${o.files}-file tree and a ${fmtBytes(o.large)} object`);
     const small = Buffer.from('x'.repeat(100));
     const items = [];
     for (let i = 0; i < o.objects; i++) items.push([`big/f${String(i).padStart(5, '0')}`, small]);
     for (let i = 0; i < o.files; i++) items.push([`tree/d${i % 30}/s${i % 7}/f${i}`, small]);
-    await seed(bucket, items);
+    if (seeding) await seed(bucket, items);
     const large = path.join(work, 'large.bin');
     fs.writeFileSync(large, crypto.randomBytes(Math.min(o.large, 64 * 1024 ** 2)));
     while (fs.statSync(large).size < o.large) fs.appendFileSync(large, fs.readFileSync(large).subarray(0, Math.min(o.large - fs.statSync(large).size, 64 * 1024 ** 2)));
-    await bucket.upload(large, { destination: 'large.bin', resumable: true, validation: false });
+    if (seeding) await bucket.upload(large, { destination: 'large.bin', resumable: true, validation: false });
     const tarDir = path.join(work, 'tarsrc');
     localTree(tarDir, o.files);
     const tarball = path.join(work, 'tree.tar');
@@ -173,12 +214,14 @@ export async function mainGcs(argv) {
 
     for (let round = 1; round <= o.rounds; round++) {
       // raw client download speed: the ceiling for sequential reads
+      if (want('read')) {
       const t0 = process.hrtime.bigint();
       const c0 = process.cpuUsage();
       await new Promise((res, rej) => bucket.file('large.bin').createReadStream({ validation: false }).on('error', rej).on('end', res).resume());
       add('raw download (MB/s)', 'client', o.large / MB / (Number(process.hrtime.bigint() - t0) / 1e9));
       const c1 = process.cpuUsage(c0);
       add('  raw download CPU ms/MiB', 'client', (c1.user + c1.system) / 1000 / (o.large / 2 ** 20));
+      }
 
       for (const t of targetsFor(o, repo, emu.url, work)) {
         const why = t.problem();
@@ -187,8 +230,9 @@ export async function mainGcs(argv) {
           continue;
         }
         const mnt = path.join(work, 'mnt', `${t.name}-${round}`);
-        let h = await t.mount('', mnt, work);
-        try {
+        // the listing and stat workloads read the seeded bucket: not the local peer's
+        let h = (want('ls') || want('stat')) && t.name !== 'local' ? await t.mount('', mnt, work) : undefined;
+        if (h) try {
           const ls = await measured('ls -l big > /dev/null', h, emu.url);
           add('ls -l 10k cold (s)', t.name, ls.seconds);
           add('ls -l 10k warm (s)', t.name, await timed('ls -l big > /dev/null', h.path));
@@ -203,13 +247,29 @@ export async function mainGcs(argv) {
         h = await t.mount('', mnt + 'b', work);
         const tag = `${t.name}-${round}`; // every column writes into the same bucket
         try {
+          if (want('read') && t.name !== 'local') {
           const rd = await measured('cat large.bin > /dev/null', h, emu.url);
           add('seq read (MB/s)', t.name, o.large / MB / rd.seconds);
           add('  seq read requests/MiB', t.name, rd.requests / (o.large / 2 ** 20));
           add('  seq read CPU ms/MiB', t.name, (rd.cpu * 1000) / (o.large / 2 ** 20));
-          add('seq write to close (MB/s)', t.name, o.large / MB / (await timed(`dd if=${large} of=w-${tag}.bin bs=1M status=none`, h.path)));
-          add('tar -x 3k (s)', t.name, await timed(`mkdir x-${tag} && tar -xf ${tarball} -C x-${tag}`, h.path));
-          add('git add+commit 3k (s)', t.name, await timed(`cd x-${tag} && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench`, h.path));
+          }
+          if (want('write')) add('seq write to close (MB/s)', t.name, o.large / MB / (await timed(`dd if=${large} of=w-${tag}.bin bs=1M status=none`, h.path)));
+          if (want('tar')) {
+            const stateDir = path.join(work, 'state', path.basename(mnt + 'b'));
+            if (t.name === 'ledgerfs-journal') await spoolDrained(stateDir);
+            const reqs = async () => (await (await fetch(`${emu.url}/_emulator/stats`)).json()).requests;
+            const q0 = await reqs();
+            const seconds = await timed(`mkdir x-${tag} && tar -xf ${tarball} -C x-${tag}`, h.path);
+            add('tar -x 3k (s)', t.name, seconds);
+            if (t.name === 'ledgerfs-journal') {
+              const t0 = Date.now();
+              await spoolDrained(stateDir);
+              add('  tar -x 3k + upload (s)', t.name, seconds + (Date.now() - t0) / 1000);
+            }
+            // the journal's mirror uploads count too (a part a second)
+            if (t.name === 'ledgerfs' || t.name === 'ledgerfs-journal') add('  tar -x requests/file', t.name, ((await reqs()) - q0) / o.files);
+          }
+          if (want('git')) add('git add+commit 3k (s)', t.name, await timed(`cd x-${tag} && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench`, h.path));
         } finally {
           await h.stop();
         }
@@ -223,12 +283,12 @@ export async function mainGcs(argv) {
   const rows = Object.entries(results).map(([w, byT]) => ({ workload: w, ...Object.fromEntries(Object.entries(byT).map(([t, v]) => [t, med(v)])) }));
   if (o.json) process.stdout.write(JSON.stringify({ config: o, results: rows }, null, 2) + '\n');
   const fmt = (v) => (v === undefined ? '-' : v >= 100 ? v.toFixed(0) : v.toFixed(3));
+  const cols = [...o.peers];
   const lines = rows.map((r) => {
-    const higher = /MB\/s/.test(r.workload);
-    const ratio = r.ledgerfs && r.rclone ? (higher ? r.ledgerfs / r.rclone : r.rclone / r.ledgerfs) : undefined;
-    return `${r.workload.padEnd(28)} ${fmt(r.ledgerfs ?? r.client).padStart(10)} ${fmt(r.rclone).padStart(10)} ${ratio ? ratio.toFixed(2).padStart(8) : '       -'}`;
+    const first = r[cols[0]] ?? r.client;
+    return `${r.workload.padEnd(28)} ${[fmt(first), ...cols.slice(1).map((c) => fmt(r[c]))].map((x) => x.padStart(16)).join(' ')}`;
   });
-  process.stderr.write(`\n${'workload'.padEnd(28)} ${'ledgerfs'.padStart(10)} ${'rclone'.padStart(10)} ${'ratio'.padStart(8)}  (ratio > 1: ledgerfs faster)\n${lines.join('\n')}\n`);
+  process.stderr.write(`\n${'workload'.padEnd(28)} ${cols.map((c) => c.padStart(16)).join(' ')}  (one run of each, interleaved per round)\n${lines.join('\n')}\n`);
   const raw = results['raw download (MB/s)']?.client;
   const read = results['seq read (MB/s)']?.ledgerfs;
   if (raw && read) process.stderr.write(`ledgerfs sequential read / raw client download: ${(med(read) / med(raw)).toFixed(2)}\n`);

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
-import { DEFAULTS, type BindingName, type LogFormat, type LogLevel, type PresetName } from '../config/index.js';
+import { DEFAULTS, formatSize, type BindingName, type LogFormat, type LogLevel, type PresetName } from '../config/index.js';
 import { raiseFdLimit, sdNotify } from '../backend/index.js';
 import { BindingUnavailable, fsNameFor, MountError, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
 import { JournalLockedError, type MountJournal, openJournal, resolveStateDir, StateDirError } from '../journal/index.js';
@@ -16,7 +16,9 @@ import { liveMounts, registerMount } from './mount-registry.js';
 import { stateDirProblem } from './state-dir-check.js';
 import { DaemonMetrics } from './metrics.js';
 import { serveMetrics, type MetricsServer } from './metrics-server.js';
-import { storeStatsOf } from './workspace.js';
+import { storeStatsOf, type StoreStats, type UploadsHandle } from './workspace.js';
+import { takeNoWaitRequest } from './upload-spool.js';
+import type { UploadQueueStats } from '../backend/index.js';
 import { bannerWritten, isDaemonChild } from './daemon.js';
 import { mountAnswersStatFromChild } from './readiness.js';
 
@@ -53,6 +55,8 @@ export interface MountCommandOptions {
   binding?: BindingName;
   /** GCS metadata cache lifetime, seconds (overrides the mount file's backend.cache.metadataTtl) */
   metadataTtl?: number;
+  /** GCS: when close(2) returns (overrides the mount file's backend.durability) */
+  durability?: 'bucket' | 'journal';
   /** with --source: hide what this preset hides (the tree stays read-write, without limits) */
   preset?: PresetName;
   /** serve /metrics and /healthz on this address (HOST:PORT); default: off */
@@ -96,7 +100,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   let ws: OpenedWorkspace;
   try {
     // state too: a journal directory inside the served tree is hidden and refused by the view
-    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.preset !== undefined ? { preset: o.preset } : {}), ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}) });
+    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.preset !== undefined ? { preset: o.preset } : {}), ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}), ...(o.durability !== undefined ? { durability: o.durability } : {}) });
   } catch (err) {
     if (err instanceof WorkspaceError) throw new UserError(err.message);
     throw err;
@@ -144,7 +148,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
       const stage = journal.stage;
       if (ws.policy) ws.policy.view.session = { id: journal.session, mode: 'live' };
       const j = journal;
-      if (ws.policy) ws.policy.view.usageNotes = () => j.spaceNote();
+      const uploads = storeStatsOf(ws.store, ws.sourceDir).uploads;
+      if (ws.policy) ws.policy.view.usageNotes = () => [j.spaceNote(), uploads ? uploadsNote(uploads) : null].filter((n) => n).join('\n') || null;
       ws.conflicts?.listen((c, viewPath) =>
         stage.noteConflict({
           time: c.time.getTime(), path: viewPath, reason: c.reason, expectedGeneration: c.expectedGeneration,
@@ -272,6 +277,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   }
   await running.closed;
   if (process.env.NOTIFY_SOCKET) sdNotify('STOPPING=1');
+  await drainUploads(store, journal?.stateDir ?? null, log);
   unregister();
   await metricsServer?.close();
   await journal?.close();
@@ -323,5 +329,41 @@ function refuseSecondMount(fsName: string, sourceDir: string | undefined): void 
   const pid = other.record ? `, daemon pid ${other.record.pid}` : '';
   throw new UserError(
     `${sourceDir} is already mounted at ${other.mountpoint}${state}${pid}; a second mount would keep a second journal of the same directory. Use that mount, or unmount it first: ledgerfs unmount ${other.mountpoint} (--shared-source mounts it anyway)`,
+  );
+}
+
+/**
+ * Unmount with durability journal: the closed files still queued are uploaded before the daemon
+ * exits, with a progress line, unless `ledgerfs unmount --no-wait` asked not to (then, as after
+ * a crash, the next mount on this state directory uploads them). Either way it says what is left.
+ */
+async function drainUploads(store: StoreStats, stateDir: string | null, log: Logger): Promise<void> {
+  const q = store.uploads;
+  if (!q || q.stats().files === 0) return;
+  const noWait = stateDir !== null && takeNoWaitRequest(stateDir);
+  const left = (s: UploadQueueStats) => `${s.files} file(s), ${formatSize(s.bytes)}, oldest ${Math.round(s.oldestAgeSec)} s`;
+  if (!noWait) {
+    const start = q.stats();
+    log.info({ files: start.files, bytes: start.bytes }, 'unmount: waiting for queued uploads');
+    process.stderr.write(`ledgerfs: unmount: uploading ${left(start)} still queued (ledgerfs unmount --no-wait leaves them for the next mount)\n`);
+    await q.drain(Infinity, (s) => {
+      log.info({ files: s.files, bytes: s.bytes, inFlight: s.inFlight, retrying: s.retrying, lastError: s.lastError }, 'unmount: uploads left');
+      process.stderr.write(`ledgerfs: unmount: ${left(s)} left to upload${s.retrying ? ` (${s.retrying} retrying: ${s.lastError ?? ''})` : ''}\n`);
+    });
+    return;
+  }
+  const s = q.stats();
+  log.warn({ files: s.files, bytes: s.bytes, spool: stateDir }, 'unmount --no-wait: queued uploads left in the spool; the next mount on this state directory uploads them');
+  process.stderr.write(`ledgerfs: unmount --no-wait: ${left(s)} not uploaded yet, kept in ${stateDir}; the next mount on this state directory uploads them\n`);
+}
+
+/** /.ledgerfs/usage (GCS): the upload queue, and the conflicts its background uploads found. */
+function uploadsNote(u: UploadsHandle): string {
+  const s = u.stats();
+  const queue = s.files ? `${s.files} file(s), ${formatSize(s.bytes)} queued, oldest ${Math.round(s.oldestAgeSec)} s, ${s.inFlight} uploading` : 'nothing queued';
+  return (
+    `uploads (durability ${u.durability}): ${queue}` +
+    (s.retrying ? `; ${s.retrying} retrying after a failure (${s.lastError ?? 'unknown error'})` : '') +
+    (s.conflicts ? `\nconflicts found by background uploads: ${s.conflicts} (the local versions are kept in the journal's conflicts/ area; ledgerfs log shows them)` : '')
   );
 }

@@ -29,6 +29,8 @@ export interface RunOptions {
   /** a running ledgerfs mount to use instead of mounting */
   mount?: string;
   allowOther?: boolean;
+  /** GCS: when close(2) returns in the mount run makes (mount --durability) */
+  durability?: 'bucket' | 'journal';
   /** kernel binding of the mount run makes (default: DEFAULTS.binding) */
   binding?: BindingName;
   logLevel: LogLevel;
@@ -137,6 +139,7 @@ function useRunningMount(o: RunOptions): Workspace {
     fail(`--session cannot be chosen with --mount: the mount's changes carry the session its daemon was started with (ledgerfs mount --session ID)`);
   }
   if (o.allowOther) fail('--allow-other applies only when run mounts the workspace itself; give it to `ledgerfs mount`');
+  if (o.durability !== undefined) fail('--durability applies only when run mounts the workspace itself; give it to `ledgerfs mount`');
   if (o.binding !== undefined) fail('--binding applies only when run mounts the workspace itself; give it to `ledgerfs mount`');
   const m = mountAt(mountpoint);
   if (!m) fail(`--mount ${o.mount}: no mount there; start one first: ledgerfs mount --source DIR ${mountpoint}`);
@@ -153,6 +156,7 @@ async function mountOwn(o: RunOptions, session: string): Promise<Workspace> {
     ...(o.policy !== undefined ? ['--policy', o.policy] : []),
     ...(o.state !== undefined ? ['--state', o.state] : []),
     ...(o.allowOther ? ['--allow-other'] : []),
+    ...(o.durability !== undefined ? ['--durability', o.durability] : []),
     ...(o.binding !== undefined ? ['--binding', o.binding] : []),
     '--session', session, '--actor', DEFAULTS.run.actor, '--log-level', o.logLevel, dir,
   ];

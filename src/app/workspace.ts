@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { type GcsConflict, LocalBackend, openGcsStack } from '../backend/index.js';
+import { type GcsConflict, LocalBackend, openGcsStack, type UploadQueueStats } from '../backend/index.js';
 import { type BackendConfig, ConfigError, type JournalRetention, DEFAULTS, defaultStateDir, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, POLICY_PRESETS, type PresetName, sourceConfig, type WorkspaceFlags } from '../config/index.js';
 import { checkStateDir, type JournalRemote, realish, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { type Backend, isWithin, type Logger, type MutationStage, VfsError } from '../core/index.js';
@@ -25,6 +25,15 @@ export interface StoreStats {
   retries(): number;
   /** backend requests so far by HTTP method and status (GCS; empty for local) */
   requests(): Array<{ method: string; status: string; count: number }>;
+  /** (GCS) the upload queue: durability journal's background uploads, and what a crash left */
+  uploads?: UploadsHandle;
+}
+
+export interface UploadsHandle {
+  durability: 'bucket' | 'journal';
+  stats(): UploadQueueStats;
+  /** wait for the queue to empty, up to timeoutMs; true when it did */
+  drain(timeoutMs: number, onProgress?: (s: UploadQueueStats) => void): Promise<boolean>;
 }
 
 const storeStats = new WeakMap<Backend, StoreStats>();
@@ -116,6 +125,8 @@ export interface OpenWorkspaceOptions extends WorkspaceFlags {
   log?: Logger;
   /** GCS: metadata cache lifetime (mount --metadata-ttl), over the mount file's */
   metadataTtlSec?: number;
+  /** GCS: mount --durability, over the mount file's backend.durability */
+  durability?: 'bucket' | 'journal';
   /** mount --no-journal: GCS writes stage in DEFAULTS.gcs.stagingDir, not in a state directory */
   noJournal?: boolean;
   /**
@@ -157,7 +168,7 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
     let layout;
     try {
       layout = flags.noJournal
-        ? { stagingDir: DEFAULTS.gcs.stagingDir, conflictsDir: undefined } // the backend's default, below staging
+        ? { stagingDir: DEFAULTS.gcs.stagingDir, conflictsDir: undefined, uploadSpool: undefined } // the backend's default, below staging
         : stateLayout(resolveStateDir(flags));
     } catch (err) {
       throw new WorkspaceError((err as Error).message);
@@ -165,11 +176,20 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
     try {
       const ttl = flags.metadataTtlSec;
       const conflicts = new ConflictFeed();
-      const { store, gcs, journalRemote, metadata, content } = await openGcsStack(ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } }, {
+      const durability = flags.durability ?? b.durability ?? DEFAULTS.gcs.durability;
+      if (durability === 'journal' && flags.noJournal) {
+        throw new Error(`durability journal keeps closed files in the journal's state directory until they are uploaded; it cannot be used with --no-journal`);
+      }
+      const withTtl = ttl === undefined ? b : { ...b, cache: { ...b.cache, metadataTtlSec: ttl } };
+      const { store, gcs, journalRemote, metadata, content } = await openGcsStack({ ...withTtl, durability }, {
         stagingDir: layout.stagingDir,
+        spoolDir: layout.uploadSpool,
         conflictsDir: layout.conflictsDir,
         onConflict: (c) => {
-          log?.error({ path: c.path, reason: c.reason, kept: c.localFile, expectedGeneration: c.expectedGeneration, currentGeneration: c.currentGeneration }, 'gcs: local version not uploaded; kept in the conflict area');
+          // a late one (background upload) was not an error any program saw: a warning to look at
+          const fields = { path: c.path, reason: c.reason, kept: c.localFile, expectedGeneration: c.expectedGeneration, currentGeneration: c.currentGeneration };
+          if (c.late) log?.warn(fields, 'gcs: local version not uploaded (found by its background upload); kept in the conflict area');
+          else log?.error(fields, 'gcs: local version not uploaded; kept in the conflict area');
           conflicts.emit(c);
         },
       });
@@ -180,11 +200,21 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
           ...(content ? [{ layer: 'content', hits: () => content.hits, misses: () => content.misses }] : []),
         ],
         retries: () => gcs.req.counters.retries,
+        ...(gcs.uploads
+          ? {
+              uploads: {
+                durability: gcs.durability,
+                stats: () => (gcs.uploads as NonNullable<typeof gcs.uploads>).stats(),
+                drain: (timeoutMs: number, onProgress?: (s: UploadQueueStats) => void) => (gcs.uploads as NonNullable<typeof gcs.uploads>).drain(timeoutMs, onProgress),
+              },
+            }
+          : {}),
         requests: () => [...(gcs.req.counters.attempts ?? [])].map(([key, count]) => {
           const [method = '', status = ''] = key.split(' ');
           return { method, status, count };
         }),
       });
+      if (gcs.resumedUploads > 0) log?.warn({ files: gcs.resumedUploads, spool: layout.uploadSpool }, 'gcs: uploads a crash or an unfinished unmount left in the spool are resumed');
       for (const r of gcs.recoveredRenames) {
         if (r.outcome === 'unreadable') {
           log?.error({ object: r.id }, 'gcs: a directory rename intent this version cannot read was left in place; look at it by hand');

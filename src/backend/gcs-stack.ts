@@ -26,6 +26,8 @@ export interface GcsStackOptions {
    * default: conflicts/ in the staging directory */
   conflictsDir?: string | undefined;
   onConflict?: (c: GcsConflict) => void;
+  /** the upload queue's spool (the state directory's upload-spool/); needed by durability journal */
+  spoolDir?: string | undefined;
 }
 
 /**
@@ -41,6 +43,8 @@ export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Pro
     ...(b.apiEndpoint !== undefined ? { apiEndpoint: b.apiEndpoint } : {}),
     ...(b.keyFile !== undefined ? { keyFile: b.keyFile } : {}),
     ...(b.implicitDirs !== undefined ? { implicitDirs: b.implicitDirs } : {}),
+    ...(b.durability !== undefined ? { durability: b.durability } : {}),
+    ...(o.spoolDir !== undefined ? { spoolDir: o.spoolDir } : {}),
     stagingDir: o.stagingDir,
     conflictsDir: o.conflictsDir,
     onConflict: (conflict) => {

@@ -11,9 +11,11 @@ import { ObjectNames, isPosixName } from './gcs/names.js';
 import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
 import { RenameIntents, inBatches, registerInstance, sameMetadata, unregisterInstance, type RenameIntent, type RenameRecovery } from './gcs/rename-intent.js';
 import { withRetries } from './gcs/retry.js';
+import { UploadQueue, type PendingVersion, type UploadQueueHost } from './gcs/upload-queue.js';
 
 export type { GcsBackendOptions, GcsConflict } from './gcs/options.js';
 export type { RenameRecovery } from './gcs/rename-intent.js';
+export type { UploadQueueStats } from './gcs/upload-queue.js';
 
 /** Thrown by createGcsBackend when the bucket cannot be used; the message says why and what to do. */
 export class GcsSetupError extends Error {}
@@ -37,6 +39,17 @@ export async function createGcsBackend(options: GcsBackendOptions): Promise<GcsB
     throw new GcsSetupError(`staging directory ${o.stagingDir} cannot be created: ${(err as Error).message}`);
   }
   const backend = new GcsBackend(req, o);
+  if (o.spoolDir !== undefined) {
+    try {
+      // Versions a crash (or an unmount that did not wait) left: uploaded again, in order,
+      // whatever this mount's durability (a mount in bucket mode must not lose them either).
+      const queue = new UploadQueue(backend, o.spoolDir, o.uploadConcurrency, { initial: DEFAULTS.gcs.uploadRetryMs, max: DEFAULTS.gcs.uploadRetryMaxMs });
+      backend.uploads = queue;
+      backend.resumedUploads = queue.resume();
+    } catch (err) {
+      throw new GcsSetupError(`the upload spool ${o.spoolDir} cannot be used: ${(err as Error).message}`);
+    }
+  }
   try {
     // Directory renames a crash cut short are finished (or undone) before anything looks at the tree.
     backend.recoveredRenames = await backend.intents.recoverAbandoned();
@@ -68,7 +81,7 @@ const RACE_ATTEMPTS = 4;
  * made with generation preconditions, so a concurrent writer elsewhere makes it fail (or
  * retry), never silently overwrites. Nothing is cached here: caches are layers around backends.
  */
-export class GcsBackend implements Backend, GcsFileHost {
+export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
   readonly kind = 'gcs';
   readonly location: string;
   readonly capabilities: BackendCapabilities;
@@ -91,6 +104,10 @@ export class GcsBackend implements Backend, GcsFileHost {
   /** the reserved area below the prefix (hidden from the view by layers/reserved.ts) */
   readonly journalArea: GcsJournalRemote;
   private readonly openFiles = new Map<string, Set<GcsFile>>();
+  /** the upload queue (spool) when the backend has one; its versions are what stat/read show until they land */
+  uploads: UploadQueue | undefined;
+  /** versions found in the spool at open and queued again */
+  resumedUploads = 0;
 
   constructor(
     readonly req: GcsRequests,
@@ -116,6 +133,31 @@ export class GcsBackend implements Backend, GcsFileHost {
   }
 
   // ---- GcsFileHost ---------------------------------------------------------------------------
+
+  /** durability journal: where close(2) puts versions (undefined: close uploads) */
+  get writeBack(): UploadQueue | undefined {
+    return this.opts.durability === 'journal' ? this.uploads : undefined;
+  }
+
+  get durability(): 'bucket' | 'journal' {
+    return this.opts.durability;
+  }
+
+  uploaded(path: string, replaced: bigint, info: ObjectInfo): void {
+    for (const f of this.filesAt(path)) f.noteUploaded(replaced, info);
+  }
+
+  /** The newest queued version at `path` (read-your-writes while it waits for its upload). */
+  private pendingAt(path: string): PendingVersion | undefined {
+    if (!this.uploads || this.uploads.isEmpty || path === '/') return undefined;
+    return this.uploads.pendingKey(this.names.key(path));
+  }
+
+  /** A namespace change at `path` must not overtake uploads it depends on: wait for those at or under it. */
+  private async settle(...paths: string[]): Promise<void> {
+    if (!this.uploads || this.uploads.isEmpty) return;
+    for (const p of paths) await this.uploads.settleUnder(p);
+  }
 
   forget(f: GcsFile): void {
     const set = this.openFiles.get(f.path);
@@ -232,6 +274,8 @@ export class GcsBackend implements Backend, GcsFileHost {
     checkPath(path);
     const local = this.filesAt(path).find((f) => f.hasLocalState);
     if (local) return local.stat();
+    const pending = this.pendingAt(path);
+    if (pending) return pendingAttr(pending, this.attrDefaults);
     const f = await this.lookup(path);
     if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
     if (f.type === 'dir') return attrOf('dir', path, f.placeholder, this.attrDefaults);
@@ -260,6 +304,8 @@ export class GcsBackend implements Backend, GcsFileHost {
       const p = `${dir}/${name}`;
       // a file with local changes: its attributes are the staging file's (stat() answers them)
       if (type === 'file' && this.filesAt(p).some((f) => f.hasLocalState)) return { name, type };
+      const pending = type === 'file' ? this.pendingAt(p) : undefined;
+      if (pending) return { name, type, attr: pendingAttr(pending, this.attrDefaults) };
       return { name, type, attr: attrOf(type, p, info, this.attrDefaults) };
     });
   }
@@ -387,6 +433,11 @@ export class GcsBackend implements Backend, GcsFileHost {
       fs.copyFileSync(local.stagedFile, hostFile);
       return;
     }
+    const pending = this.pendingAt(path);
+    if (pending) {
+      fs.copyFileSync(pending.data, hostFile);
+      return;
+    }
     const f = await this.lookup(path);
     if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
     if (f.type !== 'file') throw new VfsError(f.type === 'dir' ? 'EISDIR' : 'EINVAL', `${path} is not a file`);
@@ -404,7 +455,7 @@ export class GcsBackend implements Backend, GcsFileHost {
    * journal expects. Otherwise null, and the journal reads the bytes (copyOut).
    */
   async keepCopy(path: string, size: number): Promise<string | null> {
-    if (this.filesAt(path).some((f) => f.hasLocalState)) return null;
+    if (this.filesAt(path).some((f) => f.hasLocalState) || this.pendingAt(path)) return null;
     try {
       const obj = await this.req.head(this.names.key(path));
       if (!obj || typeOfObject(obj) !== 'file' || obj.size !== size) return null;
@@ -449,7 +500,14 @@ export class GcsBackend implements Backend, GcsFileHost {
       // journal's before-image of a file being written is taken this way).
       const local = this.filesAt(path).find((f) => f.hasLocalState);
       if (local) return new LocalChangesReader(local);
+      const pending = this.pendingAt(path);
+      if (pending) {
+        const reader = PendingReader.open(pending, this.attrDefaults);
+        if (reader) return reader;
+      }
     }
+    // A writer bases its version on the bucket's generation: the queued ones land first.
+    if (this.pendingAt(path)) await this.settle(path);
     if (mode.create && mode.knownAbsent) {
       // The caller's cache says nothing is here and the parent is a directory: skip the
       // lookups; GCS still decides (ifGenerationMatch=0), and if something is there after
@@ -530,6 +588,7 @@ export class GcsBackend implements Backend, GcsFileHost {
     checkPath(path);
     this.placeholders.delete(path);
     if (path === '/') throw new VfsError('EBUSY', 'the root directory cannot be removed');
+    await this.settle(path);
     const dirKey = this.names.dirKey(path);
     // The emptiness listing goes out with the lookup, and the parent's (see unlink) with the
     // delete: rm -rf waits for 2 round trips per directory instead of 4.
@@ -561,6 +620,7 @@ export class GcsBackend implements Backend, GcsFileHost {
 
   async unlink(path: string): Promise<void> {
     checkPath(path);
+    await this.settle(path);
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
@@ -616,8 +676,9 @@ export class GcsBackend implements Backend, GcsFileHost {
     // (a stale hint would only cost a failed precondition; dropped to keep the map honest)
     for (const k of [...this.placeholders.keys()]) if (isWithin(k, from) || isWithin(k, to)) this.placeholders.delete(k);
     if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
-    // Local changes of open files go first, so the copy carries them.
+    // Local changes of open files go first, so the copy carries them; so do queued versions.
     for (const of of this.filesUnder(from)) if (of.isDirty) await of.sync();
+    await this.settle(from, to);
     const [src, dst] = await Promise.all([this.lookup(from), this.lookup(to), this.requireParentDir(to)]);
     if (src.type === 'none') throw new VfsError('ENOENT', `${from} does not exist`);
     if (src.type === 'dir') {
@@ -795,6 +856,8 @@ export class GcsBackend implements Backend, GcsFileHost {
       dirty.addPendingMeta(entries, fields.mtimeNs);
       return DEFERRED;
     }
+    // attributes patch the generation a queued version will replace: it lands first
+    await this.settle(path);
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       // the first try trusts the placeholder our own last answer gave (preconditions check it)
       const hinted = attempt === 0 ? this.placeholders.get(path) : undefined;
@@ -839,6 +902,9 @@ export class GcsBackend implements Backend, GcsFileHost {
   }
 
   async close(): Promise<void> {
+    // Queued versions stay in the spool for the next open (unmount drains the queue first,
+    // unless told not to wait).
+    this.uploads?.close();
     // Open files are closed by their owners (the Vfs); the client holds no other resources.
     // This backend's rename intents are no longer live: a later open may settle them.
     unregisterInstance(this.instance);
@@ -872,6 +938,46 @@ class DirContents {
   }
 }
 
+
+/** The attributes of a version waiting in the upload queue. */
+function pendingAttr(p: PendingVersion, defaults: AttrDefaults): Attr {
+  const info: ObjectInfo = { name: p.key, generation: 0n, metageneration: 0n, size: p.size, updatedNs: BigInt(p.enqueuedAt) * 1_000_000n, metadata: p.metadata, ...(p.contentType ? { contentType: p.contentType } : {}) };
+  return attrOf('file', p.path, info, defaults);
+}
+
+/** A read-only handle on a version waiting in the upload queue: its spool file, held open (it may land and leave meanwhile). */
+class PendingReader implements BackendFile {
+  readonly writable = false;
+  private constructor(
+    private readonly p: PendingVersion,
+    private readonly defaults: AttrDefaults,
+    private readonly fd: number,
+  ) {}
+  /** undefined when the version landed (and left the spool) meanwhile: the bucket has it */
+  static open(p: PendingVersion, defaults: AttrDefaults): PendingReader | undefined {
+    try {
+      return new PendingReader(p, defaults, fs.openSync(p.data, 'r'));
+    } catch {
+      return undefined;
+    }
+  }
+  async read(buf: Buffer, length: number, position: number): Promise<number> {
+    return fs.readSync(this.fd, buf, 0, length, position);
+  }
+  async write(): Promise<number> {
+    throw new VfsError('EBADF', `${this.p.path} is open read-only`);
+  }
+  async truncate(): Promise<void> {
+    throw new VfsError('EBADF', `${this.p.path} is open read-only`);
+  }
+  async stat(): Promise<Attr> {
+    return pendingAttr(this.p, this.defaults);
+  }
+  async sync(): Promise<void> {}
+  async close(): Promise<void> {
+    fs.closeSync(this.fd);
+  }
+}
 
 /** A read-only handle on a file whose local changes another handle of this backend holds. */
 class LocalChangesReader implements BackendFile {

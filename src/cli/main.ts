@@ -3,7 +3,8 @@ import { Command, Option } from 'commander';
 import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_FORMATS, LOG_LEVELS, type LogFormat, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { flushLogs } from '../core/index.js';
 import { notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
-import { serveMount, startDaemon, UserError } from '../app/index.js';
+import { describeSpool, liveMounts, requestNoWait, serveMount, spoolSummary, startDaemon, UserError } from '../app/index.js';
+import { pidAlive } from '../core/index.js';
 import { JournalDamagedError } from '../journal/index.js';
 import { registerPolicyCommand } from './policy-command.js';
 import { registerRunCommand } from './run-command.js';
@@ -77,6 +78,7 @@ export function buildProgram(): Command {
     .option('--policy <file>', 'mount/policy file (YAML or JSON): backend, roots, hide, limits; see `ledgerfs policy check --help`')
     .addOption(new Option('--preset <name>', `with --source: hide what this preset hides (sandboxed: ${POLICY_PRESETS.sandboxed.hide.slice(0, 3).join(', ')}, ...); the tree stays read-write; default: nothing hidden`).choices(PRESET_NAMES as string[]))
     .option('--metadata-ttl <sec>', `GCS: how long attributes and listings are cached; changes by other hosts show up after this (default ${DEFAULTS.gcsCache.metadataTtlSec})`, positiveNumber)
+    .addOption(new Option('--durability <mode>', `GCS: when close(2) returns. bucket: once the file is in the bucket (gcsfuse's contract). journal: once it is durable in the state directory's upload spool (fsynced) and journaled; uploads run in the background, ${DEFAULTS.gcs.uploadConcurrency} at a time, in order per file, before any rename or delete that depends on them; fsync still waits for the bucket; a crash or restart resumes the queue. Default: the mount file's backend.durability, else ${DEFAULTS.gcs.durability}`).choices(['bucket', 'journal']))
     .option('--allow-other', 'let other users and containers use the mount (needs root or user_allow_other)', false)
     .option('--uid <uid>', 'show every file and directory as owned by this numeric user id (display only: the source keeps its owners; as in gcsfuse and bindfs)', numericId('--uid'))
     .option('--gid <gid>', 'show every file and directory with this numeric group id (display only)', numericId('--gid'))
@@ -137,7 +139,7 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
     )
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
-      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number; preset?: PresetName;
+      state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number; preset?: PresetName; durability?: 'bucket' | 'journal';
       metrics?: string | true; sharedSource: boolean; logFile?: string; logFormat?: LogFormat; daemon: boolean; uid?: number; gid?: number; fileMode?: number; dirMode?: number;
     }) => {
       if (o.daemon) {
@@ -154,16 +156,26 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
     .description('Unmount a ledgerfs mount (type fuse.ledgerfs in /proc/mounts); the daemon serving it exits cleanly. Any other mount (tmpfs, bindfs, /) is refused and left mounted.')
     .argument('<mountpoint>')
     .option('--lazy', 'detach now even if files are open (they keep working until closed)', false)
-    .addHelpText('after', '\nExample:\n  ledgerfs unmount /mnt/ws\n')
-    .action(async (mountpoint: string, o: { lazy: boolean }) => {
+    .option('--no-wait', 'GCS --durability journal: do not wait for queued uploads; they stay in the state directory\'s spool and the next mount on it uploads them')
+    .addHelpText('after', `
+With GCS --durability journal, unmount waits until the daemon has uploaded every closed file
+still queued, printing what is left every second; --no-wait leaves them in the spool instead.
+
+Example:
+  ledgerfs unmount /mnt/ws
+`)
+    .action(async (mountpoint: string, o: { lazy: boolean; wait: boolean }) => {
       const refused = notOurMount(mountpoint);
       if (refused) throw new UserError(refused);
+      const record = liveMounts().find((m) => m.mountpoint === fs.realpathSync(mountpoint))?.record ?? null;
+      if (!o.wait && record?.stateDir) requestNoWait(record.stateDir);
       try {
         await unmountPath(mountpoint, o.lazy);
       } catch (err) {
         if (err instanceof NotOurMountError) throw new UserError(err.message);
         throw new UserError(`${(err as Error).message}${/busy/i.test((err as Error).message) ? '\n(files are open on it; close them, or use --lazy)' : ''}`);
       }
+      if (record?.stateDir) await waitForUploads(record.stateDir, record.pid, o.wait);
     });
   registerStatusCommand(program);
   registerStateCommand(program);
@@ -233,4 +245,27 @@ function systemError(err: unknown): string | null {
   // "EACCES: permission denied, mkdir '/x'" -> "permission denied"
   const what = /^E[A-Z0-9]+: ([^,]+)/.exec(e.message)?.[1] ?? e.code;
   return `cannot ${e.syscall}${e.path ? ` ${e.path}` : ''}: ${what} (${e.code})`;
+}
+
+/**
+ * After the unmount: the daemon uploads what is queued (durability journal) before it exits.
+ * Wait for it with a progress line, or (--no-wait) say what is left in the spool.
+ */
+async function waitForUploads(stateDir: string, pid: number, wait: boolean): Promise<void> {
+  if (!wait) {
+    const s = spoolSummary(stateDir);
+    if (s.files > 0) process.stderr.write(`ledgerfs: not waiting: ${describeSpool(s)} queued for upload stay in ${stateDir}; the next mount on it uploads them\n`);
+    return;
+  }
+  let said = false;
+  while (pidAlive(pid)) {
+    const s = spoolSummary(stateDir);
+    if (s.files === 0) break; // nothing queued (any backend but GCS with durability journal: at once)
+    process.stderr.write(`ledgerfs: waiting for uploads: ${describeSpool(s)} left\n`);
+    said = true;
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+  const s = spoolSummary(stateDir);
+  if (s.files > 0) process.stderr.write(`ledgerfs: the daemon exited with ${describeSpool(s)} not uploaded; they stay in ${stateDir} for the next mount\n`);
+  else if (said) process.stderr.write('ledgerfs: every queued upload is in the bucket\n');
 }

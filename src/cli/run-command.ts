@@ -25,6 +25,7 @@ export function registerRunCommand(program: Command): void {
     .option('--privileged', 'no user namespace, capabilities or seccomp filter: the program runs as you (as root: real root). Only for programs you trust')
     .option('--mount <mountpoint>', 'use this running `ledgerfs mount` instead of mounting (left mounted; its session is the mount\'s)')
     .option('--allow-other', 'mount with allow_other (other users and containers may use the mount too)')
+    .addOption(new Option('--durability <mode>', 'GCS: when close(2) returns in the mount run makes, as for `ledgerfs mount --durability` (bucket: in the bucket; journal: durable in the state directory, uploaded in the background; the daemon uploads what is queued before it exits)').choices(['bucket', 'journal']))
     .addOption(new Option('--binding <name>', `kernel binding of the mount, as for \`ledgerfs mount\` (default: ${DEFAULTS.binding})`).choices(BINDING_NAMES as string[]))
     .addOption(new Option('--log-level <level>', 'the file system daemon\'s log verbosity on stderr (warn: every refusal)').choices(LOG_LEVELS as string[]).default(DEFAULTS.run.logLevel))
     .addHelpText(

@@ -1,11 +1,11 @@
 import type { Command } from 'commander';
-import { liveMounts } from '../app/index.js';
+import { describeSpool, hasSpool, liveMounts, spoolSummary } from '../app/index.js';
 import { printJson } from './journal-flags.js';
 
 export function registerStatusCommand(program: Command): void {
   program
     .command('status')
-    .description('List the ledgerfs mounts on this machine: mount point, source, journal, binding, daemon pid.')
+    .description('List the ledgerfs mounts on this machine: mount point, source, journal, binding, daemon pid, and (GCS) the closed files still waiting for their upload.')
     .option('--json', 'print them as JSON', false)
     .addHelpText(
       'after',
@@ -29,6 +29,8 @@ Examples:
         binding: m.record?.binding ?? null,
         pid: m.record?.pid ?? null,
         started: m.record ? Date.parse(m.record.started) : null,
+        // GCS: closed files waiting for their upload (durability journal), read from the spool
+        uploads: m.record?.stateDir && hasSpool(m.record.stateDir) ? spoolSummary(m.record.stateDir) : null,
       }));
       if (o.json) {
         printJson(mounts);
@@ -46,7 +48,8 @@ Examples:
         }
         process.stdout.write(
           `  daemon:  pid ${m.pid}, binding ${m.binding}, since ${new Date(m.started as number).toISOString()}\n` +
-            `  journal: ${m.stateDir ?? 'off (--no-journal)'}${m.session ? ` (session ${m.session})` : ''}\n`,
+            `  journal: ${m.stateDir ?? 'off (--no-journal)'}${m.session ? ` (session ${m.session})` : ''}\n` +
+            (m.uploads ? `  uploads: ${m.uploads.files ? `${describeSpool(m.uploads)} queued` : 'none queued'}\n` : ''),
         );
       }
     });

@@ -45,6 +45,8 @@ export interface GcsBackendConfig {
   /** absolute when given */
   keyFile?: string;
   implicitDirs?: boolean;
+  /** bucket (default): close(2) returns once in the bucket; journal: once durable in the state directory */
+  durability?: 'bucket' | 'journal';
   cache?: {
     metadataTtlSec?: number;
     /** 0: no content cache */
@@ -300,6 +302,7 @@ export function parseMountFile(text: string, label: string, baseDir: string): Mo
           ...(file.backend.apiEndpoint !== undefined ? { apiEndpoint: file.backend.apiEndpoint } : {}),
           ...(file.backend.keyFile !== undefined ? { keyFile: path.resolve(baseDir, file.backend.keyFile) } : {}),
           ...(file.backend.implicitDirs !== undefined ? { implicitDirs: file.backend.implicitDirs } : {}),
+          ...(file.backend.durability !== undefined ? { durability: file.backend.durability } : {}),
           ...(file.backend.cache !== undefined ? { cache: gcsCacheConfig(file.backend.cache, baseDir) } : {}),
         };
   const config: MountConfig = {

@@ -160,6 +160,9 @@ const gcsBackend = strict({
   keyFile: z.string().optional(),
   /** directories exist by their common prefix too (default true) */
   implicitDirs: z.boolean().optional(),
+  /** bucket (default): close(2) returns once the file is in the bucket; journal: once it is
+   * durable in the state directory's upload spool, uploads in the background */
+  durability: z.enum(['bucket', 'journal']).optional(),
   cache: gcsCache.optional(),
 });
 

@@ -16,6 +16,8 @@ import path from 'node:path';
  *                            commands given only --state can open it too
  *   daemon.json, daemon.sock the live daemon's control socket (rollback/gc through the mount)
  *   staging/                 (GCS) writes staged locally until they are uploaded
+ *   upload-spool/            (GCS, durability journal) closed versions waiting for their upload:
+ *                            <id>.data + <id>.json, fsynced before close(2) returns
  *   conflicts/               (GCS) local versions another writer's change kept out of the
  *                            bucket (or whose upload failed), each with a .json note
  */
@@ -33,6 +35,7 @@ export interface StateLayout {
   workspaceInfo: string;
   stagingDir: string;
   conflictsDir: string;
+  uploadSpool: string;
 }
 
 export function stateLayout(root: string): StateLayout {
@@ -47,6 +50,7 @@ export function stateLayout(root: string): StateLayout {
     workspaceInfo: path.join(root, 'workspace.json'),
     stagingDir: path.join(root, 'staging'),
     conflictsDir: path.join(root, 'conflicts'),
+    uploadSpool: path.join(root, 'upload-spool'),
   };
 }
 

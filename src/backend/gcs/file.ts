@@ -7,6 +7,7 @@ import type { GcsRequests } from './client.js';
 import { isNotFound, isPreconditionFailed, toVfsError } from './errors.js';
 import { META, attrOf, nodeMetaEntries, type AttrDefaults, type ObjectInfo } from './metadata.js';
 import type { GcsConflict } from './options.js';
+import type { UploadQueue } from './upload-queue.js';
 
 /** Bytes fetched per request when a whole object is downloaded into the staging file. */
 const STAGE_FETCH_BYTES = 8 * 1024 * 1024;
@@ -17,6 +18,8 @@ export interface GcsFileHost {
   readonly attrDefaults: AttrDefaults;
   readonly stagingDir: string;
   readonly conflictsDir: string;
+  /** durability: journal: close(2) queues the version here (durable in the spool) instead of uploading */
+  readonly writeBack: UploadQueue | undefined;
   forget(f: GcsFile): void;
   reportConflict(c: GcsConflict): void;
 }
@@ -94,9 +97,14 @@ export class GcsFile implements BackendFile {
     return this.hasLocalState || this.unlinked ? undefined : `${this.key}#${this.base.generation}`;
   }
 
-  /** close(2): upload now, so the program's close sees a conflict or failure (and data is durable). */
+  /**
+   * close(2): upload now, so the program's close sees a conflict or failure (and data is
+   * durable); with write-back (durability: journal), make the version durable in the spool and
+   * queue its upload instead.
+   */
   async flush(): Promise<void> {
-    await this.sync();
+    if (this.host.writeBack) await this.queueVersion(this.host.writeBack);
+    else await this.sync();
   }
 
   async read(buf: Buffer, length: number, position: number): Promise<number> {
@@ -179,9 +187,16 @@ export class GcsFile implements BackendFile {
     return a;
   }
 
+  /** fsync: in the bucket, in both modes (with write-back: queued, then waited for). */
   async sync(): Promise<void> {
     if (this.conflict) throw this.conflict.error;
     if (this.staging) await this.staging;
+    const q = this.host.writeBack;
+    if (q) {
+      await this.queueVersion(q);
+      await q.waitPath(this.path);
+      return;
+    }
     await this.uploadNow();
   }
 
@@ -198,7 +213,8 @@ export class GcsFile implements BackendFile {
       }
       if (this.dirty && !this.unlinked) {
         try {
-          await this.uploadNow();
+          if (this.host.writeBack) await this.queueVersion(this.host.writeBack);
+          else await this.uploadNow();
         } catch (err) {
           // Whatever went wrong, the bytes stay: a conflict has already been set aside; any
           // other failure at last close is set aside the same way, as 'upload-failed'.
@@ -295,6 +311,46 @@ export class GcsFile implements BackendFile {
       throw err;
     }
     this.staged = { fd, file };
+  }
+
+  /** A version landed from the upload queue: a handle based on the one it replaced is now based on it. */
+  noteUploaded(replaced: bigint, info: ObjectInfo): void {
+    if (this.base.generation !== replaced) return;
+    this.base = { ...this.base, generation: info.generation, metageneration: info.metageneration, updatedNs: info.updatedNs, ...(info.crc32c ? { crc32c: info.crc32c } : {}) };
+  }
+
+  /**
+   * Write-back: the staged bytes, with the attributes that go with them, into the spool (durable
+   * when this returns); the handle stays based on the generation it read until the queue says
+   * the version landed (noteUploaded). One at a time per handle, as uploads are.
+   */
+  private async queueVersion(q: UploadQueue): Promise<void> {
+    while (this.uploading) await this.uploading.catch(() => undefined);
+    if (this.conflict) throw this.conflict.error;
+    if (!this.dirty || this.unlinked) return;
+    this.uploading = (async () => {
+      const staged = this.staged as { fd: number; file: string };
+      const at = this.changes;
+      const size = sys(`fstat ${this.path}`, () => fs.fstatSync(staged.fd)).size;
+      const metadata = { ...this.base.metadata, ...this.pendingMeta, ...nodeMetaEntries({ mtimeNs: this.mtimeNs ?? nowNs() }) };
+      await q.add({
+        key: this.key,
+        path: this.path,
+        source: staged.file,
+        size,
+        metadata,
+        ...(this.base.contentType ? { contentType: this.base.contentType } : {}),
+        baseGeneration: this.base.generation,
+        baseMetageneration: this.base.metageneration,
+      });
+      this.base = { ...this.base, size, metadata };
+      if (this.changes === at) {
+        this.dirty = false;
+        this.mtimeNs = undefined;
+        this.pendingMeta = {};
+      }
+    })().finally(() => (this.uploading = undefined));
+    await this.uploading;
   }
 
   /** One upload at a time (fsync and close(2) of two handles may ask together), if still dirty. */

@@ -31,6 +31,15 @@ export interface GcsBackendOptions {
   fileMode?: number;
   dirMode?: number;
   renameConcurrency?: number;
+  /**
+   * bucket: close(2) returns once the version is in the bucket. journal: once it is durable in
+   * `spoolDir` (the journal's state directory); uploads run in the background.
+   */
+  durability?: 'bucket' | 'journal';
+  /** the upload queue's spool; versions found there at open are uploaded whatever `durability` says */
+  spoolDir?: string;
+  /** background uploads in flight at once (durability: journal) */
+  uploadConcurrency?: number;
   /** owner of nodes whose metadata names none (default: the daemon's uid/gid) */
   uid?: number;
   gid?: number;
@@ -66,10 +75,12 @@ export interface GcsConflict {
   localFile: string;
   size: number;
   time: Date;
+  /** found by a background upload (durability journal), after close(2) had returned */
+  late?: boolean;
 }
 
-export type ResolvedGcsOptions = Required<Omit<GcsBackendOptions, 'type' | 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict' | 'conflictsDir' | 'renameHook'>> & { conflictsDir: string } &
-  Pick<GcsBackendOptions, 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict' | 'renameHook'>;
+export type ResolvedGcsOptions = Required<Omit<GcsBackendOptions, 'type' | 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict' | 'conflictsDir' | 'renameHook' | 'spoolDir'>> & { conflictsDir: string } &
+  Pick<GcsBackendOptions, 'apiEndpoint' | 'keyFile' | 'projectId' | 'onConflict' | 'renameHook' | 'spoolDir'>;
 
 const CHUNK_GRANULE = 256 * 1024;
 
@@ -91,6 +102,8 @@ export function resolveGcsOptions(o: GcsBackendOptions): ResolvedGcsOptions {
     fileMode: o.fileMode ?? d.fileMode,
     dirMode: o.dirMode ?? d.dirMode,
     renameConcurrency: o.renameConcurrency ?? d.renameConcurrency,
+    durability: o.durability ?? d.durability,
+    uploadConcurrency: o.uploadConcurrency ?? d.uploadConcurrency,
     uid: o.uid ?? process.getuid?.() ?? 0,
     gid: o.gid ?? process.getgid?.() ?? 0,
     ...(o.apiEndpoint !== undefined ? { apiEndpoint: o.apiEndpoint } : {}),
@@ -98,7 +111,12 @@ export function resolveGcsOptions(o: GcsBackendOptions): ResolvedGcsOptions {
     ...(o.projectId !== undefined ? { projectId: o.projectId } : {}),
     ...(o.onConflict !== undefined ? { onConflict: o.onConflict } : {}),
     ...(o.renameHook !== undefined ? { renameHook: o.renameHook } : {}),
+    ...(o.spoolDir !== undefined ? { spoolDir: o.spoolDir } : {}),
   };
+  if (r.durability === 'journal' && r.spoolDir === undefined) {
+    throw new Error('GCS backend: durability "journal" needs a state directory to spool uploads in (it cannot be used with --no-journal)');
+  }
+  if (r.uploadConcurrency < 1) throw new Error('GCS backend: uploadConcurrency must be at least 1');
   if (!r.bucket) throw new Error('GCS backend: `bucket` is required');
   if (r.uploadChunkBytes <= 0 || r.uploadChunkBytes % CHUNK_GRANULE !== 0) {
     throw new Error(`GCS backend: uploadChunkBytes must be a positive multiple of 256 KiB, got ${r.uploadChunkBytes}`);

@@ -1,0 +1,488 @@
+import fs from 'node:fs';
+import nodePath from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { CRC32C } from '@google-cloud/storage';
+import { isWithin, VfsError } from '../../core/index.js';
+import type { GcsRequests } from './client.js';
+import { isPreconditionFailed, toVfsError } from './errors.js';
+import { META, type ObjectInfo } from './metadata.js';
+import type { GcsConflict } from './options.js';
+
+/*
+ * The upload queue of `durability: journal` (src/backend/gcs/README.md, "Durability").
+ *
+ * A version is durable once it is in the spool: `<id>.data` (the bytes) and `<id>.json` (what
+ * to upload, and on what generation), both fsynced, and the directory fsynced; close(2) returns
+ * then. Uploads run in the background, `concurrency` at a time. The versions of one object form
+ * a chain: only its oldest is uploaded, on the generation the one before it produced, so
+ * versions land in order and a version is never overtaken by an older one. The entry is removed
+ * from the spool only after its successor's base generation is written down, so a crash at any
+ * point resumes at the right version (an upload that landed with its answer lost is recognized
+ * by its bytes, crc32c and mtime, as at close in bucket mode).
+ */
+
+/** One queued version as the spool keeps it (`<id>.json`). */
+interface SpoolEntry {
+  key: string;
+  path: string;
+  size: number;
+  metadata: Record<string, string>;
+  contentType?: string;
+  /** the generation this version replaces (0: absent); rewritten when the version before it in the chain lands */
+  baseGeneration?: string;
+  baseMetageneration?: string;
+  enqueuedAt: number;
+}
+
+interface Queued {
+  id: string;
+  entry: SpoolEntry;
+  data: string;
+  json: string;
+  running: boolean;
+  /** settled when the version is in the bucket (or set aside: rejected with the ESTALE) */
+  done: Promise<void>;
+  resolve: () => void;
+  reject: (e: VfsError) => void;
+  failures: number;
+  lastError?: string;
+}
+
+export interface UploadQueueHost {
+  readonly req: GcsRequests;
+  readonly conflictsDir: string;
+  reportConflict(c: GcsConflict): void;
+  /** a version landed: open files based on `replaced` move to `info` */
+  uploaded(path: string, replaced: bigint, info: ObjectInfo): void;
+}
+
+export interface UploadQueueStats {
+  files: number;
+  bytes: number;
+  /** seconds since the oldest queued version was closed */
+  oldestAgeSec: number;
+  inFlight: number;
+  /** versions set aside as conflicts since start */
+  conflicts: number;
+  /** failed attempts being retried (GCS unreachable...), and the last error */
+  retrying: number;
+  lastError?: string;
+}
+
+/** What a pending version looks like to stat/open (read-your-writes). */
+export interface PendingVersion {
+  path: string;
+  key: string;
+  size: number;
+  metadata: Record<string, string>;
+  contentType?: string;
+  data: string;
+  enqueuedAt: number;
+}
+
+export class UploadQueue {
+  private readonly chains = new Map<string, Queued[]>();
+  private readonly ready: Queued[] = [];
+  private inFlight = 0;
+  private seq = 0;
+  private conflicts = 0;
+  private closed = false;
+  private pumpQueued = false;
+  private readonly timers = new Set<NodeJS.Timeout>();
+
+  constructor(
+    private readonly host: UploadQueueHost,
+    readonly dir: string,
+    private readonly concurrency: number,
+    private readonly retryMs: { initial: number; max: number },
+  ) {
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  }
+
+  /**
+   * Versions a crash (or an unmount that did not wait) left in the spool, queued again in the
+   * order they were closed. A `.data` without its `.json` was never acknowledged: removed.
+   */
+  resume(): number {
+    const names = fs.readdirSync(this.dir);
+    const ids = names.filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -5)).sort();
+    for (const n of names) {
+      if (n.endsWith('.data') && !ids.includes(n.slice(0, -5))) fs.rmSync(nodePath.join(this.dir, n), { force: true });
+      if (n.endsWith('.tmp')) fs.rmSync(nodePath.join(this.dir, n), { force: true });
+    }
+    let n = 0;
+    for (const id of ids) {
+      let entry: SpoolEntry;
+      try {
+        entry = JSON.parse(fs.readFileSync(nodePath.join(this.dir, `${id}.json`), 'utf8')) as SpoolEntry;
+      } catch {
+        continue; // unreadable: left in place, for a person to look at
+      }
+      this.push(id, entry);
+      n++;
+    }
+    this.pump();
+    return n;
+  }
+
+  /**
+   * Make a version durable in the spool and queue its upload. `source` is read now (the caller
+   * holds the bytes still); `base` is what the caller's handle was based on, used when no
+   * earlier version of the object is queued.
+   */
+  async add(v: { key: string; path: string; source: string; size: number; metadata: Record<string, string>; contentType?: string; baseGeneration: bigint; baseMetageneration: bigint }): Promise<void> {
+    if (this.closed) throw new VfsError('EIO', `${v.path}: the upload queue is closed (unmounting)`);
+    const id = `${Date.now().toString().padStart(14, '0')}-${(this.seq++).toString().padStart(9, '0')}-${randomUUID().slice(0, 8)}`;
+    const data = nodePath.join(this.dir, `${id}.data`);
+    const json = nodePath.join(this.dir, `${id}.json`);
+    // a copy at once: the handle may be written again right after close(2) returns
+    fs.copyFileSync(v.source, data, fs.constants.COPYFILE_FICLONE);
+    const entry: SpoolEntry = {
+      key: v.key,
+      path: v.path,
+      size: v.size,
+      metadata: v.metadata,
+      ...(v.contentType ? { contentType: v.contentType } : {}),
+      baseGeneration: v.baseGeneration.toString(),
+      baseMetageneration: v.baseMetageneration.toString(),
+      enqueuedAt: Date.now(),
+    };
+    try {
+      // Synchronous on purpose: about a millisecond on the event loop, where the threadpool
+      // (busy with the uploads' own reads) made each close wait ~10 ms in its queue.
+      fsyncFileSync(data);
+      writeDurablySync(json, JSON.stringify(entry));
+      fsyncFileSync(this.dir);
+    } catch (err) {
+      fs.rmSync(json, { force: true });
+      fs.rmSync(data, { force: true });
+      throw new VfsError('EIO', `${v.path}: the version could not be made durable in the upload spool ${this.dir}: ${(err as Error).message}`);
+    }
+    const chain = this.chains.get(v.key);
+    const prev = chain?.[chain.length - 1];
+    const q = this.push(id, entry);
+    // A version not started yet that this one replaces whole is not uploaded at all (bash's
+    // `echo x > f` closes twice: once empty, once written): the newer one takes its place.
+    if (prev && chain && !prev.running && prev.failures === 0) await this.supersede(chain, prev, q);
+    this.pumpSoon();
+  }
+
+  /** Start uploads after the current request is answered: their setup is CPU on this thread. */
+  private pumpSoon(): void {
+    if (this.pumpQueued) return;
+    this.pumpQueued = true;
+    setImmediate(() => {
+      this.pumpQueued = false;
+      this.pump();
+    });
+  }
+
+  private async supersede(chain: Queued[], prev: Queued, q: Queued): Promise<void> {
+    const at = chain.indexOf(prev);
+    chain.splice(at, 1);
+    const r = this.ready.indexOf(prev);
+    if (r >= 0) this.ready.splice(r, 1);
+    if (at === 0) {
+      // q is the head now, on prev's base: written down before prev leaves the spool
+      q.entry.baseGeneration = prev.entry.baseGeneration ?? '0';
+      if (prev.entry.baseMetageneration !== undefined) q.entry.baseMetageneration = prev.entry.baseMetageneration;
+      else delete q.entry.baseMetageneration;
+      this.ready.push(q);
+      try {
+        await writeDurably(q.json, JSON.stringify(q.entry));
+      } catch {
+        // prev stays on disk: after a crash both are uploaded, in order
+        q.done.then(prev.resolve, prev.reject);
+        return;
+      }
+    }
+    fs.rmSync(prev.json, { force: true });
+    fs.rmSync(prev.data, { force: true });
+    q.done.then(prev.resolve, prev.reject);
+  }
+
+  /** The newest queued version of `path`, if any (what stat and reads must show). */
+  pending(path: string): PendingVersion | undefined {
+    for (const chain of this.chains.values()) {
+      const last = chain[chain.length - 1];
+      if (last && last.entry.path === path) return this.view(last);
+    }
+    return undefined;
+  }
+
+  /** Faster lookup by object name. */
+  pendingKey(key: string): PendingVersion | undefined {
+    const chain = this.chains.get(key);
+    const last = chain?.[chain.length - 1];
+    return last ? this.view(last) : undefined;
+  }
+
+  get isEmpty(): boolean {
+    return this.chains.size === 0;
+  }
+
+  /** Wait until every version of `path` queued now is uploaded; rejects with a conflict's ESTALE. */
+  async waitPath(path: string): Promise<void> {
+    const waits: Promise<void>[] = [];
+    for (const chain of this.chains.values()) for (const q of chain) if (q.entry.path === path) waits.push(q.done);
+    await Promise.all(waits);
+  }
+
+  /** Wait (whatever the outcome) for the versions at or under `path`: a namespace change there must not overtake them. */
+  async settleUnder(path: string): Promise<void> {
+    if (this.chains.size === 0) return;
+    const waits: Promise<void>[] = [];
+    for (const chain of this.chains.values()) for (const q of chain) if (isWithin(q.entry.path, path)) waits.push(q.done);
+    await Promise.allSettled(waits);
+  }
+
+  /** Wait for everything queued, up to `timeoutMs` (resolves true when empty). */
+  async drain(timeoutMs = Infinity, onProgress?: (s: UploadQueueStats) => void, everyMs = 1000): Promise<boolean> {
+    const until = Date.now() + timeoutMs;
+    let last = 0;
+    while (!this.isEmpty) {
+      if (Date.now() >= until) return false;
+      if (onProgress && Date.now() - last >= everyMs) {
+        onProgress(this.stats());
+        last = Date.now();
+      }
+      const all: Promise<void>[] = [];
+      for (const chain of this.chains.values()) for (const q of chain) all.push(q.done);
+      await Promise.race([Promise.allSettled(all), sleep(Math.min(everyMs, Math.max(0, until - Date.now())))]);
+    }
+    return true;
+  }
+
+  stats(): UploadQueueStats {
+    let files = 0;
+    let bytes = 0;
+    let oldest = Infinity;
+    let retrying = 0;
+    let lastError: string | undefined;
+    for (const chain of this.chains.values()) {
+      for (const q of chain) {
+        files++;
+        bytes += q.entry.size;
+        oldest = Math.min(oldest, q.entry.enqueuedAt);
+        if (q.failures > 0) {
+          retrying++;
+          lastError = q.lastError;
+        }
+      }
+    }
+    return {
+      files,
+      bytes,
+      oldestAgeSec: files ? Math.max(0, (Date.now() - oldest) / 1000) : 0,
+      inFlight: this.inFlight,
+      conflicts: this.conflicts,
+      retrying,
+      ...(lastError ? { lastError } : {}),
+    };
+  }
+
+  /** Stop starting uploads (those running finish); what is left stays in the spool for the next start. */
+  close(): void {
+    this.closed = true;
+    for (const t of this.timers) clearTimeout(t);
+    this.timers.clear();
+  }
+
+  // ---- internals -----------------------------------------------------------------------------
+
+  private view(q: Queued): PendingVersion {
+    const e = q.entry;
+    return { path: e.path, key: e.key, size: e.size, metadata: e.metadata, ...(e.contentType ? { contentType: e.contentType } : {}), data: q.data, enqueuedAt: e.enqueuedAt };
+  }
+
+  private push(id: string, entry: SpoolEntry): Queued {
+    let resolve!: () => void;
+    let reject!: (e: VfsError) => void;
+    const done = new Promise<void>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    done.catch(() => undefined); // a conflict is reported where it matters (fsync); never unhandled
+    const q: Queued = { id, entry, data: nodePath.join(this.dir, `${id}.data`), json: nodePath.join(this.dir, `${id}.json`), running: false, done, resolve, reject, failures: 0 };
+    let chain = this.chains.get(entry.key);
+    if (!chain) this.chains.set(entry.key, (chain = []));
+    if (chain.length > 0) {
+      // based on the version before it, whatever the handle thought: set when that one lands
+      delete entry.baseGeneration;
+      delete entry.baseMetageneration;
+    }
+    chain.push(q);
+    if (chain.length === 1) this.ready.push(q);
+    return q;
+  }
+
+  private pump(): void {
+    while (!this.closed && this.inFlight < this.concurrency && this.ready.length) {
+      const q = this.ready.shift() as Queued;
+      this.inFlight++;
+      q.running = true;
+      void this.run(q).finally(() => {
+        this.inFlight--;
+        q.running = false;
+        this.pump();
+      });
+    }
+  }
+
+  private async run(q: Queued): Promise<void> {
+    const e = q.entry;
+    const base = BigInt(e.baseGeneration ?? '0');
+    const spec = {
+      ifGenerationMatch: base,
+      ...(base > 0n && e.baseMetageneration !== undefined ? { ifMetagenerationMatch: BigInt(e.baseMetageneration) } : {}),
+      ...(e.contentType ? { contentType: e.contentType } : {}),
+      metadata: e.metadata,
+    };
+    let info: ObjectInfo | undefined;
+    let conflict: ObjectInfo | null = null;
+    try {
+      info = await this.host.req.uploadFile(e.key, q.data, e.size, spec);
+    } catch (err) {
+      if (isPreconditionFailed(err)) {
+        // another writer changed the object, or an earlier attempt of this upload (before a
+        // crash, or with its answer lost) landed: then the bucket holds exactly these bytes
+        const cur = await this.host.req.head(e.key).catch(() => undefined);
+        if (cur && (await isOurs(cur, q))) info = cur;
+        else conflict = cur ?? null;
+      } else {
+        // GCS unreachable through every retry, or refused: the version is safe in the spool;
+        // try again later, with backoff, without giving up
+        q.failures++;
+        q.lastError = toVfsError(err, `upload ${e.path}`).message;
+        const delay = Math.min(this.retryMs.max, this.retryMs.initial * 2 ** Math.min(q.failures, 20));
+        const t = setTimeout(() => {
+          this.timers.delete(t);
+          this.ready.unshift(q);
+          this.pump();
+        }, delay);
+        this.timers.add(t);
+        return;
+      }
+    }
+    if (info) {
+      await this.landed(q, base, info);
+      return;
+    }
+    this.setAside(q, base, conflict ?? undefined);
+  }
+
+  /** The version is in the bucket: its successor is based on it (durably) before it leaves the spool. */
+  private async landed(q: Queued, base: bigint, info: ObjectInfo): Promise<void> {
+    const chain = this.chains.get(q.entry.key) as Queued[];
+    const next = chain[1];
+    if (next) await this.rebase(next, info.generation, info.metageneration);
+    this.host.uploaded(q.entry.path, base, info);
+    this.finish(q);
+    q.resolve();
+  }
+
+  private async rebase(next: Queued, generation: bigint, metageneration: bigint): Promise<void> {
+    next.entry.baseGeneration = generation.toString();
+    next.entry.baseMetageneration = metageneration.toString();
+    try {
+      await writeDurably(next.json, JSON.stringify(next.entry));
+    } catch {
+      // the successor then resumes (after a crash) on its predecessor's recorded base, gets a
+      // 412 from the bucket and is kept under conflicts/: nothing is lost
+    }
+  }
+
+  /** 412 that is not ours: the local version goes to conflicts/, as a refused close does in bucket mode. */
+  private setAside(q: Queued, base: bigint, cur: ObjectInfo | undefined): void {
+    const e = q.entry;
+    const flat = e.path.slice(1).replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
+    const dest = nodePath.join(this.host.conflictsDir, `${new Date().toISOString().replace(/[:.]/g, '-')}-${flat}-${randomUUID().slice(0, 8)}`);
+    let kept = q.data;
+    try {
+      fs.mkdirSync(this.host.conflictsDir, { recursive: true });
+      fs.renameSync(q.data, dest);
+      kept = dest;
+    } catch {
+      // stays in the spool under its id (the .json is removed, so it is not uploaded again)
+    }
+    this.conflicts++;
+    const error = new VfsError(
+      'ESTALE',
+      `${e.path}: not uploaded: the object changed in the bucket since it was read (generation ${base} -> ${cur ? cur.generation : 'deleted'}); the local version is kept at ${kept}`,
+    );
+    this.host.reportConflict({
+      reason: 'changed-remotely',
+      path: e.path,
+      objectName: e.key,
+      expectedGeneration: base.toString(),
+      ...(cur ? { currentGeneration: cur.generation.toString() } : {}),
+      localFile: kept,
+      size: e.size,
+      time: new Date(),
+      late: true,
+    });
+    // later versions of the object were based on this one: they conflict in turn, each kept
+    this.finish(q, kept !== q.data);
+    q.reject(error);
+  }
+
+  private finish(q: Queued, keepData = false): void {
+    fs.rmSync(q.json, { force: true });
+    if (!keepData) fs.rmSync(q.data, { force: true });
+    const chain = this.chains.get(q.entry.key) as Queued[];
+    chain.shift();
+    if (chain.length === 0) this.chains.delete(q.entry.key);
+    else {
+      const next = chain[0] as Queued;
+      if (next.entry.baseGeneration === undefined) {
+        next.entry.baseGeneration = q.entry.baseGeneration ?? '0';
+        if (q.entry.baseMetageneration !== undefined) next.entry.baseMetageneration = q.entry.baseMetageneration;
+      }
+      this.ready.push(next);
+    }
+  }
+}
+
+async function isOurs(cur: ObjectInfo, q: Queued): Promise<boolean> {
+  if (cur.size !== q.entry.size || cur.metadata[META.mtime] !== q.entry.metadata[META.mtime] || !cur.crc32c) return false;
+  const local = await CRC32C.fromFile(q.data);
+  return local.toString() === cur.crc32c;
+}
+
+function fsyncFileSync(file: string): void {
+  const fd = fs.openSync(file, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function writeDurablySync(file: string, text: string): void {
+  const tmp = `${file}.tmp`;
+  const fd = fs.openSync(tmp, 'w', 0o600);
+  try {
+    fs.writeFileSync(fd, text);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  fs.renameSync(tmp, file);
+}
+
+/** Write `file` whole, or not at all: a temporary name, fsynced, renamed over it. */
+async function writeDurably(file: string, text: string): Promise<void> {
+  const tmp = `${file}.tmp`;
+  const h = await fs.promises.open(tmp, 'w', 0o600);
+  try {
+    await h.writeFile(text);
+    await h.sync();
+  } finally {
+    await h.close();
+  }
+  await fs.promises.rename(tmp, file);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
