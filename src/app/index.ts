@@ -8,3 +8,4 @@ export * from './workspace.js';
 export * from './mount-registry.js';
 export * from './daemon.js';
 export * from './state-dirs.js';
+export * from './staged.js';

@@ -27,6 +27,8 @@ export interface JournaledWorkspace {
   retention?: JournalRetention;
   /** where a change refused because the state disk is full is told (the policy's denial log) */
   denials?: DenialSink;
+  /** mount --staged */
+  staged?: boolean;
 }
 
 export interface MountJournalFlags extends WorkspaceFlags {
@@ -60,7 +62,8 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
   const session = flags.session ?? ws.session ?? newSessionId();
   const service = await JournalService.open({
     stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session,
-    actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log, remote: ws.journalRemote, denials: ws.denials,
+    actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log, // a staged session writes nothing to the bucket, not even its journal, until apply
+    remote: ws.staged ? undefined : ws.journalRemote, denials: ws.denials, ...(ws.staged ? { staged: true } : {}),
   });
   rememberWorkspace(stateDir, flags);
   let control: ControlServer | null = null;
