@@ -391,9 +391,11 @@ export class StagedBackend implements Backend {
     if ((await this.readdir(p)).length > 0) throw new VfsError('ENOTEMPTY', `${p}: directory not empty`);
     const b = await this.baseAttr(p);
     const actions: Action[] = b ? await this.noteBase(b) : [];
+    const hid = this.state.redirects.get(p) === null;
     if (await this.upperAttr(p)) await this.upper.rmdir(p);
     actions.push(['clear', p]);
-    if (b) actions.push(['set', p, null]);
+    // the whiteout stays: a base node it hid (e.g. one renamed away) must not come back
+    if (b || hid) actions.push(['set', p, null]);
     actions.push(['op', { op: 'rmdir', path: p }]);
     this.record(actions);
     this.inos.delete(p);
@@ -406,28 +408,33 @@ export class StagedBackend implements Backend {
     if (a.type === 'dir') throw new VfsError('EISDIR', `${p}: is a directory`);
     const b = await this.baseAttr(p);
     const actions: Action[] = b ? await this.noteBase(b) : [];
+    const hid = this.state.redirects.get(p) === null;
     if (await this.upperAttr(p)) await this.upper.unlink(p);
     actions.push(['clear', p]);
-    if (b) actions.push(['set', p, null], ['op', { op: 'unlink', path: p }]);
+    if (b || hid) actions.push(['set', p, null]);
+    if (b) actions.push(['op', { op: 'unlink', path: p }]);
     this.record(actions);
     this.inos.delete(p);
   }
 
   async rename(from: string, to: string): Promise<void> {
     this.guard();
-    if (from === to) return;
     const src = await this.tryStat(from);
     if (!src) throw new VfsError('ENOENT', `${from}: no such file or directory`);
-    if (isWithin(to, from)) throw new VfsError('EINVAL', `${to} lies inside ${from}`);
+    if (from === to) return;
     const dst = await this.tryStat(to);
+    if (!dst) {
+      const parent = await this.tryStat(parentOf(to));
+      if (!parent) throw new VfsError('ENOENT', `${parentOf(to)}: no such directory`);
+      if (parent.type !== 'dir') throw new VfsError('ENOTDIR', `${parentOf(to)}: not a directory`);
+    }
+    if (isWithin(to, from)) throw new VfsError('EINVAL', `${to} lies inside ${from}`);
+    // onto its own ancestor: as Linux answers it
+    if (isWithin(from, to)) throw new VfsError('ENOTEMPTY', `${to}: directory not empty`);
     if (dst) {
       if (src.type === 'dir' && dst.type !== 'dir') throw new VfsError('ENOTDIR', `${to}: not a directory`);
       if (src.type !== 'dir' && dst.type === 'dir') throw new VfsError('EISDIR', `${to}: is a directory`);
       if (dst.type === 'dir' && (await this.readdir(to)).length > 0) throw new VfsError('ENOTEMPTY', `${to}: directory not empty`);
-    } else {
-      const parent = await this.tryStat(parentOf(to));
-      if (!parent) throw new VfsError('ENOENT', `${parentOf(to)}: no such directory`);
-      if (parent.type !== 'dir') throw new VfsError('ENOTDIR', `${parentOf(to)}: not a directory`);
     }
     const bFrom = await this.baseAttr(from);
     const bTo = dst ? await this.baseAttr(to) : null;
@@ -443,8 +450,9 @@ export class StagedBackend implements Backend {
     // apply replays renames of what the base has (and of directories: their mkdir is replayed)
     const replayed = bFrom !== null || src.type === 'dir';
     if (bTo && !replayed) actions.push(['op', dst?.type === 'dir' ? { op: 'rmdir', path: to } : { op: 'unlink', path: to }]);
+    const hid = this.state.redirects.get(from) === null;
     actions.push(['clear', to], ['move', from, to], ['set', to, bFrom ? bFrom.b : null]);
-    if (bFrom) actions.push(['set', from, null]);
+    if (bFrom || hid) actions.push(['set', from, null]);
     if (replayed) actions.push(['op', { op: 'rename', from, to }]);
     this.record(actions);
     this.moveInos(from, to);
