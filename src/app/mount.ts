@@ -199,7 +199,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
     const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);
-    await journal?.serve(vfs, settleMs);
+    const staged = ws.store instanceof StagedBackend ? ws.store : undefined;
+    await journal?.serve(vfs, settleMs, staged ? (frozen) => (staged.frozen = frozen) : undefined);
   } catch (err) {
     await running?.unmount().catch(() => undefined);
     await metricsServer?.close().catch(() => undefined);
@@ -308,7 +309,7 @@ function sessionInfo(id: string, ws: OpenedWorkspace): SessionInfo {
   if (!(staged instanceof StagedBackend)) return { id, mode: 'live' };
   const roots = ws.policy?.compiled.roots ?? [];
   const view = (p: string) => roots.find((r) => isWithin(p, r.source))?.toView(p) ?? p;
-  return { id, mode: 'staged', pending: () => staged.pending().map((c) => pendingLine(c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) })) };
+  return { id, mode: 'staged', frozen: () => staged.frozen, pending: () => staged.pending().map((c) => pendingLine(c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) })) };
 }
 
 function stateFlag(stateDir: string | undefined): string {

@@ -53,7 +53,7 @@ export function stagedOf(stateDir: string, session: string): { layout: StagedLay
   const live = liveDaemon(stateDir);
   if (live) {
     throw new UserError(
-      `the workspace is mounted at ${live.mountpoint} (session ${live.session}); unmount it first (ledgerfs unmount ${live.mountpoint}): its staged changes must not move while they are applied or dropped`,
+      `the workspace is mounted at ${live.mountpoint} (session ${live.session}); unmount it first (ledgerfs unmount ${live.mountpoint}): its staged changes must not move while they are applied or dropped (ledgerfs freeze only holds them read-only for review)`,
     );
   }
   return { layout, state: readStagedState(layout) };

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { createLogger } from '../core/index.js';
 import { applyStaged, type ApplyResult, discardStaged, stagedOf, UserError } from '../app/index.js';
 import { pendingLine } from '../backend/index.js';
+import { daemonRequest, liveDaemon } from '../journal/index.js';
 import { addStateFlags, cliLockError, journalStateDir, openWorkspaceOf, printJson, STATE_HELP, type StateFlags } from './journal-flags.js';
 
 interface ApplyOptions extends StateFlags {
@@ -47,6 +48,39 @@ function report(r: ApplyResult, o: ApplyOptions): number {
 }
 
 export function registerStagedCommands(program: Command): void {
+  addStateFlags(
+    program
+      .command('freeze')
+      .description('Make a live staged mount (mount --staged) read-only while its changes are reviewed; --off makes it writable again.')
+      .option('--off', 'writable again', false)
+      .option('--json', 'print the answer as JSON', false),
+  )
+    .addHelpText(
+      'after',
+      `
+While frozen every change through the mount fails with EROFS (reads work), so what you review
+with 'ledgerfs diff' and /.ledgerfs/session stays what will be applied. apply and discard still
+need the mount unmounted. A mount that is not staged refuses (exit 2).
+
+Examples:
+  ledgerfs freeze --source ./case-files
+  ledgerfs freeze --source ./case-files --off
+${STATE_HELP}`,
+    )
+    .action(async (o: StateFlags & { off: boolean; json: boolean }) => {
+      const stateDir = await journalStateDir(o, createLogger('warn'));
+      const daemon = liveDaemon(stateDir);
+      if (!daemon) throw new UserError(`no mount of this workspace is running (journal ${stateDir}); freeze acts on a live staged mount`);
+      let r: { session: string; mountpoint: string; frozen: boolean };
+      try {
+        r = await daemonRequest(daemon, { cmd: 'freeze', frozen: !o.off });
+      } catch (err) {
+        throw new UserError((err as Error).message);
+      }
+      if (o.json) printJson(r);
+      else process.stdout.write(`${r.mountpoint} (staged session ${r.session}) is ${r.frozen ? 'frozen: read-only until ledgerfs freeze --off, or apply/discard after unmount' : 'writable again'}.\n`);
+    });
+
   addStateFlags(
     program
       .command('apply')

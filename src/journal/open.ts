@@ -46,8 +46,8 @@ export interface MountJournal {
   readonly startNote: string | undefined;
   /** a line for /.ledgerfs/usage when the state directory runs low on space, else null */
   spaceNote(): string | null;
-  /** Start answering `ledgerfs rollback`/`gc` for this mount through its Vfs. */
-  serve(vfs: Vfs, settleMs: number): Promise<void>;
+  /** Start answering `ledgerfs rollback`/`gc` for this mount through its Vfs (and `freeze`, for a staged mount). */
+  serve(vfs: Vfs, settleMs: number, freeze?: (frozen: boolean) => void): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -77,9 +77,9 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
     service,
     startNote: service.startNote,
     spaceNote: () => space.note(),
-    async serve(vfs: Vfs, settleMs: number) {
+    async serve(vfs: Vfs, settleMs: number, freeze?: (frozen: boolean) => void) {
       service.attach(vfs);
-      control = await ControlServer.start(service, { mountpoint: flags.mountpoint, settleMs, log });
+      control = await ControlServer.start(service, { mountpoint: flags.mountpoint, settleMs, log, ...(freeze ? { freeze } : {}) });
       retention?.start(DEFAULTS.journal.retentionFirstMs, DEFAULTS.journal.retentionIntervalMs);
       space.start(DEFAULTS.journal.spaceCheckMs);
     },

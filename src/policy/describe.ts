@@ -104,6 +104,8 @@ export interface SessionInfo {
   mode: 'live' | 'staged';
   /** staged: the pending changes as A/M/D/R lines (paths as the program sees them) */
   pending?: () => string[];
+  /** staged: read-only for review (ledgerfs freeze) */
+  frozen?: () => boolean;
 }
 
 /** The mode line, and for a staged session its pending changes. */
@@ -112,6 +114,7 @@ export function describeMode(info: SessionInfo): string[] {
   const pending = info.pending?.() ?? [];
   return [
     'mode: staged (changes wait in an overlay; nothing reaches the workspace until someone runs ledgerfs apply)',
+    ...(info.frozen?.() ? ['frozen: yes (read-only while the changes are reviewed: every change fails with EROFS)'] : []),
     `pending changes: ${pending.length} (A added, M modified, D deleted, R renamed)`,
     ...pending.map((l) => `  ${l}`),
   ];

@@ -175,4 +175,30 @@ describe('staged mode', () => {
     expect(again.status).toBe(2);
     expect(again.stderr).toMatch(/no staged changes/);
   });
+
+  it.skipIf(onGcs)('freeze makes a live staged mount read-only (EROFS) for review, --off writable again', { timeout: 120_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const mt = await mountStaged('review-1', populate);
+    fs.writeFileSync(path.join(mt.mnt, 'cases/new.txt'), 'draft\n');
+    const frozen = ledgerfs(['freeze', '--state', state]);
+    expect(frozen.status, frozen.stderr).toBe(0);
+    expect(frozen.stdout).toMatch(/frozen/);
+    const write = (p: string) => {
+      try {
+        fs.writeFileSync(path.join(mt.mnt, p), 'more\n');
+        return 'ok';
+      } catch (err) {
+        return (err as NodeJS.ErrnoException).code;
+      }
+    };
+    expect(write('cases/new.txt')).toBe('EROFS');
+    expect(write('cases/other.txt')).toBe('EROFS');
+    expect(() => fs.renameSync(path.join(mt.mnt, 'cases/index.md'), path.join(mt.mnt, 'cases/i.md'))).toThrow(/EROFS/);
+    expect(fs.readFileSync(path.join(mt.mnt, 'cases/new.txt'), 'utf8'), 'reads still work').toBe('draft\n');
+    expect(fs.readFileSync(path.join(mt.mnt, '.ledgerfs/session'), 'utf8')).toMatch(/frozen: yes/);
+    const off = ledgerfs(['freeze', '--state', state, '--off']);
+    expect(off.status, off.stderr).toBe(0);
+    expect(write('cases/new.txt')).toBe('ok');
+  });
 });
