@@ -197,10 +197,10 @@ export class StagedBackend implements Backend {
   }
 
   /** Append one mutation's bookkeeping and make it durable before the mutation answers. */
-  private record(actions: Action[]): void {
+  private record(actions: Action[], sync = true): void {
     if (actions.length === 0) return;
     fs.writeSync(this.logFd, JSON.stringify({ a: actions }) + '\n');
-    fs.fsyncSync(this.logFd);
+    if (sync) fs.fsyncSync(this.logFd);
     for (const a of actions) this.state.apply(a);
   }
 
@@ -379,7 +379,9 @@ export class StagedBackend implements Backend {
     if (await this.tryStat(p)) throw new VfsError('EEXIST', `${p}: exists`);
     await this.upperDir(parentOf(p));
     await this.upper.mkdir(p, mode);
-    this.record([['op', { op: 'mkdir', path: p, mode }]]);
+    // not synced on its own (a tar -x makes many): the next synced line carries it, and a
+    // directory whose line is lost is still in the upper tree, which apply makes anyway
+    this.record([['op', { op: 'mkdir', path: p, mode }]], false);
   }
 
   async rmdir(p: string): Promise<void> {
