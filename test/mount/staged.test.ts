@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CLI, forceUnmount, onGcs, py, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, forceUnmount, onGcs, py, run, startMount, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { snapshotTree } from '../helpers/tree.js';
 
@@ -200,5 +200,37 @@ describe('staged mode', () => {
     const off = ledgerfs(['freeze', '--state', state, '--off']);
     expect(off.status, off.stderr).toBe(0);
     expect(write('cases/new.txt')).toBe('ok');
+  });
+
+  it.skipIf(onGcs)('the policy judges the staged view: limits and quotas refuse there, /.ledgerfs/session names view paths', { timeout: 120_000 }, async () => {
+    root = makeTemp('staged');
+    const ws = path.join(root, 'workspace');
+    for (let i = 0; i < 5; i++) {
+      fs.mkdirSync(path.join(ws, 'files'), { recursive: true });
+      fs.writeFileSync(path.join(ws, `files/f${i}.txt`), `file ${i}\n`);
+    }
+    fs.writeFileSync(
+      path.join(root, 'case.yaml'),
+      'backend: { type: local, path: ./workspace }\nroots:\n  - path: /case\n    source: /files\n    mode: rw\n    quota: { bytes: 4KiB }\nlimits: { deletes: 3 }\n',
+    );
+    const before = snapshotTree(ws);
+    m = await startMount({ src: ws, omitSource: true, args: ['--policy', path.join(root, 'case.yaml'), '--state', path.join(root, 'state'), '--session', 'guarded', '--staged'] });
+    const mt = m;
+    const tryRm = (n: number) => {
+      try {
+        fs.unlinkSync(path.join(mt.mnt, `case/f${n}.txt`));
+        return 'ok';
+      } catch (err) {
+        return (err as NodeJS.ErrnoException).code;
+      }
+    };
+    expect([0, 1, 2, 3].map(tryRm)).toEqual(['ok', 'ok', 'ok', 'EPERM']);
+    const dd = run('dd if=/dev/zero of=case/big.bin bs=8K count=1 status=none', mt.mnt);
+    expect(dd.status).not.toBe(0);
+    expect(dd.stderr).toMatch(/Disk quota exceeded/);
+    const info = fs.readFileSync(path.join(mt.mnt, '.ledgerfs/session'), 'utf8');
+    expect(info).toMatch(/D \/case\/f0\.txt\n/);
+    expect(info).toContain('session deletes=3 limit_deletes=3');
+    expect(snapshotTree(ws), 'nothing reached the backend').toEqual(before);
   });
 });
