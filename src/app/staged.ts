@@ -71,7 +71,7 @@ async function tryStat(b: Backend, p: string) {
 }
 
 /** Each base node the session touched, as it is now against how the session first saw it. */
-async function findConflicts(state: StagedState, store: Backend, view: (p: string) => string): Promise<Map<string, StagedConflict>> {
+async function findConflicts(state: StagedState, layout: StagedLayout, store: Backend, view: (p: string) => string): Promise<Map<string, StagedConflict>> {
   const out = new Map<string, StagedConflict>();
   for (const [p, was] of state.baseStates) {
     const now = await tryStat(store, p);
@@ -84,6 +84,23 @@ async function findConflicts(state: StagedState, store: Backend, view: (p: strin
     }
     if (reason) out.set(p, { path: view(p), reason });
   }
+  // what the program made where the base had nothing it touched: someone may have made it since
+  const covered = (p: string) => [...state.baseStates.keys()].some((b) => isWithin(p, b));
+  const walk = async (d: string): Promise<void> => {
+    for (const e of fs.readdirSync(path.join(layout.upper, d), { withFileTypes: true })) {
+      const p = joinPath(d, e.name);
+      if (state.copied.has(p)) {
+        if (e.isDirectory()) await walk(p);
+        continue;
+      }
+      if (!covered(p) && (await tryStat(store, p))) {
+        out.set(p, { path: view(p), reason: 'made beside the mount since the session began (the session made it too)' });
+        continue;
+      }
+      if (e.isDirectory()) await walk(p);
+    }
+  };
+  await walk('/');
   return out;
 }
 
@@ -98,7 +115,7 @@ export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session
   const { layout, state } = stagedOf(stateDir, session);
   const view = viewPathOf(ws);
   const changes = pendingChanges(state, layout).map((c) => (c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) }));
-  const conflictMap = await findConflicts(state, ws.store, view);
+  const conflictMap = await findConflicts(state, layout, ws.store, view);
   const conflicts = [...conflictMap.values()];
   const result: ApplyResult = { session, dryRun: o.dryRun, applySession: null, changes, conflicts, skipped: [], forced: [], applied: 0 };
   if (o.dryRun) return result;
@@ -157,7 +174,7 @@ async function replay(vfs: Vfs, state: StagedState, layout: StagedLayout, confli
   for (const op of state.ops as ReplayOp[]) {
     switch (op.op) {
       case 'mkdir':
-        if (await run(view(op.path), null, () => vfs.mkdir(view(op.path), op.mode))) sim.apply(['set', op.path, null]);
+        if (await run(view(op.path), op.path, () => vfs.mkdir(view(op.path), op.mode))) sim.apply(['set', op.path, null]);
         break;
       case 'rmdir':
         if (await run(view(op.path), sim.basePath(op.path), () => vfs.rmdir(view(op.path)))) sim.apply(['set', op.path, null]);
@@ -188,18 +205,18 @@ async function replay(vfs: Vfs, state: StagedState, layout: StagedLayout, confli
       const v = view(p);
       if (e.isDirectory()) {
         const now = await vfs.getattr(v).catch(() => null);
-        if (!now) await run(v, null, () => vfs.mkdir(v, st.mode & 0o7777));
+        if (!now) await run(v, p, () => vfs.mkdir(v, st.mode & 0o7777));
         else if ((now.mode & 0o7777) !== (st.mode & 0o7777)) await run(v, origin, () => vfs.chmod(v, st.mode & 0o7777));
         await walk(p);
       } else if (e.isSymbolicLink()) {
-        await run(v, origin, async () => {
+        await run(v, origin ?? p, async () => {
           if (await vfs.getattr(v).catch(() => null)) await vfs.unlink(v);
           await vfs.symlink(fs.readlinkSync(host), v);
         });
       } else if (e.isFile()) {
         const was = origin !== null ? state.baseStates.get(origin) : undefined;
         const same = was?.sha256 !== undefined && was.size === st.size && (await sha256File(host)) === was.sha256;
-        await run(v, origin, async () => {
+        await run(v, origin ?? p, async () => {
           if (!same) await copyIn(vfs, host, v, st.mode & 0o7777);
           const now = await vfs.getattr(v);
           if ((now.mode & 0o7777) !== (st.mode & 0o7777)) await vfs.chmod(v, st.mode & 0o7777);

@@ -233,4 +233,24 @@ describe('staged mode', () => {
     expect(info).toContain('session deletes=3 limit_deletes=3');
     expect(snapshotTree(ws), 'nothing reached the backend').toEqual(before);
   });
+
+  it.skipIf(onGcs)('a file made beside the mount where the session made one too is a conflict', { timeout: 120_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const mt = await mountStaged('made-beside', populate);
+    fs.writeFileSync(path.join(mt.mnt, 'cases/new.txt'), 'from the session\n');
+    fs.writeFileSync(path.join(mt.mnt, 'cases/other.txt'), 'also from the session\n');
+    fs.writeFileSync(path.join(mt.src, 'cases/new.txt'), 'made beside\n');
+    await unmount();
+    const src = path.join(root, 'src');
+    const refused = ledgerfs(['apply', '--state', state, '--session', 'made-beside']);
+    expect(refused.status).toBe(1);
+    expect(refused.stdout).toMatch(/\/cases\/new\.txt: made beside the mount/);
+    expect(fs.readFileSync(path.join(src, 'cases/new.txt'), 'utf8')).toBe('made beside\n');
+    expect(fs.existsSync(path.join(src, 'cases/other.txt')), 'nothing applied').toBe(false);
+    const rest = ledgerfs(['apply', '--state', state, '--session', 'made-beside', '--skip-conflicts']);
+    expect(rest.status).toBe(1);
+    expect(fs.readFileSync(path.join(src, 'cases/new.txt'), 'utf8')).toBe('made beside\n');
+    expect(fs.readFileSync(path.join(src, 'cases/other.txt'), 'utf8')).toBe('also from the session\n');
+  });
 });
