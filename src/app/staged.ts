@@ -38,6 +38,8 @@ export interface ApplyResult {
 }
 
 export interface ApplyOptions {
+  /** only the changes at or below this view path; the rest stay staged */
+  path?: string;
   dryRun: boolean;
   force: boolean;
   skipConflicts: boolean;
@@ -71,8 +73,9 @@ async function tryStat(b: Backend, p: string) {
 }
 
 /** Each base node the session touched, as it is now against how the session first saw it. */
-async function findConflicts(state: StagedState, layout: StagedLayout, store: Backend, view: (p: string) => string): Promise<Map<string, StagedConflict>> {
+async function findConflicts(state: StagedState, layout: StagedLayout, store: Backend, view: (p: string) => string, prefix?: string): Promise<Map<string, StagedConflict>> {
   const out = new Map<string, StagedConflict>();
+  const outside = (p: string) => prefix !== undefined && !isWithin(p, prefix) && !isWithin(prefix, p);
   for (const [p, was] of state.baseStates) {
     const now = await tryStat(store, p);
     let reason: string | null = null;
@@ -89,7 +92,8 @@ async function findConflicts(state: StagedState, layout: StagedLayout, store: Ba
   const walk = async (d: string): Promise<void> => {
     for (const e of fs.readdirSync(path.join(layout.upper, d), { withFileTypes: true })) {
       const p = joinPath(d, e.name);
-      if (state.copied.has(p)) {
+      if (outside(p)) continue;
+      if (state.copied.has(p) || (prefix !== undefined && !isWithin(p, prefix))) {
         if (e.isDirectory()) await walk(p);
         continue;
       }
@@ -112,10 +116,15 @@ function touchesConflict(origin: string | null, conflicts: Map<string, StagedCon
 }
 
 export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session: string, o: ApplyOptions, log: Logger): Promise<ApplyResult> {
-  const { layout, state } = stagedOf(stateDir, session);
+  const { layout, state: whole } = stagedOf(stateDir, session);
   const view = viewPathOf(ws);
-  const changes = pendingChanges(state, layout).map((c) => (c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) }));
-  const conflictMap = await findConflicts(state, layout, ws.store, view);
+  const prefix = o.path === undefined ? undefined : storePathOf(ws, o.path);
+  const { state, rest } = prefix === undefined ? { state: whole, rest: undefined } : splitAt(whole, prefix, o.path as string);
+  const inPrefix = (p: string) => prefix === undefined || isWithin(p, prefix);
+  const changes = pendingChanges(state, layout)
+    .filter((c) => inPrefix(c.path))
+    .map((c) => (c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) }));
+  const conflictMap = await findConflicts(state, layout, ws.store, view, prefix);
   const conflicts = [...conflictMap.values()];
   const result: ApplyResult = { session, dryRun: o.dryRun, applySession: null, changes, conflicts, skipped: [], forced: [], applied: 0 };
   if (o.dryRun) return result;
@@ -131,11 +140,12 @@ export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session
   result.applySession = applySession;
   try {
     const vfs = svc.attachDirect(ws.stages);
-    await replay(vfs, state, layout, conflictMap, view, result);
+    await replay(vfs, state, layout, conflictMap, view, result, prefix);
   } finally {
     await svc.close();
   }
-  if (result.skipped.length === 0) dropStaged(layout);
+  if (rest && result.skipped.length === 0) keepRest(layout, rest, prefix as string);
+  else if (result.skipped.length === 0) dropStaged(layout);
   else {
     // what was left out stays readable: the overlay, set aside (it no longer fits the store)
     const kept = path.join(stateDir, 'staged-kept', `${session}-${applySession}`);
@@ -148,7 +158,7 @@ export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session
 
 const WRITE_FLAGS = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC;
 
-async function replay(vfs: Vfs, state: StagedState, layout: StagedLayout, conflicts: Map<string, StagedConflict>, view: (p: string) => string, r: ApplyResult): Promise<void> {
+async function replay(vfs: Vfs, state: StagedState, layout: StagedLayout, conflicts: Map<string, StagedConflict>, view: (p: string) => string, r: ApplyResult, prefix?: string): Promise<void> {
   // follows the store as the replay changes it: which base node each path now holds
   const sim = new StagedState();
   const skip = (what: string, c: StagedConflict) => r.skipped.push({ path: what, reason: `${c.reason} (${c.path})` });
@@ -199,6 +209,11 @@ async function replay(vfs: Vfs, state: StagedState, layout: StagedLayout, confli
     const entries = fs.readdirSync(path.join(layout.upper, d), { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1));
     for (const e of entries) {
       const p = joinPath(d, e.name);
+      if (prefix !== undefined && !isWithin(p, prefix) && !isWithin(prefix, p)) continue;
+      if (prefix !== undefined && !isWithin(p, prefix)) {
+        if (e.isDirectory()) await walk(p); // on the way down to the prefix
+        continue;
+      }
       const host = path.join(layout.upper, p);
       const st = fs.lstatSync(host);
       const origin = state.copied.get(p) ?? null;
@@ -256,4 +271,62 @@ export function discardStaged(stateDir: string, session: string): { changes: Pen
   const changes = pendingChanges(state, layout);
   dropStaged(layout);
   return { changes };
+}
+
+/** The store path of a view path (through the policy's root that holds it). */
+function storePathOf(ws: OpenedWorkspace, viewPath: string): string {
+  const roots = ws.policy?.compiled.roots ?? [];
+  const root = [...roots].sort((a, b) => b.path.length - a.path.length).find((r) => isWithin(viewPath, r.path));
+  return root ? root.toBackend(viewPath) : viewPath;
+}
+
+/**
+ * `apply --path`: the part of a session at or below `prefix`, and the rest. Refused (naming it)
+ * when a change crosses the prefix (a rename into or out of it), or the prefix itself (or a
+ * directory above it) was renamed: those cannot be applied in part.
+ */
+function splitAt(s: StagedState, prefix: string, shown: string): { state: StagedState; rest: StagedState } {
+  const inside = (p: string) => isWithin(p, prefix);
+  const cross = (a: string, b: string) => inside(a) !== inside(b);
+  if (s.basePath(prefix) !== prefix) {
+    throw new UserError(`--path ${shown}: the session renamed or removed it (or a directory above it); apply the whole session, or a prefix it left in place`);
+  }
+  for (const op of s.ops) {
+    if (op.op === 'rename' && cross(op.from, op.to)) {
+      throw new UserError(`--path ${shown}: the session renamed ${op.from} to ${op.to}, across it; apply a prefix holding both (or the whole session)`);
+    }
+  }
+  for (const [k, v] of s.redirects) {
+    if (v !== null && cross(k, v)) throw new UserError(`--path ${shown}: ${v} was moved to ${k}, across it; apply a prefix holding both (or the whole session)`);
+  }
+  const part = (keep: (p: string) => boolean): StagedState => {
+    const out = new StagedState();
+    for (const [k, v] of s.redirects) if (keep(k)) out.redirects.set(k, v);
+    for (const [k, v] of s.copied) if (keep(k) || isWithin(prefix, k)) out.copied.set(k, v);
+    for (const [k, v] of s.baseStates) if (keep(k)) out.baseStates.set(k, v);
+    for (const op of s.ops) if (keep(op.op === 'rename' ? op.from : op.path)) out.ops.push(op);
+    return out;
+  };
+  return { state: part(inside), rest: part((p) => !inside(p)) };
+}
+
+/** After `apply --path`: the overlay keeps only the rest (the store now is the view below the prefix). */
+function keepRest(layout: StagedLayout, rest: StagedState, prefix: string): void {
+  const actions: unknown[] = [];
+  for (const [k, v] of rest.redirects) actions.push(['set', k, v]);
+  for (const [k, v] of rest.copied) actions.push(['copied', k, v]);
+  for (const [k, v] of rest.baseStates) actions.push(['base', k, v]);
+  for (const op of rest.ops) actions.push(['op', op]);
+  const tmp = `${layout.log}.new`;
+  const fd = fs.openSync(tmp, 'w');
+  try {
+    fs.writeSync(fd, JSON.stringify({ a: actions }) + '\n');
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  fs.renameSync(tmp, layout.log);
+  // below the prefix the store shows what the upper tree held
+  if (prefix === '/') fs.rmSync(layout.upper, { recursive: true, force: true });
+  else fs.rmSync(path.join(layout.upper, prefix), { recursive: true, force: true });
 }

@@ -3,10 +3,11 @@ import { createLogger } from '../core/index.js';
 import { applyStaged, type ApplyResult, discardStaged, stagedOf, UserError } from '../app/index.js';
 import { pendingLine } from '../backend/index.js';
 import { daemonRequest, liveDaemon } from '../journal/index.js';
-import { addStateFlags, cliLockError, journalStateDir, openWorkspaceOf, printJson, STATE_HELP, type StateFlags } from './journal-flags.js';
+import { addStateFlags, cliLockError, journalStateDir, openWorkspaceOf, pathArg, printJson, STATE_HELP, type StateFlags } from './journal-flags.js';
 
 interface ApplyOptions extends StateFlags {
   session: string;
+  path?: string;
   dryRun: boolean;
   force: boolean;
   skipConflicts: boolean;
@@ -86,6 +87,7 @@ ${STATE_HELP}`,
       .command('apply')
       .description('Apply a staged session\'s changes (mount --staged) to the workspace, as one journaled session that rollback can undo.')
       .requiredOption('--session <id>', 'the staged session')
+      .option('--path <prefix>', 'only the changes at or below this path (as the program saw it); the rest stay staged. Refused when a rename crosses it')
       .option('--dry-run', 'list the changes and the conflicts; change nothing', false)
       .option('--skip-conflicts', 'apply everything but what was changed beside the mount (and what depends on it); keep those staged versions aside', false)
       .option('--force', 'apply over changes made beside the mount', false)
@@ -103,13 +105,15 @@ The changes go through the workspace's policy and journal like any program's: re
 replayed as renames (a moved directory moves in one rename), in the order the program made
 them; then new and changed files are written where the program left them. The apply is a
 session of its own: 'ledgerfs rollback --session <apply session>' undoes it. After a
-complete apply the overlay is dropped. The staged mount must be unmounted first.
+complete apply the overlay is dropped; after --path PREFIX it keeps the rest (a rename across
+PREFIX, or of PREFIX itself, refuses --path with a sentence). The staged mount must be unmounted first.
 Exit status: 0 applied (or nothing to apply), 1 conflicts (or changes left out), 2 usage.
 
 Examples:
   ledgerfs apply --source ./case-files --session reorg-1 --dry-run
   ledgerfs apply --source ./case-files --session reorg-1
   ledgerfs apply --source ./case-files --session reorg-1 --skip-conflicts
+  ledgerfs apply --source ./case-files --session reorg-1 --path /projects/Wilson-MVA
 ${STATE_HELP}`,
     )
     .action(async (o: ApplyOptions) => {
@@ -120,7 +124,7 @@ ${STATE_HELP}`,
       const ws = await openWorkspaceOf(o, log, stateDir);
       let r: ApplyResult;
       try {
-        r = await applyStaged(ws, stateDir, o.session, { dryRun: o.dryRun, force: o.force, skipConflicts: o.skipConflicts, actor: o.actor }, log).catch(cliLockError);
+        r = await applyStaged(ws, stateDir, o.session, { ...(o.path !== undefined ? { path: pathArg(o.path) } : {}), dryRun: o.dryRun, force: o.force, skipConflicts: o.skipConflicts, actor: o.actor }, log).catch(cliLockError);
       } finally {
         await ws.backend.close();
       }

@@ -253,4 +253,43 @@ describe('staged mode', () => {
     expect(fs.readFileSync(path.join(src, 'cases/new.txt'), 'utf8')).toBe('made beside\n');
     expect(fs.readFileSync(path.join(src, 'cases/other.txt'), 'utf8')).toBe('also from the session\n');
   });
+
+  it.skipIf(onGcs)('apply --path applies the changes below it and keeps the rest staged; a rename across it is refused', { timeout: 180_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    let mt = await mountStaged('part-1', populate);
+    py(`
+import os
+with open('cases/jones/a.txt', 'a') as f: f.write('more\\n')
+os.rename('cases/jones/deep', 'cases/jones/deeper')
+os.remove('cases/smith/notes.txt')
+with open('cases/smith/new.txt', 'w') as f: f.write('new\\n')
+os.rename('cases/tmp.log', 'cases/smith/tmp.log')
+`, mt.mnt);
+    const seen = snapshotTree(mt.mnt);
+    await unmount();
+    const src = path.join(root, 'src');
+    const original = snapshotTree(src);
+
+    const across = ledgerfs(['apply', '--state', state, '--session', 'part-1', '--path', '/cases/smith']);
+    expect(across.status).toBe(2);
+    expect(across.stderr).toMatch(/--path \/cases\/smith: the session renamed \/cases\/tmp\.log to \/cases\/smith\/tmp\.log, across it/);
+    expect(snapshotTree(src)).toEqual(original);
+
+    const part = ledgerfs(['apply', '--state', state, '--session', 'part-1', '--path', '/cases/jones']);
+    expect(part.status, part.stderr + part.stdout).toBe(0);
+    const after = snapshotTree(src);
+    const below = (t: Record<string, unknown>, p: string) => Object.fromEntries(Object.entries(t).filter(([k]) => k === p || k.startsWith(p + '/')));
+    expect(below(after, 'cases/jones'), 'below the prefix: what the program saw').toEqual(below(seen, 'cases/jones'));
+    expect(below(after, 'cases/smith'), 'the rest untouched').toEqual(below(original, 'cases/smith'));
+    expect(after['cases/tmp.log']).toEqual(original['cases/tmp.log']);
+
+    // the rest is still staged: the view is still what the program saw
+    mt = await mountStaged('part-1');
+    expect(snapshotTree(mt.mnt)).toEqual(seen);
+    await unmount();
+    const restApplied = ledgerfs(['apply', '--state', state, '--session', 'part-1']);
+    expect(restApplied.status, restApplied.stderr + restApplied.stdout).toBe(0);
+    expect(snapshotTree(src)).toEqual(seen);
+  });
 });
