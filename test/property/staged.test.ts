@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { LocalBackend, StagedBackend, stagedLayout } from '../../src/backend/index.js';
 import { applyStaged, openWorkspace } from '../../src/app/index.js';
 import { createLogger, type Backend, VfsError } from '../../src/core/index.js';
+import { JournalService } from '../../src/journal/index.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
 /*
@@ -186,14 +187,31 @@ describe('staged overlay vs a model', () => {
         } finally {
           await staged.close();
         }
+        const log = createLogger('error');
         const ws = await openWorkspace({ source: base, state });
+        let applySession: string | null = null;
         try {
-          const r = await applyStaged(ws, state, 'prop', { dryRun: false, force: false, skipConflicts: false, actor: 'test' }, createLogger('error'));
+          const r = await applyStaged(ws, state, 'prop', { dryRun: false, force: false, skipConflicts: false, actor: 'test' }, log);
           expect(r.conflicts).toEqual([]);
+          applySession = r.applySession;
         } finally {
           await ws.backend.close();
         }
         expect(hostTree(base), `after apply\n${trace.join('\n')}`).toEqual(hostTree(model));
+        // and the apply is one session a rollback undoes exactly
+        if (applySession !== null) {
+          const ws2 = await openWorkspace({ source: base, state });
+          const svc = await JournalService.open({ stateDir: state, backend: ws2.backend, source: base, session: 'rollback-prop', actor: 'test', role: 'rollback', log });
+          try {
+            svc.attachDirect(ws2.stages);
+            const rb = await svc.rollback({ session: applySession, dryRun: false, force: false, actor: 'test', asSession: 'rollback-prop' });
+            expect(rb.conflicts, trace.join('\n')).toEqual([]);
+          } finally {
+            await svc.close();
+            await ws2.backend.close();
+          }
+          expect(hostTree(base), `after rollback of the apply\n${trace.join('\n')}`).toEqual(original);
+        }
       }),
       {
         seed: SEED,
