@@ -107,6 +107,10 @@ describe('staged mode', () => {
     expect(rb.status).toBe(2);
     expect(rb.stderr).toMatch(/staged session.*ledgerfs discard --session reorg-1/);
 
+    // rollback --to leaves a staged session's records out: they never reached the backend
+    const toZero = ledgerfs(['rollback', '--state', state, '--to', '0', '--dry-run']);
+    expect(toZero.status, toZero.stderr).toBe(0);
+    expect(toZero.stdout).toContain('Nothing to roll back.');
     const dry = ledgerfs(['apply', '--state', state, '--session', 'reorg-1', '--dry-run']);
     expect(dry.status, dry.stderr).toBe(0);
     expect(snapshotTree(path.join(root, 'src'))).toEqual(original);
