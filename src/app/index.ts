@@ -9,3 +9,4 @@ export * from './mount-registry.js';
 export * from './daemon.js';
 export * from './state-dirs.js';
 export * from './upload-spool.js';
+export * from './staged.js';

@@ -3,10 +3,11 @@ import path from 'node:path';
 import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
 import { DEFAULTS, formatSize, type BindingName, type LogFormat, type LogLevel, type PresetName } from '../config/index.js';
-import { raiseFdLimit, sdNotify } from '../backend/index.js';
+import { pendingLine, raiseFdLimit, sdNotify, StagedBackend } from '../backend/index.js';
 import { BindingUnavailable, fsNameFor, MountError, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
-import { JournalLockedError, type MountJournal, openJournal, resolveStateDir, StateDirError } from '../journal/index.js';
-import { createLogger, type Logger } from '../core/index.js';
+import { JournalLockedError, type MountJournal, newSessionId, openJournal, resolveStateDir, StateDirError } from '../journal/index.js';
+import { createLogger, isWithin, type Logger } from '../core/index.js';
+import type { SessionInfo } from '../policy/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
 import { demoHints, ensureDemoPolicy, ensureDemoWorkspace } from './demo.js';
 import { cliCommand } from './self.js';
@@ -66,6 +67,11 @@ export interface MountCommandOptions {
   gid?: number;
   fileMode?: number;
   dirMode?: number;
+  /**
+   * Staged mode: the program's changes wait in an overlay in the state directory (session
+   * --session, or a new one), nothing reaches the backend until `ledgerfs apply`.
+   */
+  staged?: boolean;
 }
 
 export async function serveMount(mountpointArg: string, o: MountCommandOptions): Promise<number> {
@@ -97,10 +103,13 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     if (created) log.info({ source: DEFAULTS.demoWorkspaceDir }, 'created demo workspace');
     o = { ...o, policy: ensureDemoPolicy(DEFAULTS.demoWorkspaceDir) };
   }
+  if (o.staged && o.journal === false) throw new UserError('--staged needs the journal (its overlay lives in the state directory): leave --no-journal out');
+  // a staged mount's overlay is named by its session, known before the workspace opens
+  if (o.staged) o = { ...o, session: o.session ?? newSessionId() };
   let ws: OpenedWorkspace;
   try {
     // state too: a journal directory inside the served tree is hidden and refused by the view
-    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.preset !== undefined ? { preset: o.preset } : {}), ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}), ...(o.durability !== undefined ? { durability: o.durability } : {}) });
+    ws = await openWorkspace({ source: o.source, policy: o.policy, state: o.state, log, noJournal: o.journal === false, ...(o.preset !== undefined ? { preset: o.preset } : {}), ...(o.metadataTtl !== undefined ? { metadataTtlSec: o.metadataTtl } : {}), ...(o.durability !== undefined ? { durability: o.durability } : {}), ...(o.staged && o.session !== undefined ? { staged: { session: o.session } } : {}) });
   } catch (err) {
     if (err instanceof WorkspaceError) throw new UserError(err.message);
     throw err;
@@ -144,9 +153,9 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   if (o.journal !== false) {
     try {
       const denials = ws.policy?.denials;
-      journal = await openJournal(denials ? { ...ws, denials } : ws, { source: o.source, policy: o.policy, state: o.state, session: o.session, actor: o.actor, mountpoint }, log);
+      journal = await openJournal({ ...ws, ...(denials ? { denials } : {}), ...(o.staged ? { staged: true } : {}) }, { source: o.source, policy: o.policy, state: o.state, session: o.session, actor: o.actor, mountpoint }, log);
       const stage = journal.stage;
-      if (ws.policy) ws.policy.view.session = { id: journal.session, mode: 'live' };
+      if (ws.policy) ws.policy.view.session = sessionInfo(journal.session, ws);
       const j = journal;
       const uploads = storeStatsOf(ws.store, ws.sourceDir).uploads;
       if (ws.policy) ws.policy.view.usageNotes = () => [j.spaceNote(), uploads ? uploadsNote(uploads) : null].filter((n) => n).join('\n') || null;
@@ -195,7 +204,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     });
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
     const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);
-    await journal?.serve(vfs, settleMs);
+    const staged = ws.store instanceof StagedBackend ? ws.store : undefined;
+    await journal?.serve(vfs, settleMs, staged ? (frozen) => (staged.frozen = frozen) : undefined);
   } catch (err) {
     await running?.unmount().catch(() => undefined);
     await metricsServer?.close().catch(() => undefined);
@@ -214,6 +224,9 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
         // the list in force (a preset's and the file's, merged): what the program will not see
         (ws.config && !demo ? `  hidden: ${ws.config.hide.length ? ws.config.hide.join(', ') : 'nothing'}\n` : '') +
         `  stop:  ${daemonized ? '' : 'Ctrl-C here, or: '}${cli} unmount ${mountpoint}\n` +
+        (ws.store instanceof StagedBackend
+          ? `  staged: nothing reaches ${ws.store.base.location} until: ${cli} apply --session ${journal?.session} ${stateFlag(journal?.stateDir)}(review: ${cli} diff --session ${journal?.session}; drop: ${cli} discard --session ${journal?.session})\n`
+          : '') +
         (journal
           ? `  journal: ${journal.stateDir} (session ${journal.session}); see: ${cli} log --state ${journal.stateDir}\n` +
             (journal.startNote ? `  journal: ${journal.startNote}\n` : '')
@@ -294,6 +307,19 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     }
   }
   return detachedLazily ? 130 : 0;
+}
+
+/** What /.ledgerfs/session says of this mount's session: live, or staged with its pending changes as the program sees their paths. */
+function sessionInfo(id: string, ws: OpenedWorkspace): SessionInfo {
+  const staged = ws.store;
+  if (!(staged instanceof StagedBackend)) return { id, mode: 'live' };
+  const roots = ws.policy?.compiled.roots ?? [];
+  const view = (p: string) => roots.find((r) => isWithin(p, r.source))?.toView(p) ?? p;
+  return { id, mode: 'staged', frozen: () => staged.frozen, pending: () => staged.pending().map((c) => pendingLine(c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) })) };
+}
+
+function stateFlag(stateDir: string | undefined): string {
+  return stateDir ? `--state ${stateDir} ` : '';
 }
 
 /**

@@ -36,6 +36,8 @@ export interface RunOptions {
   logLevel: LogLevel;
   /** with --source: whose hiding applies (default sandboxed: credentials hidden; trusted: nothing) */
   preset?: PresetName;
+  /** mount --staged: the run's changes wait for apply */
+  staged?: boolean;
   /** whom the program runs as (default: defaultSandboxUser()) */
   uid?: string;
   gid?: string;
@@ -157,6 +159,7 @@ async function mountOwn(o: RunOptions, session: string): Promise<Workspace> {
     ...(o.state !== undefined ? ['--state', o.state] : []),
     ...(o.allowOther ? ['--allow-other'] : []),
     ...(o.durability !== undefined ? ['--durability', o.durability] : []),
+    ...(o.staged ? ['--staged'] : []),
     ...(o.binding !== undefined ? ['--binding', o.binding] : []),
     '--session', session, '--actor', DEFAULTS.run.actor, '--log-level', o.logLevel, dir,
   ];
@@ -209,7 +212,7 @@ function programPid(bwrapPid: number): number | null {
 }
 
 /** The session line on stderr: the id, and how to look at and undo what the run did. */
-function announce(ws: Workspace, mounted: boolean): void {
+function announce(ws: Workspace, mounted: boolean, staged = false): void {
   const state = ws.stateDir ? ` --state ${ws.stateDir}` : '';
   const lines: string[] = [];
   if (ws.session === null) {
@@ -224,7 +227,12 @@ function announce(ws: Workspace, mounted: boolean): void {
         ? `ledgerfs run: session ${ws.session}`
         : `ledgerfs run: using the mount at ${ws.mountpoint}, session ${ws.session} (the mount's own: it holds more than this run)`,
       `  review: ledgerfs diff${state} --session ${ws.session}`,
-      `  undo:   ledgerfs rollback${state} --session ${ws.session}`,
+      ...(staged
+        ? [
+            `  staged: nothing reached the workspace; apply: ledgerfs apply${state} --session ${ws.session}`,
+            `          drop:  ledgerfs discard${state} --session ${ws.session}`,
+          ]
+        : [`  undo:   ledgerfs rollback${state} --session ${ws.session}`]),
     );
   }
   if (ws.note) lines.push(`  journal: ${ws.note}`);
@@ -238,6 +246,7 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
   if (o.source !== undefined && o.policy !== undefined) {
     fail('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
   }
+  if (o.staged && o.mount !== undefined) fail('--staged applies only when run mounts the workspace itself; start the mount with `ledgerfs mount --staged` and use --mount');
   if (o.preset !== undefined && o.source === undefined) {
     fail('--preset applies to --source only: a policy file names its own preset, and a running mount already chose what it hides');
   }
@@ -313,7 +322,7 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
   try {
     ws = o.mount !== undefined ? useRunningMount(o) : await mountOwn(o, session ?? newSessionId(DEFAULTS.run.sessionPrefix));
     if (pending) return exitCodeOf(null, pending);
-    announce(ws, ws.daemon !== null);
+    announce(ws, ws.daemon !== null, o.staged === true);
 
     // the program never reaches the journal or the backend, a running mount's included
     if (ws.daemon === null) {

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { type GcsConflict, LocalBackend, openGcsStack, type UploadQueueStats } from '../backend/index.js';
+import { type GcsConflict, LocalBackend, openGcsStack, StagedBackend, stagedLayout, type UploadQueueStats } from '../backend/index.js';
 import { type BackendConfig, ConfigError, type JournalRetention, DEFAULTS, defaultStateDir, gcsSource, loadMountFile, type MountConfig, POLICY_DEFAULTS, POLICY_PRESETS, type PresetName, sourceConfig, type WorkspaceFlags } from '../config/index.js';
 import { checkStateDir, type JournalRemote, realish, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { type Backend, isWithin, type Logger, type MutationStage, VfsError } from '../core/index.js';
@@ -134,6 +134,27 @@ export interface OpenWorkspaceOptions extends WorkspaceFlags {
    * hiding: the whole tree stays one read-write root, without the preset's limits.
    */
   preset?: PresetName;
+  /**
+   * mount --staged: the store is wrapped in a StagedBackend (an overlay in the state directory
+   * under this session), so the policy, quotas and limits judge the staged view and nothing
+   * reaches the real store.
+   */
+  staged?: { session: string };
+}
+
+/** The store as the mount sees it: itself, or (--staged) the overlay over it. */
+function stagedOver(store: Backend, opts: OpenWorkspaceOptions): Backend {
+  if (!opts.staged) return store;
+  let stateDir: string;
+  try {
+    stateDir = resolveStateDir(opts);
+  } catch (err) {
+    throw new WorkspaceError((err as Error).message);
+  }
+  const staged = new StagedBackend(store, stagedLayout(stateDir, opts.staged.session));
+  const stats = storeStats.get(store);
+  if (stats) storeStats.set(staged, stats);
+  return staged;
 }
 
 /**
@@ -259,7 +280,9 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     return openPolicyWorkspace(config, '--source', opts);
   }
   if (gcs && opts.policy === undefined) {
-    const { store, conflicts, journalRemote } = await openStore(gcs, '--source', opts, opts.log);
+    const opened = await openStore(gcs, '--source', opts, opts.log);
+    const { conflicts, journalRemote } = opened;
+    const store = stagedOver(opened.store, opts);
     return { backend: store, store, stages: [], demo: false, ...(conflicts ? { conflicts } : {}), ...(journalRemote ? { journalRemote } : {}), ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   if (opts.policy === undefined) {
@@ -273,7 +296,8 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
       }
     }
     // no policy, but never device nodes in the operator's directory (policy/privileges.ts)
-    const store = ws.backend;
+    const store = stagedOver(ws.backend, opts);
+    ws.backend = store;
     const stat = (p: string) => (store.tryStat ? store.tryStat(p) : store.stat(p));
     const privileges = new PrivilegeStage(POLICY_DEFAULTS.sourcePrivileges, stat, new DenialLog(POLICY_DEFAULTS.denialRingSize, opts.log));
     return { ...ws, store, stages: [privileges], ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
@@ -290,16 +314,18 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
 
 /** The workspace of a compiled policy: its store, the PolicyView over it and the policy stage. */
 async function openPolicyWorkspace(config: MountConfig, label: string, opts: OpenWorkspaceOptions): Promise<OpenedWorkspace> {
-  const { store, sourceDir, conflicts, journalRemote } = await openStore(config.backend, label, opts, opts.log);
+  const opened = await openStore(config.backend, label, opts, opts.log);
+  const { sourceDir, conflicts, journalRemote } = opened;
   const state = opts.state !== undefined ? path.resolve(opts.state) : config.state;
   if (sourceDir !== undefined && !opts.noJournal) {
     try {
       refuseStateInRoots(label, state ?? defaultStateDir(sourceDir), sourceDir, config.roots);
     } catch (err) {
-      await store.close().catch(() => undefined);
+      await opened.store.close().catch(() => undefined);
       throw err;
     }
   }
+  const store = stagedOver(opened.store, opts);
   const compiled = new CompiledPolicy(config);
   if (conflicts) {
     conflicts.toView = (p) => {

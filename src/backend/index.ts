@@ -5,3 +5,4 @@ export * from './gcs/journal-remote.js';
 export * from './local.js';
 export * from './fd-limit.js';
 export * from './sd-notify.js';
+export * from './layers/staged.js';

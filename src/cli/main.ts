@@ -14,6 +14,7 @@ import { registerDiffCommand } from './diff-command.js';
 import { registerRollbackCommand } from './rollback-command.js';
 import { registerVerifyCommand } from './verify-command.js';
 import { registerGcCommand } from './gc-command.js';
+import { registerStagedCommands } from './staged-command.js';
 import { registerTagCommand } from './tag-command.js';
 import { registerDevCommand } from './dev-command.js';
 import { registerStatusCommand } from './status-command.js';
@@ -97,6 +98,7 @@ export function buildProgram(): Command {
     .option('--session <id>', 'journal session id for this mount (default: generated, e.g. 2026-11-22T05-30-12-ab12)')
     .option('--actor <label>', 'actor label on this mount\'s journal records', DEFAULTS.journal.mountActor)
     .option('--metrics [addr]', `serve Prometheus metrics at http://ADDR/metrics and a health check at /healthz (HOST:PORT, :PORT or PORT; default 127.0.0.1:${DEFAULTS.metricsPort}, but then not right before the mount point, which would be taken for the address); off unless given`)
+    .option('--staged', 'staged mode: the program sees its own changes, nothing reaches the backend; they wait in the state directory (per --session) until `ledgerfs apply` or `ledgerfs discard`; remount with the same --session --staged to resume them', false)
     .option('--no-journal', 'record nothing (no log, no rollback); for measuring the journal\'s cost')
     .option('--shared-source', 'mount a local source another journaled mount already serves (refused by default: each journal then sees the other\'s changes as made beside the mount, and a rollback of one may undo over the other); for benchmarks side by side', false)
     .addOption(new Option('--parent-link', 'serve for `ledgerfs run` over its IPC channel').hideHelp())
@@ -120,6 +122,10 @@ Examples:
   ledgerfs mount --source /srv/ws --allow-other --uid 65534 --gid 65534 /srv/mnt
       let user nobody (e.g. a bwrap or container user) use every file as its owner, whoever
       owns it in /srv/ws; the kernel checks the shown owner and bits, the policy still applies
+  ledgerfs mount --staged --session reorg-1 --source ./case-files /mnt/ws
+      review before anything changes: programs see their own changes, ./case-files stays as
+      it is; then ledgerfs diff --session reorg-1, and ledgerfs apply --session reorg-1
+      (or ledgerfs discard --session reorg-1) once unmounted
   ledgerfs mount --policy case.yaml /mnt/ws
       serve what case.yaml exposes (roots, modes, hidden names, quotas); see
       'ledgerfs policy check --help'; inside the mount, /.ledgerfs/ explains it
@@ -140,7 +146,7 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
     .action(async (mountpoint: string, o: {
       source?: string; policy?: string; allowOther: boolean; logLevel: LogLevel; attrTimeout: number; entryTimeout: number; busyPoll: number;
       state?: string; session?: string; actor?: string; journal: boolean; parentLink?: boolean; binding?: BindingName; metadataTtl?: number; preset?: PresetName; durability?: 'bucket' | 'journal';
-      metrics?: string | true; sharedSource: boolean; logFile?: string; logFormat?: LogFormat; daemon: boolean; uid?: number; gid?: number; fileMode?: number; dirMode?: number;
+      metrics?: string | true; sharedSource: boolean; logFile?: string; logFormat?: LogFormat; daemon: boolean; uid?: number; gid?: number; fileMode?: number; dirMode?: number; staged: boolean;
     }) => {
       if (o.daemon) {
         if (o.parentLink) throw new UserError('--daemon and --parent-link cannot be used together');
@@ -186,6 +192,7 @@ Example:
   registerDiffCommand(program);
   registerRollbackCommand(program);
   registerTagCommand(program);
+  registerStagedCommands(program);
   registerVerifyCommand(program);
   registerGcCommand(program);
   registerDevCommand(program);

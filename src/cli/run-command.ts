@@ -24,6 +24,7 @@ export function registerRunCommand(program: Command): void {
     .option('--gid <n>', `the program's gid (default: yours; when root runs this, ${DEFAULTS.run.rootUser.gid}; with --uid alone, the same number)`)
     .option('--privileged', 'no user namespace, capabilities or seccomp filter: the program runs as you (as root: real root). Only for programs you trust')
     .option('--mount <mountpoint>', 'use this running `ledgerfs mount` instead of mounting (left mounted; its session is the mount\'s)')
+    .option('--staged', 'staged mode (see `ledgerfs mount --help`): the program sees its changes, the workspace does not; review with diff, then `ledgerfs apply` or `ledgerfs discard` the session')
     .option('--allow-other', 'mount with allow_other (other users and containers may use the mount too)')
     .addOption(new Option('--durability <mode>', 'GCS: when close(2) returns in the mount run makes, as for `ledgerfs mount --durability` (bucket: in the bucket; journal: durable in the state directory, uploaded in the background; the daemon uploads what is queued before it exits)').choices(['bucket', 'journal']))
     .addOption(new Option('--binding <name>', `kernel binding of the mount, as for \`ledgerfs mount\` (default: ${DEFAULTS.binding})`).choices(BINDING_NAMES as string[]))

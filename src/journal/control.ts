@@ -31,7 +31,8 @@ export type ControlRequest =
   | { cmd: 'gc'; keepMs?: number; maxBytes?: number }
   | { cmd: 'tag'; request: TagRequest }
   | { cmd: 'sync' }
-  | { cmd: 'status' };
+  | { cmd: 'status' }
+  | { cmd: 'freeze'; frozen: boolean };
 
 type Reply = { type: 'progress'; done: number; total: number } | { type: 'result'; result: unknown } | { type: 'error'; message: string };
 
@@ -48,7 +49,15 @@ export interface ControlServerOptions {
    * (which the daemon cannot invalidate through fuse-native) have expired by then */
   settleMs: number;
   log: Logger;
+  /**
+   * `ledgerfs freeze`: make a staged mount read-only (true) or writable again (false); absent
+   * on a live mount, which has nothing to hold for review
+   */
+  freeze?: (frozen: boolean) => void;
 }
+
+/** A control request the daemon refuses with a sentence (not a failure of the daemon). */
+export class ControlRefusal extends Error {}
 
 export class ControlServer {
   private constructor(
@@ -102,7 +111,7 @@ function handle(conn: net.Socket, service: JournalService, o: ControlServerOptio
     void serve(req, service, o, send).then(
       () => conn.end(),
       (err: unknown) => {
-        if (!(err instanceof RollbackError) && !(err instanceof JournalDamagedError) && !(err instanceof TagError)) o.log.error({ err: (err as Error).stack ?? String(err), cmd: req.cmd }, 'control request failed');
+        if (!(err instanceof RollbackError) && !(err instanceof JournalDamagedError) && !(err instanceof TagError) && !(err instanceof ControlRefusal)) o.log.error({ err: (err as Error).stack ?? String(err), cmd: req.cmd }, 'control request failed');
         send({ type: 'error', message: (err as Error).message });
         conn.end();
       },
@@ -145,6 +154,12 @@ async function serve(req: ControlRequest, service: JournalService, o: ControlSer
       return;
     case 'status':
       send({ type: 'result', result: { session: service.session, lastSeq: service.writer.lastSeq, mountpoint: o.mountpoint, pid: process.pid } });
+      return;
+    case 'freeze':
+      if (!o.freeze) throw new ControlRefusal(`the mount at ${o.mountpoint} is not staged (mount --staged): its changes reach the workspace at once, there is nothing to hold for review`);
+      o.freeze(req.frozen);
+      o.log.info({ frozen: req.frozen }, req.frozen ? 'staged session frozen for review' : 'staged session writable again');
+      send({ type: 'result', result: { session: service.session, mountpoint: o.mountpoint, frozen: req.frozen } });
       return;
   }
 }

@@ -27,6 +27,8 @@ export interface JournaledWorkspace {
   retention?: JournalRetention;
   /** where a change refused because the state disk is full is told (the policy's denial log) */
   denials?: DenialSink;
+  /** mount --staged */
+  staged?: boolean;
 }
 
 export interface MountJournalFlags extends WorkspaceFlags {
@@ -44,8 +46,8 @@ export interface MountJournal {
   readonly startNote: string | undefined;
   /** a line for /.ledgerfs/usage when the state directory runs low on space, else null */
   spaceNote(): string | null;
-  /** Start answering `ledgerfs rollback`/`gc` for this mount through its Vfs. */
-  serve(vfs: Vfs, settleMs: number): Promise<void>;
+  /** Start answering `ledgerfs rollback`/`gc` for this mount through its Vfs (and `freeze`, for a staged mount). */
+  serve(vfs: Vfs, settleMs: number, freeze?: (frozen: boolean) => void): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -60,7 +62,8 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
   const session = flags.session ?? ws.session ?? newSessionId();
   const service = await JournalService.open({
     stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session,
-    actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log, remote: ws.journalRemote, denials: ws.denials,
+    actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log, // a staged session writes nothing to the bucket, not even its journal, until apply
+    remote: ws.staged ? undefined : ws.journalRemote, denials: ws.denials, ...(ws.staged ? { staged: true } : {}),
   });
   rememberWorkspace(stateDir, flags);
   let control: ControlServer | null = null;
@@ -74,9 +77,9 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
     service,
     startNote: service.startNote,
     spaceNote: () => space.note(),
-    async serve(vfs: Vfs, settleMs: number) {
+    async serve(vfs: Vfs, settleMs: number, freeze?: (frozen: boolean) => void) {
       service.attach(vfs);
-      control = await ControlServer.start(service, { mountpoint: flags.mountpoint, settleMs, log });
+      control = await ControlServer.start(service, { mountpoint: flags.mountpoint, settleMs, log, ...(freeze ? { freeze } : {}) });
       retention?.start(DEFAULTS.journal.retentionFirstMs, DEFAULTS.journal.retentionIntervalMs);
       space.start(DEFAULTS.journal.spaceCheckMs);
     },

@@ -196,6 +196,8 @@ export const StartRecordSchema = z.object({
   lastSeq: z.number().int().nonnegative().optional(),
   /** what recovery (or gc) found and did, if anything */
   note: z.string().optional(),
+  /** a staged mount (mount --staged): its records describe an overlay, not the backend */
+  staged: z.boolean().optional(),
 });
 export type StartRecord = z.infer<typeof StartRecordSchema>;
 

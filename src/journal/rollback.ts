@@ -129,7 +129,16 @@ export function selectOperations(h: History, sel: RollbackSelection): { ops: Ope
   }
   const split = splitSessionRefusal(h, sel);
   if (split) throw new RollbackError(split);
+  // a staged session's records describe its overlay, never the backend: undoing them against
+  // the backend would be wrong (they are dropped with discard, or applied with apply)
+  const staged = new Set(h.starts.filter((s) => s.staged).map((s) => s.session));
+  if (sel.session !== undefined && staged.has(sel.session)) {
+    throw new RollbackError(
+      `session ${sel.session} is a staged session: none of its changes reached the backend, so there is nothing to roll back there. Drop them with 'ledgerfs discard --session ${sel.session}', or apply them with 'ledgerfs apply --session ${sel.session}' (an apply is a session of its own, which rollback undoes).`,
+    );
+  }
   const match = (op: Operation) =>
+    !staged.has(op.session) &&
     effective(op) &&
     (sel.toSeq === undefined || op.seq > sel.toSeq) &&
     (sel.toTime === undefined || op.time > sel.toTime) &&

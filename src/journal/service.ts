@@ -37,6 +37,8 @@ export interface OpenJournalOptions {
   remote?: JournalRemote | undefined;
   /** where a change refused because the state disk is full is told, as a denial (the policy's DenialLog) */
   denials?: DenialSink | undefined;
+  /** mount --staged: the start record says so (rollback refuses such a session; see discard) */
+  staged?: boolean;
 }
 
 /** What takes a refusal's line (policy/denials.ts DenialLog). */
@@ -166,7 +168,7 @@ export class JournalService {
       const note = notes.length ? notes.join('; ') : undefined;
       writer.appendNow({
         kind: 'start', time: Date.now(), session: o.session, actor: o.actor, pid: process.pid, source: o.source,
-        version: RECORD_VERSION, lastSeq: writer.lastSeq, ...(note ? { note } : {}),
+        version: RECORD_VERSION, lastSeq: writer.lastSeq, ...(note ? { note } : {}), ...(o.staged ? { staged: true } : {}),
       });
       return new JournalService(o, lock, { writer, blobs, mirror, note });
     } catch (err) {

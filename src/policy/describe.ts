@@ -101,7 +101,23 @@ export function describeUsage(p: CompiledPolicy, usage: UsageTable): string {
 export interface SessionInfo {
   /** null: --no-journal, nothing is recorded */
   id: string | null;
-  mode: 'live';
+  mode: 'live' | 'staged';
+  /** staged: the pending changes as A/M/D/R lines (paths as the program sees them) */
+  pending?: () => string[];
+  /** staged: read-only for review (ledgerfs freeze) */
+  frozen?: () => boolean;
+}
+
+/** The mode line, and for a staged session its pending changes. */
+export function describeMode(info: SessionInfo): string[] {
+  if (info.mode === 'live') return ['mode: live (every change reaches the workspace at once, journaled)'];
+  const pending = info.pending?.() ?? [];
+  return [
+    'mode: staged (changes wait in an overlay; nothing reaches the workspace until someone runs ledgerfs apply)',
+    ...(info.frozen?.() ? ['frozen: yes (read-only while the changes are reviewed: every change fails with EROFS)'] : []),
+    `pending changes: ${pending.length} (A added, M modified, D deleted, R renamed)`,
+    ...pending.map((l) => `  ${l}`),
+  ];
 }
 
 const SNAKE: Record<keyof Counts, string> = { deletes: 'deletes', renames: 'renames', filesWritten: 'files_written', bytesWritten: 'bytes_written' };
@@ -114,7 +130,7 @@ const SNAKE: Record<keyof Counts, string> = { deletes: 'deletes', renames: 'rena
 export function describeSession(p: CompiledPolicy, limits: ChangeLimits, info: SessionInfo): string {
   const lines: string[] = [];
   lines.push(`session: ${info.id ?? 'none (the mount records nothing: --no-journal)'}`);
-  lines.push('mode: live (every change reaches the workspace at once, journaled)');
+  lines.push(...describeMode(info));
   lines.push('');
   const count = (name: keyof Counts, c: Counts, tracked: boolean): string =>
     !tracked ? 'not counted (no limit)' : name === 'bytesWritten' ? formatSize(c[name]) : String(c[name]);

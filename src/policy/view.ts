@@ -4,7 +4,7 @@ import { POLICY_DEFAULTS } from '../config/index.js';
 import { CompiledRoot, isKeptName, META_FILES, type CompiledPolicy, type MetaFileName } from './compile.js';
 import { sameRoot, whereChange, whereCreate } from './decide.js';
 import type { DenialLog } from './denials.js';
-import { describeDenials, describePolicy, describeSession, describeUsage, type SessionInfo } from './describe.js';
+import { describeDenials, describePolicy, describeMode, describeSession, describeUsage, type SessionInfo } from './describe.js';
 import type { ChangeLimits } from './limits.js';
 import type { UsageTable } from './usage.js';
 
@@ -120,7 +120,7 @@ export class PolicyView implements Backend {
       case 'denials':
         return describeDenials(this.denials.list());
       case 'session':
-        return this.limits ? describeSession(this.policy, this.limits, this.session) : `session: ${this.session.id ?? 'none'}\nmode: ${this.session.mode}\n`;
+        return this.limits ? describeSession(this.policy, this.limits, this.session) : [`session: ${this.session.id ?? 'none'}`, ...describeMode(this.session)].join('\n') + '\n';
     }
   }
 

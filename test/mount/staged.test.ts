@@ -1,0 +1,299 @@
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { CLI, forceUnmount, onGcs, py, run, startMount, type TestMount } from '../helpers/mount.js';
+import { makeTemp, rmTemp } from '../helpers/tmp.js';
+import { snapshotTree } from '../helpers/tree.js';
+
+/**
+ * Staged mode (issue 18): a reorganisation on `mount --staged` reaches nothing; apply brings it
+ * over as one session rollback undoes; a change beside the mount stops apply before any change.
+ */
+
+const REORG = `
+import os, shutil
+os.makedirs('archive/2025', exist_ok=True)
+shutil.move('cases/smith/report.txt', 'archive/2025/smith-report.txt')
+os.rename('cases/jones', 'archive/2025/jones')
+os.remove('cases/tmp.log')
+with open('cases/index.md', 'a') as f: f.write('- reorganised\\n')
+with open('archive/README', 'w') as f: f.write('moved here\\n')
+os.rename('cases/smith', 'cases/smith-closed')
+`;
+
+function populate(src: string): void {
+  const w = (p: string, s: string) => {
+    fs.mkdirSync(path.dirname(path.join(src, p)), { recursive: true });
+    fs.writeFileSync(path.join(src, p), s);
+  };
+  w('cases/index.md', '# cases\n');
+  w('cases/smith/report.txt', 'smith report\n');
+  w('cases/smith/notes.txt', 'call back\n');
+  w('cases/jones/a.txt', 'jones a\n');
+  w('cases/jones/deep/b.txt', 'jones b\n');
+  w('cases/tmp.log', 'scratch\n');
+}
+
+interface Cli {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+describe('staged mode', () => {
+  let root: string;
+  let m: TestMount | undefined;
+  const env: NodeJS.ProcessEnv = {};
+  const ledgerfs = (args: string[]): Cli => {
+    const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, ...env }, timeout: 120_000 });
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+  };
+  const mountStaged = async (session: string, fill?: (src: string) => void) => {
+    m = await startMount({
+      src: path.join(root, 'src'),
+      ...(fill ? { populate: fill } : {}),
+      args: ['--state', path.join(root, 'state'), '--session', session, '--staged', '--preset', 'sandboxed', '--attr-timeout', '0.1', '--entry-timeout', '0.1'],
+    });
+    Object.assign(env, m.env);
+    return m;
+  };
+  const unmount = async () => {
+    const cur = m;
+    m = undefined;
+    await cur?.stop();
+  };
+  afterEach(async () => {
+    await unmount().catch(() => undefined);
+    rmTemp(root);
+  });
+
+  // on GCS the source is a mirror mount that goes with the staged one: test/gcs/staged.test.ts covers GCS
+  it.skipIf(onGcs)('the backend is untouched, diff lists the moves, a SIGKILL loses nothing, apply makes it what the program saw, rollback restores it', { timeout: 240_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    let mt = await mountStaged('reorg-1', populate);
+    const original = snapshotTree(mt.src);
+    py(REORG, mt.mnt);
+    const seen = snapshotTree(mt.mnt);
+    expect(seen['archive/2025/jones/deep/b.txt']).toBeDefined();
+    expect(seen['cases/tmp.log']).toBeUndefined();
+    expect(snapshotTree(mt.src), 'nothing reached the backend').toEqual(original);
+
+    const info = fs.readFileSync(path.join(mt.mnt, '.ledgerfs/session'), 'utf8');
+    expect(info).toContain('mode: staged');
+    expect(info).toMatch(/R \/cases\/jones -> \/archive\/2025\/jones\n/);
+    expect(info).toMatch(/D \/cases\/tmp\.log\n/);
+    expect(info).toMatch(/M \/cases\/index\.md\n/);
+    expect(info).toMatch(/A \/archive\/README\n/);
+
+    // a daemon killed mid-session: remount with the session, and every change is there
+    mt.daemon.kill('SIGKILL');
+    await new Promise((r) => mt.daemon.once('exit', r));
+    forceUnmount(mt.mnt);
+    await mt.stop().catch(() => undefined); // "died during the test": we killed it
+    m = undefined;
+    mt = await mountStaged('reorg-1');
+    expect(snapshotTree(mt.mnt), 'the pending changes survived the SIGKILL').toEqual(seen);
+    expect(snapshotTree(mt.src)).toEqual(original);
+    await unmount();
+
+    const diff = ledgerfs(['diff', '--state', state, '--session', 'reorg-1']);
+    expect(diff.status, diff.stderr).toBe(0);
+    expect(diff.stdout).toMatch(/R \/cases\/jones -> \/archive\/2025\/jones/);
+    expect(diff.stdout).toMatch(/R \/cases\/smith\/report\.txt -> \/archive\/2025\/smith-report\.txt/);
+
+    const rb = ledgerfs(['rollback', '--state', state, '--session', 'reorg-1']);
+    expect(rb.status).toBe(2);
+    expect(rb.stderr).toMatch(/staged session.*ledgerfs discard --session reorg-1/);
+
+    // rollback --to leaves a staged session's records out: they never reached the backend
+    const toZero = ledgerfs(['rollback', '--state', state, '--to', '0', '--dry-run']);
+    expect(toZero.status, toZero.stderr).toBe(0);
+    expect(toZero.stdout).toContain('Nothing to roll back.');
+    const dry = ledgerfs(['apply', '--state', state, '--session', 'reorg-1', '--dry-run']);
+    expect(dry.status, dry.stderr).toBe(0);
+    expect(snapshotTree(path.join(root, 'src'))).toEqual(original);
+
+    const applied = ledgerfs(['apply', '--state', state, '--session', 'reorg-1', '--json']);
+    expect(applied.status, applied.stderr + applied.stdout).toBe(0);
+    const res = JSON.parse(applied.stdout) as { applySession: string; conflicts: unknown[] };
+    expect(res.conflicts).toEqual([]);
+    expect(snapshotTree(path.join(root, 'src')), 'the backend is what the program saw').toEqual(seen);
+    expect(fs.existsSync(path.join(state, 'staged', 'reorg-1')), 'the overlay is dropped').toBe(false);
+
+    // renames went over as renames: one record for the directory
+    const log = JSON.parse(ledgerfs(['log', '--state', state, '--session', res.applySession, '--json']).stdout) as Array<{ op: string; paths: string[] }>;
+    expect(log.filter((e) => e.op === 'rename').map((e) => e.paths.join(' -> '))).toContain('/cases/jones -> /archive/2025/jones');
+    expect(log.some((e) => e.paths.some((p) => p.startsWith('/cases/jones/')))).toBe(false);
+
+    const undo = ledgerfs(['rollback', '--state', state, '--session', res.applySession]);
+    expect(undo.status, undo.stderr + undo.stdout).toBe(0);
+    expect(snapshotTree(path.join(root, 'src')), 'rollback of the apply restores the original exactly').toEqual(original);
+  });
+
+  it.skipIf(onGcs)('a change beside the mount stops apply before any change, naming it; --skip-conflicts applies the rest', { timeout: 240_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const mt = await mountStaged('reorg-2', populate);
+    py(REORG, mt.mnt);
+    const seen = snapshotTree(mt.mnt);
+    // someone edits the index beside the mount during the review
+    fs.appendFileSync(path.join(mt.src, 'cases/index.md'), 'edited beside\n');
+    await unmount();
+    const src = path.join(root, 'src');
+    const before = snapshotTree(src);
+
+    const refused = ledgerfs(['apply', '--state', state, '--session', 'reorg-2']);
+    expect(refused.status).toBe(1);
+    expect(refused.stdout).toMatch(/Refused before any change[^\n]*\n\s+\/cases\/index\.md: changed since the session first read it/);
+    expect(snapshotTree(src), 'nothing changed').toEqual(before);
+
+    const rest = ledgerfs(['apply', '--state', state, '--session', 'reorg-2', '--skip-conflicts']);
+    expect(rest.status, rest.stderr).toBe(1);
+    expect(rest.stdout).toMatch(/Left out 1 change/);
+    const after = snapshotTree(src);
+    const { ['cases/index.md']: mine, ...seenRest } = seen;
+    const { ['cases/index.md']: theirs, ...afterRest } = after;
+    expect(mine).toBeDefined();
+    expect(afterRest, 'everything else applied').toEqual(seenRest);
+    expect(theirs, 'the edit beside the mount is kept').toEqual(before['cases/index.md']);
+    expect(fs.readFileSync(path.join(src, 'cases/index.md'), 'utf8')).toBe('# cases\nedited beside\n');
+  });
+
+  it.skipIf(onGcs)('discard drops the overlay; the backend never saw it', { timeout: 120_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const mt = await mountStaged('reorg-3', populate);
+    const original = snapshotTree(mt.src);
+    py(REORG, mt.mnt);
+    const busy = ledgerfs(['discard', '--state', state, '--session', 'reorg-3']);
+    expect(busy.status, 'refused while mounted').toBe(2);
+    expect(busy.stderr).toMatch(/unmount it first/);
+    await unmount();
+    const r = ledgerfs(['discard', '--state', state, '--session', 'reorg-3']);
+    expect(r.status, r.stderr).toBe(0);
+    expect(fs.existsSync(path.join(state, 'staged', 'reorg-3'))).toBe(false);
+    expect(snapshotTree(path.join(root, 'src'))).toEqual(original);
+    const again = ledgerfs(['apply', '--state', state, '--session', 'reorg-3']);
+    expect(again.status).toBe(2);
+    expect(again.stderr).toMatch(/no staged changes/);
+  });
+
+  it.skipIf(onGcs)('freeze makes a live staged mount read-only (EROFS) for review, --off writable again', { timeout: 120_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const mt = await mountStaged('review-1', populate);
+    fs.writeFileSync(path.join(mt.mnt, 'cases/new.txt'), 'draft\n');
+    const frozen = ledgerfs(['freeze', '--state', state]);
+    expect(frozen.status, frozen.stderr).toBe(0);
+    expect(frozen.stdout).toMatch(/frozen/);
+    const write = (p: string) => {
+      try {
+        fs.writeFileSync(path.join(mt.mnt, p), 'more\n');
+        return 'ok';
+      } catch (err) {
+        return (err as NodeJS.ErrnoException).code;
+      }
+    };
+    expect(write('cases/new.txt')).toBe('EROFS');
+    expect(write('cases/other.txt')).toBe('EROFS');
+    expect(() => fs.renameSync(path.join(mt.mnt, 'cases/index.md'), path.join(mt.mnt, 'cases/i.md'))).toThrow(/EROFS/);
+    expect(fs.readFileSync(path.join(mt.mnt, 'cases/new.txt'), 'utf8'), 'reads still work').toBe('draft\n');
+    expect(fs.readFileSync(path.join(mt.mnt, '.ledgerfs/session'), 'utf8')).toMatch(/frozen: yes/);
+    const off = ledgerfs(['freeze', '--state', state, '--off']);
+    expect(off.status, off.stderr).toBe(0);
+    expect(write('cases/new.txt')).toBe('ok');
+  });
+
+  it.skipIf(onGcs)('the policy judges the staged view: limits and quotas refuse there, /.ledgerfs/session names view paths', { timeout: 120_000 }, async () => {
+    root = makeTemp('staged');
+    const ws = path.join(root, 'workspace');
+    for (let i = 0; i < 5; i++) {
+      fs.mkdirSync(path.join(ws, 'files'), { recursive: true });
+      fs.writeFileSync(path.join(ws, `files/f${i}.txt`), `file ${i}\n`);
+    }
+    fs.writeFileSync(
+      path.join(root, 'case.yaml'),
+      'backend: { type: local, path: ./workspace }\nroots:\n  - path: /case\n    source: /files\n    mode: rw\n    quota: { bytes: 4KiB }\nlimits: { deletes: 3 }\n',
+    );
+    const before = snapshotTree(ws);
+    m = await startMount({ src: ws, omitSource: true, args: ['--policy', path.join(root, 'case.yaml'), '--state', path.join(root, 'state'), '--session', 'guarded', '--staged'] });
+    const mt = m;
+    const tryRm = (n: number) => {
+      try {
+        fs.unlinkSync(path.join(mt.mnt, `case/f${n}.txt`));
+        return 'ok';
+      } catch (err) {
+        return (err as NodeJS.ErrnoException).code;
+      }
+    };
+    expect([0, 1, 2, 3].map(tryRm)).toEqual(['ok', 'ok', 'ok', 'EPERM']);
+    const dd = run('dd if=/dev/zero of=case/big.bin bs=8K count=1 status=none', mt.mnt);
+    expect(dd.status).not.toBe(0);
+    expect(dd.stderr).toMatch(/Disk quota exceeded/);
+    const info = fs.readFileSync(path.join(mt.mnt, '.ledgerfs/session'), 'utf8');
+    expect(info).toMatch(/D \/case\/f0\.txt\n/);
+    expect(info).toContain('session deletes=3 limit_deletes=3');
+    expect(snapshotTree(ws), 'nothing reached the backend').toEqual(before);
+  });
+
+  it.skipIf(onGcs)('a file made beside the mount where the session made one too is a conflict', { timeout: 120_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const mt = await mountStaged('made-beside', populate);
+    fs.writeFileSync(path.join(mt.mnt, 'cases/new.txt'), 'from the session\n');
+    fs.writeFileSync(path.join(mt.mnt, 'cases/other.txt'), 'also from the session\n');
+    fs.writeFileSync(path.join(mt.src, 'cases/new.txt'), 'made beside\n');
+    await unmount();
+    const src = path.join(root, 'src');
+    const refused = ledgerfs(['apply', '--state', state, '--session', 'made-beside']);
+    expect(refused.status).toBe(1);
+    expect(refused.stdout).toMatch(/\/cases\/new\.txt: made beside the mount/);
+    expect(fs.readFileSync(path.join(src, 'cases/new.txt'), 'utf8')).toBe('made beside\n');
+    expect(fs.existsSync(path.join(src, 'cases/other.txt')), 'nothing applied').toBe(false);
+    const rest = ledgerfs(['apply', '--state', state, '--session', 'made-beside', '--skip-conflicts']);
+    expect(rest.status).toBe(1);
+    expect(fs.readFileSync(path.join(src, 'cases/new.txt'), 'utf8')).toBe('made beside\n');
+    expect(fs.readFileSync(path.join(src, 'cases/other.txt'), 'utf8')).toBe('also from the session\n');
+  });
+
+  it.skipIf(onGcs)('apply --path applies the changes below it and keeps the rest staged; a rename across it is refused', { timeout: 180_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    let mt = await mountStaged('part-1', populate);
+    py(`
+import os
+with open('cases/jones/a.txt', 'a') as f: f.write('more\\n')
+os.rename('cases/jones/deep', 'cases/jones/deeper')
+os.remove('cases/smith/notes.txt')
+with open('cases/smith/new.txt', 'w') as f: f.write('new\\n')
+os.rename('cases/tmp.log', 'cases/smith/tmp.log')
+`, mt.mnt);
+    const seen = snapshotTree(mt.mnt);
+    await unmount();
+    const src = path.join(root, 'src');
+    const original = snapshotTree(src);
+
+    const across = ledgerfs(['apply', '--state', state, '--session', 'part-1', '--path', '/cases/smith']);
+    expect(across.status).toBe(2);
+    expect(across.stderr).toMatch(/--path \/cases\/smith: the session renamed \/cases\/tmp\.log to \/cases\/smith\/tmp\.log, across it/);
+    expect(snapshotTree(src)).toEqual(original);
+
+    const part = ledgerfs(['apply', '--state', state, '--session', 'part-1', '--path', '/cases/jones']);
+    expect(part.status, part.stderr + part.stdout).toBe(0);
+    const after = snapshotTree(src);
+    const below = (t: Record<string, unknown>, p: string) => Object.fromEntries(Object.entries(t).filter(([k]) => k === p || k.startsWith(p + '/')));
+    expect(below(after, 'cases/jones'), 'below the prefix: what the program saw').toEqual(below(seen, 'cases/jones'));
+    expect(below(after, 'cases/smith'), 'the rest untouched').toEqual(below(original, 'cases/smith'));
+    expect(after['cases/tmp.log']).toEqual(original['cases/tmp.log']);
+
+    // the rest is still staged: the view is still what the program saw
+    mt = await mountStaged('part-1');
+    expect(snapshotTree(mt.mnt)).toEqual(seen);
+    await unmount();
+    const restApplied = ledgerfs(['apply', '--state', state, '--session', 'part-1']);
+    expect(restApplied.status, restApplied.stderr + restApplied.stdout).toBe(0);
+    expect(snapshotTree(src)).toEqual(seen);
+  });
+});
