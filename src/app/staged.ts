@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { dropStaged, hashOf, type PendingChange, pendingChanges, readStagedState, type ReplayOp, type StagedLayout, stagedLayout, StagedState } from '../backend/index.js';
-import { type Backend, isWithin, joinPath, type Logger, VfsError } from '../core/index.js';
+import { type Backend, isWithin, joinPath, type Logger, replaceFileSync, VfsError } from '../core/index.js';
 import { JournalService, liveDaemon, newSessionId } from '../journal/index.js';
 import type { Vfs } from '../vfs/index.js';
 import { UserError } from './errors.js';
@@ -317,15 +317,7 @@ function keepRest(layout: StagedLayout, rest: StagedState, prefix: string): void
   for (const [k, v] of rest.copied) actions.push(['copied', k, v]);
   for (const [k, v] of rest.baseStates) actions.push(['base', k, v]);
   for (const op of rest.ops) actions.push(['op', op]);
-  const tmp = `${layout.log}.new`;
-  const fd = fs.openSync(tmp, 'w');
-  try {
-    fs.writeSync(fd, JSON.stringify({ a: actions }) + '\n');
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-  fs.renameSync(tmp, layout.log);
+  replaceFileSync(layout.log, JSON.stringify({ a: actions }) + '\n', `${layout.log}.new`);
   // below the prefix the store shows what the upper tree held
   if (prefix === '/') fs.rmSync(layout.upper, { recursive: true, force: true });
   else fs.rmSync(path.join(layout.upper, prefix), { recursive: true, force: true });

@@ -1,6 +1,7 @@
 /** The core layer's public surface: other layers import core/ only through this file (.dependency-cruiser.cjs). */
 export * from './backend.js';
 export * from './clock.js';
+export * from './durable-file.js';
 export * from './errors.js';
 export * from './log.js';
 export * from './mutation.js';

@@ -5,6 +5,7 @@ import { buildHistory, type History, type Operation } from './history.js';
 import { listSegments, stateLayout, syncDir } from './layout.js';
 import { type LocatedRecord, readIntactJournal } from './reader.js';
 import type { JournalRecord } from './record.js';
+import { replaceFileSync } from '../core/index.js';
 
 export interface GcResult {
   /** nothing was changed: what a gc would remove */
@@ -189,15 +190,7 @@ export function collectGarbage(stateDir: string, timeCutoff: number, activeSegme
     result.segmentsRewritten++;
     result.bytesFreed += buf.length - out.length;
     if (dryRun) continue;
-    const tmp = `${seg.path}.gc-tmp`;
-    const fd = fs.openSync(tmp, 'w', 0o600);
-    try {
-      fs.writeSync(fd, out);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
-    fs.renameSync(tmp, seg.path);
+    replaceFileSync(seg.path, out, `${seg.path}.gc-tmp`);
   }
   if (!dryRun) syncDir(layout.journalDir);
 

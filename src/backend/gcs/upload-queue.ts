@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import nodePath from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { CRC32C } from '@google-cloud/storage';
-import { isWithin, VfsError } from '../../core/index.js';
+import { isWithin, replaceFile, replaceFileSync, VfsError } from '../../core/index.js';
 import type { GcsRequests } from './client.js';
 import { isPreconditionFailed, toVfsError } from './errors.js';
 import { META, type ObjectInfo } from './metadata.js';
@@ -151,7 +151,7 @@ export class UploadQueue {
       // Synchronous on purpose: about a millisecond on the event loop, where the threadpool
       // (busy with the uploads' own reads) made each close wait ~10 ms in its queue.
       fsyncFileSync(data);
-      writeDurablySync(json, JSON.stringify(entry));
+      replaceFileSync(json, JSON.stringify(entry));
       fsyncFileSync(this.dir);
     } catch (err) {
       fs.rmSync(json, { force: true });
@@ -189,7 +189,7 @@ export class UploadQueue {
       else delete q.entry.baseMetageneration;
       this.ready.push(q);
       try {
-        await writeDurably(q.json, JSON.stringify(q.entry));
+        await replaceFile(q.json, JSON.stringify(q.entry));
       } catch {
         // prev stays on disk: after a crash both are uploaded, in order
         q.done.then(prev.resolve, prev.reject);
@@ -385,7 +385,7 @@ export class UploadQueue {
     next.entry.baseGeneration = generation.toString();
     next.entry.baseMetageneration = metageneration.toString();
     try {
-      await writeDurably(next.json, JSON.stringify(next.entry));
+      await replaceFile(next.json, JSON.stringify(next.entry));
     } catch {
       // the successor then resumes (after a crash) on its predecessor's recorded base, gets a
       // 412 from the bucket and is kept under conflicts/: nothing is lost
@@ -456,31 +456,6 @@ function fsyncFileSync(file: string): void {
   } finally {
     fs.closeSync(fd);
   }
-}
-
-function writeDurablySync(file: string, text: string): void {
-  const tmp = `${file}.tmp`;
-  const fd = fs.openSync(tmp, 'w', 0o600);
-  try {
-    fs.writeFileSync(fd, text);
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-  fs.renameSync(tmp, file);
-}
-
-/** Write `file` whole, or not at all: a temporary name, fsynced, renamed over it. */
-async function writeDurably(file: string, text: string): Promise<void> {
-  const tmp = `${file}.tmp`;
-  const h = await fs.promises.open(tmp, 'w', 0o600);
-  try {
-    await h.writeFile(text);
-    await h.sync();
-  } finally {
-    await h.close();
-  }
-  await fs.promises.rename(tmp, file);
 }
 
 function sleep(ms: number): Promise<void> {
