@@ -1,11 +1,12 @@
 import fs from 'node:fs';
-import { type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, type FsStats, isWithin, type MkdirHint, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, type TreePage, VfsError } from '../core/index.js';
+import { type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, type FsStats, isWithin, type MkdirHint, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, type TreePage, typeOfMode, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { GcsRequests, makeStorage, type ListPage } from './gcs/client.js';
 import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
 import { GcsFile, type GcsFileHost } from './gcs/file.js';
 import { GcsJournalRemote } from './gcs/journal-remote.js';
-import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo } from './gcs/metadata.js';
+import { InodeNumbers } from './gcs/inodes.js';
+import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo, type ObjectType } from './gcs/metadata.js';
 import { ObjectNames, isPosixName } from './gcs/names.js';
 import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
 import { RenameIntents, inBatches, registerInstance, sameMetadata, unregisterInstance, type RenameIntent, type RenameRecovery } from './gcs/rename-intent.js';
@@ -54,7 +55,7 @@ function retryPolicy(o: ResolvedGcsOptions) {
 type Found =
   | { type: 'none' }
   | { type: 'dir'; placeholder?: ObjectInfo }
-  | { type: 'file' | 'symlink'; object: ObjectInfo };
+  | { type: ObjectType; object: ObjectInfo };
 
 const nowNs = () => BigInt(Date.now()) * 1_000_000n;
 /** Attempts for read-modify-write sequences that lose a race (412) before giving up with ESTALE. */
@@ -84,6 +85,8 @@ export class GcsBackend implements Backend, GcsFileHost {
   /** the reserved area below the prefix (hidden from the view by layers/reserved.ts) */
   readonly journalArea: GcsJournalRemote;
   private readonly openFiles = new Map<string, Set<GcsFile>>();
+  /** inode numbers that follow renames for the life of this backend (gcs/inodes.ts) */
+  readonly inodes = new InodeNumbers();
 
   constructor(
     readonly req: GcsRequests,
@@ -109,6 +112,11 @@ export class GcsBackend implements Backend, GcsFileHost {
   }
 
   // ---- GcsFileHost ---------------------------------------------------------------------------
+
+  /** A node's attributes: what its object records, numbered by `inodes`. */
+  attrOf(type: NodeType, path: string, info: ObjectInfo | undefined): Attr {
+    return attrOf(type, path, info, this.attrDefaults, this.inodes.of(path));
+  }
 
   forget(f: GcsFile): void {
     const set = this.openFiles.get(f.path);
@@ -227,8 +235,8 @@ export class GcsBackend implements Backend, GcsFileHost {
     if (local) return local.stat();
     const f = await this.lookup(path);
     if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
-    if (f.type === 'dir') return attrOf('dir', path, f.placeholder, this.attrDefaults);
-    return attrOf(f.type, path, f.object, this.attrDefaults);
+    if (f.type === 'dir') return this.attrOf('dir', path, f.placeholder);
+    return this.attrOf(f.type, path, f.object);
   }
 
   /**
@@ -253,7 +261,7 @@ export class GcsBackend implements Backend, GcsFileHost {
       const p = `${dir}/${name}`;
       // a file with local changes: its attributes are the staging file's (stat() answers them)
       if (type === 'file' && this.filesAt(p).some((f) => f.hasLocalState)) return { name, type };
-      return { name, type, attr: attrOf(type, p, info, this.attrDefaults) };
+      return { name, type, attr: this.attrOf(type, p, info) };
     });
   }
 
@@ -455,6 +463,8 @@ export class GcsBackend implements Backend, GcsFileHost {
       const f = await this.lookup(path);
       if (f.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
       if (f.type === 'symlink') throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
+      // the kernel opens FIFOs and device nodes itself; a socket cannot be opened
+      if (f.type !== 'file' && f.type !== 'none') throw new VfsError('ENXIO', `${path} is a ${f.type}, not a file with content`);
       let obj: ObjectInfo | undefined;
       if (f.type === 'file') {
         if (mode.create && mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
@@ -506,13 +516,13 @@ export class GcsBackend implements Backend, GcsFileHost {
       // are new and empty, so no lookup of path or parent per directory; GCS still decides
       // (ifGenerationMatch=0), and a refusal falls back to the checks below.
       const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
-      if (made) return attrOf('dir', path, made, this.attrDefaults);
+      if (made) return this.attrOf('dir', path, made);
     }
     const [f] = await Promise.all([this.lookup(path), this.requireParentDir(path)]);
     if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
     const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
     if (!made) throw new VfsError('EEXIST', `${path} exists`);
-    return attrOf('dir', path, made, this.attrDefaults);
+    return this.attrOf('dir', path, made);
   }
 
   async rmdir(path: string): Promise<void> {
@@ -568,6 +578,22 @@ export class GcsBackend implements Backend, GcsFileHost {
     if (!made) throw new VfsError('EEXIST', `${path} exists`);
   }
 
+  /**
+   * A FIFO, socket or device node: an empty object whose metadata names the type (and device
+   * number), as a symlink is an empty object with its target. The kernel serves FIFOs and
+   * sockets itself; only the node needs keeping.
+   */
+  async mknod(path: string, mode: number, rdev: number): Promise<void> {
+    checkPath(path);
+    const special = typeOfMode(mode);
+    if (special === 'file' || special === 'dir' || special === 'symlink') throw new VfsError('EINVAL', `mknod ${path}: not a special file type`);
+    const [f] = await Promise.all([this.lookup(path), this.requireParentDir(path)]);
+    if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
+    const device = special === 'chardev' || special === 'blockdev';
+    const made = await this.createEmpty(this.names.key(path), this.newNodeMeta({ perm: mode & 0o7777, special, ...(device ? { rdev } : {}) }));
+    if (!made) throw new VfsError('EEXIST', `${path} exists`);
+  }
+
   async link(existing: string): Promise<void> {
     throw new VfsError('EPERM', `${existing}: the GCS backend has no hard links`);
   }
@@ -589,7 +615,7 @@ export class GcsBackend implements Backend, GcsFileHost {
     const [src, dst] = await Promise.all([this.lookup(from), this.lookup(to), this.requireParentDir(to)]);
     if (src.type === 'none') throw new VfsError('ENOENT', `${from} does not exist`);
     if (src.type === 'dir') {
-      if (dst.type === 'file' || dst.type === 'symlink') throw new VfsError('ENOTDIR', `${to} is not a directory`);
+      if (dst.type !== 'none' && dst.type !== 'dir') throw new VfsError('ENOTDIR', `${to} is not a directory`);
       await this.renameDir(from, to, dst.type === 'dir' ? dst : undefined);
     } else {
       if (dst.type === 'dir') throw new VfsError('EISDIR', `${to} is a directory`);
@@ -606,6 +632,7 @@ export class GcsBackend implements Backend, GcsFileHost {
       of.unlinked = true;
       this.forget(of);
     }
+    this.inodes.renamed(from, to);
     await this.deleteSource(src, from);
     for (const of of this.filesAt(from)) {
       this.forget(of);
@@ -646,6 +673,12 @@ export class GcsBackend implements Backend, GcsFileHost {
     } finally {
       lease.stop();
     }
+    // every node below moved with the directory: each object and the directories between
+    const below = new Set<string>();
+    for (const o of objects) {
+      for (let p = this.names.pathOf(o.name); p !== from && isWithin(p, from); p = parentOf(p)) below.add(p);
+    }
+    this.inodes.renamed(from, to, below);
   }
 
   /** The copies, then the deletes, of a directory rename whose intent is written. */

@@ -1,6 +1,6 @@
 import { DEFAULTS } from '../../config/index.js';
 import { LRUCache } from 'lru-cache';
-import { type Attr, type Backend, type BackendFile, type Clock, type DirEntry, systemClock, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, VfsError } from '../../core/index.js';
+import { type Attr, type Backend, type BackendFile, type Clock, type DirEntry, systemClock, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, typeOfMode, VfsError } from '../../core/index.js';
 import { ForwardingFile, ForwardingLayer } from './forward.js';
 
 export interface MetadataCacheOptions {
@@ -340,6 +340,12 @@ export class MetadataCacheLayer extends ForwardingLayer {
   override async symlink(target: string, path: string): Promise<void> {
     await this.change([path], false, () => this.inner.symlink(target, path));
     this.entry(path, 'symlink');
+  }
+
+  override async mknod(path: string, mode: number, rdev: number): Promise<void> {
+    if (!this.inner.mknod) throw new VfsError('EPERM', `the ${this.kind} backend cannot keep special files`);
+    await this.change([path], false, () => (this.inner.mknod as NonNullable<Backend['mknod']>).call(this.inner, path, mode, rdev));
+    this.entry(path, typeOfMode(mode));
   }
 
   override async link(existing: string, newPath: string): Promise<void> {
