@@ -5,6 +5,7 @@ import { GcsRequests, makeStorage, type ListPage } from './gcs/client.js';
 import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
 import { GcsFile, type GcsFileHost } from './gcs/file.js';
 import { GcsJournalRemote } from './gcs/journal-remote.js';
+import { DirTimes } from './gcs/dir-times.js';
 import { InodeNumbers } from './gcs/inodes.js';
 import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo, type ObjectType } from './gcs/metadata.js';
 import { ObjectNames, isPosixName } from './gcs/names.js';
@@ -87,6 +88,8 @@ export class GcsBackend implements Backend, GcsFileHost {
   private readonly openFiles = new Map<string, Set<GcsFile>>();
   /** inode numbers that follow renames for the life of this backend (gcs/inodes.ts) */
   readonly inodes = new InodeNumbers();
+  /** directories' mtime/ctime as their entries changed through this backend (gcs/dir-times.ts) */
+  private readonly dirTimes = new DirTimes();
 
   constructor(
     readonly req: GcsRequests,
@@ -115,7 +118,13 @@ export class GcsBackend implements Backend, GcsFileHost {
 
   /** A node's attributes: what its object records, numbered by `inodes`. */
   attrOf(type: NodeType, path: string, info: ObjectInfo | undefined): Attr {
-    return attrOf(type, path, info, this.attrDefaults, this.inodes.of(path));
+    const a = attrOf(type, path, info, this.attrDefaults, this.inodes.of(path));
+    return type === 'dir' ? this.dirTimes.apply(path, a) : a;
+  }
+
+  /** The entries of the directory holding `path` changed (a node was made, removed or renamed there). */
+  private entriesChanged(path: string): void {
+    this.dirTimes.entriesChanged(parentOf(path), nowNs());
   }
 
   forget(f: GcsFile): void {
@@ -456,7 +465,10 @@ export class GcsBackend implements Backend, GcsFileHost {
       // lookups; GCS still decides (ifGenerationMatch=0), and if something is there after
       // all, the usual path below finds out what.
       const obj = await this.createEmpty(key, this.newNodeMeta({ perm: createMode & 0o7777 }));
-      if (obj) return this.opened(path, key, obj, mode);
+      if (obj) {
+        this.entriesChanged(path);
+        return this.opened(path, key, obj, mode);
+      }
       if (mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
     }
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
@@ -479,6 +491,7 @@ export class GcsBackend implements Backend, GcsFileHost {
           if (mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
           continue; // someone created it meanwhile: open theirs
         }
+        this.entriesChanged(path);
       }
       return this.opened(path, key, obj, mode);
     }
@@ -516,12 +529,16 @@ export class GcsBackend implements Backend, GcsFileHost {
       // are new and empty, so no lookup of path or parent per directory; GCS still decides
       // (ifGenerationMatch=0), and a refusal falls back to the checks below.
       const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
-      if (made) return this.attrOf('dir', path, made);
+      if (made) {
+        this.entriesChanged(path);
+        return this.attrOf('dir', path, made);
+      }
     }
     const [f] = await Promise.all([this.lookup(path), this.requireParentDir(path)]);
     if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
     const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
     if (!made) throw new VfsError('EEXIST', `${path} exists`);
+    this.entriesChanged(path);
     return this.attrOf('dir', path, made);
   }
 
@@ -538,6 +555,8 @@ export class GcsBackend implements Backend, GcsFileHost {
       // directory must not orphan them.
       if (page.items.some((o) => o.name !== dirKey) || page.nextPageToken) throw new VfsError('ENOTEMPTY', `${path} is not empty`);
       if (f.placeholder) await this.req.remove(dirKey, f.placeholder.generation);
+      this.dirTimes.removed(path);
+      this.entriesChanged(path);
     } catch (err) {
       if (isNotFound(err)) return; // removed meanwhile: the outcome is the same
       if (isPreconditionFailed(err)) throw new VfsError('ESTALE', `${path}: its placeholder changed in the bucket meanwhile`);
@@ -564,6 +583,7 @@ export class GcsBackend implements Backend, GcsFileHost {
         of.unlinked = true;
         this.forget(of);
       }
+      this.entriesChanged(path);
       await this.keepDir(parentOf(path));
       return;
     }
@@ -576,6 +596,7 @@ export class GcsBackend implements Backend, GcsFileHost {
     if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
     const made = await this.createEmpty(this.names.key(path), this.newNodeMeta({ symlinkTarget: target }));
     if (!made) throw new VfsError('EEXIST', `${path} exists`);
+    this.entriesChanged(path);
   }
 
   /**
@@ -592,6 +613,7 @@ export class GcsBackend implements Backend, GcsFileHost {
     const device = special === 'chardev' || special === 'blockdev';
     const made = await this.createEmpty(this.names.key(path), this.newNodeMeta({ perm: mode & 0o7777, special, ...(device ? { rdev } : {}) }));
     if (!made) throw new VfsError('EEXIST', `${path} exists`);
+    this.entriesChanged(path);
   }
 
   async link(existing: string): Promise<void> {
@@ -617,10 +639,13 @@ export class GcsBackend implements Backend, GcsFileHost {
     if (src.type === 'dir') {
       if (dst.type !== 'none' && dst.type !== 'dir') throw new VfsError('ENOTDIR', `${to} is not a directory`);
       await this.renameDir(from, to, dst.type === 'dir' ? dst : undefined);
+      this.dirTimes.renamed(from, to);
     } else {
       if (dst.type === 'dir') throw new VfsError('EISDIR', `${to} is a directory`);
       await this.renameObject(from, to, src.object, dst.type === 'none' ? undefined : dst.object);
     }
+    this.entriesChanged(from);
+    this.entriesChanged(to);
     await this.keepDir(parentOf(from));
   }
 
@@ -771,6 +796,7 @@ export class GcsBackend implements Backend, GcsFileHost {
     const fields: NodeMeta = {};
     if (times.mtimeNs !== undefined) fields.mtimeNs = times.mtimeNs === 'now' ? now : times.mtimeNs;
     if (times.atimeNs !== undefined) fields.atimeNs = times.atimeNs === 'now' ? now : times.atimeNs;
+    if (fields.mtimeNs !== undefined) this.dirTimes.timesSet(path);
     if (await this.patchNode(path, fields, 'utimens')) return;
     if (fields.mtimeNs !== undefined) for (const of of this.filesAt(path)) of.setMtime(fields.mtimeNs);
   }

@@ -54,4 +54,26 @@ describe('gcs: special files, inode numbers across renames, directory times', ()
     sh('mv f2 f', m.mnt); // back over the new file
     expect(sh('stat -c %i f', m.mnt).trim()).toBe(before[0]);
   });
+
+  it("a directory's mtime and ctime move when an entry is made, removed or renamed (utimens still sets them)", () => {
+    sh('mkdir -p t/a t/b', m.mnt);
+    const times = (p: string) => py(`import os,sys; s = os.stat(sys.argv[1]); print(s.st_mtime_ns, s.st_ctime_ns)`, m.mnt, [p]).trim().split(' ').map(BigInt);
+    let last = times('t/a');
+    const moved = (p: string) => {
+      const now = times(p);
+      const ok = (now[0] as bigint) > (last[0] as bigint) && (now[1] as bigint) > (last[1] as bigint);
+      last = now;
+      return ok;
+    };
+    for (const cmd of ['touch t/a/f', 'mkdir t/a/sub', 'ln -s f t/a/l', 'mkfifo t/a/p', 'rm t/a/f', 'rmdir t/a/sub', 'mv t/a/l t/a/l2']) {
+      sh(`sleep 0.02; ${cmd}`, m.mnt);
+      expect(moved('t/a'), cmd).toBe(true);
+    }
+    const b = times('t/b');
+    sh('sleep 0.02; mv t/a/p t/b/p', m.mnt);
+    expect(moved('t/a')).toBe(true);
+    expect(times('t/b')[0]).toBeGreaterThan(b[0] as bigint);
+    sh('touch -m -d @981173106.5 t/a', m.mnt);
+    expect(times('t/a')[0]).toBe(981173106_500_000_000n);
+  });
 });

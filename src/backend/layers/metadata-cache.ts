@@ -235,9 +235,13 @@ export class MetadataCacheLayer extends ForwardingLayer {
     }
   }
 
-  /** Keep a cached listing of the parent exact: the mutation's outcome is known. */
+  /**
+   * Keep a cached listing of the parent exact: the mutation's outcome is known. The parent's
+   * own attributes are forgotten: its mtime and ctime moved with its entries.
+   */
   private entry(path: string, type: NodeType | null): void {
     if (path === '/') return;
+    this.forget(parentOf(path));
     const list = this.lists.get(parentOf(path));
     if (!list) return;
     const name = path.slice(path.lastIndexOf('/') + 1);
@@ -334,7 +338,10 @@ export class MetadataCacheLayer extends ForwardingLayer {
     for (const w of this.writers) if (isWithin(w.path, from)) w.path = rebase(w.path, from, to);
     this.entry(from, null);
     if (type) this.entry(to, type);
-    else if (to !== '/') this.lists.delete(parentOf(to));
+    else if (to !== '/') {
+      this.lists.delete(parentOf(to));
+      this.forget(parentOf(to));
+    }
   }
 
   override async symlink(target: string, path: string): Promise<void> {
