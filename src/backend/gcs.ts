@@ -122,6 +122,10 @@ export class GcsBackend implements Backend, GcsFileHost {
     return type === 'dir' ? this.dirTimes.apply(path, a) : a;
   }
 
+  entriesChangedAt(path: string): bigint | undefined {
+    return this.dirTimes.changedAt(path);
+  }
+
   /** The entries of the directory holding `path` changed (a node was made, removed or renamed there). */
   private entriesChanged(path: string): void {
     this.dirTimes.entriesChanged(parentOf(path), nowNs());

@@ -90,6 +90,7 @@ export class PolicyView implements Backend {
    */
   readonly readdirPlus: undefined = undefined;
   readonly readdirTree: undefined = undefined;
+  readonly entriesChangedAt: undefined = undefined;
 
   // ---- synthesized nodes ---------------------------------------------------------------------
 

@@ -19,6 +19,10 @@ export class DirTimes {
     this.changed.set(dir, prev !== undefined && prev >= nowNs ? prev + 1n : nowNs);
   }
 
+  changedAt(dir: string): bigint | undefined {
+    return this.changed.get(dir);
+  }
+
   /** utimens set the directory's mtime: its placeholder holds the time now. */
   timesSet(dir: string): void {
     this.changed.delete(dir);

@@ -237,16 +237,27 @@ export class MetadataCacheLayer extends ForwardingLayer {
 
   /**
    * Keep a cached listing of the parent exact: the mutation's outcome is known. The parent's
-   * own attributes are forgotten: its mtime and ctime moved with its entries.
+   * mtime and ctime moved with its entries: its cached attributes take the store's new times
+   * (no request: a create in a directory stays one request), or are forgotten.
    */
   private entry(path: string, type: NodeType | null): void {
     if (path === '/') return;
-    this.forget(parentOf(path));
+    this.parentChanged(parentOf(path));
     const list = this.lists.get(parentOf(path));
     if (!list) return;
     const name = path.slice(path.lastIndexOf('/') + 1);
     if (type) list.set(name, type);
     else list.delete(name);
+  }
+
+  private parentChanged(dir: string): void {
+    const known = this.nodes.get(dir);
+    const t = this.inner.entriesChangedAt?.(dir);
+    if (known && 'attr' in known && t !== undefined) {
+      known.attr = { ...known.attr, mtimeNs: t, ctimeNs: known.attr.ctimeNs > t ? known.attr.ctimeNs : t };
+    } else {
+      this.forget(dir);
+    }
   }
 
   /** Run a mutation: forget before (so no reader trusts the old answer while it runs) and after. */
@@ -340,7 +351,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
     if (type) this.entry(to, type);
     else if (to !== '/') {
       this.lists.delete(parentOf(to));
-      this.forget(parentOf(to));
+      this.parentChanged(parentOf(to));
     }
   }
 
