@@ -13,6 +13,9 @@ import type { Attr, NodeType, SpecialType } from '../../core/index.js';
  *   goog-reserved-posix-gid  --uid, --gid flags to every inode), so gsutil's are the shared ones
  *   goog-reserved-file-atime atime, seconds since the epoch (gsutil's key); written only by utimens
  *   goog-reserved-file-mtime read as a fallback mtime (seconds) for objects gsutil uploaded
+ *   ledgerfs_atime           atime with nanoseconds (RFC 3339, as gcsfuse_mtime), beside gsutil's
+ *                            whole seconds; used only while its second agrees with gsutil's key
+ *                            (a tool that set that key later wins)
  *   ledgerfs_special         fifo | socket | chardev | blockdev: the object (empty) is that special
  *   ledgerfs_rdev            file (mknod); gcsfuse and gsutil define no key for them, so ours are
  *                            named for us. Other tools see an empty file.
@@ -25,6 +28,7 @@ export const META = {
   uid: 'goog-reserved-posix-uid',
   gid: 'goog-reserved-posix-gid',
   atime: 'goog-reserved-file-atime',
+  atimeNs: 'ledgerfs_atime',
   gsutilMtime: 'goog-reserved-file-mtime',
   special: 'ledgerfs_special',
   rdev: 'ledgerfs_rdev',
@@ -100,7 +104,11 @@ export function readNodeMeta(m: Record<string, string>): NodeMeta {
   if (mt !== undefined) n.mtimeNs = mt;
   else if (m[META.gsutilMtime] !== undefined && /^-?\d+$/.test(m[META.gsutilMtime] as string)) n.mtimeNs = BigInt(m[META.gsutilMtime] as string) * 1_000_000_000n;
   const at = m[META.atime];
-  if (at !== undefined && /^-?\d+$/.test(at)) n.atimeNs = BigInt(at) * 1_000_000_000n;
+  if (at !== undefined && /^-?\d+$/.test(at)) {
+    const sec = BigInt(at);
+    const fine = m[META.atimeNs] !== undefined ? parseRfc3339Ns(m[META.atimeNs] as string) : undefined;
+    n.atimeNs = fine !== undefined && floorDiv(fine, 1_000_000_000n) === sec ? fine : sec * 1_000_000_000n;
+  }
   if (m[META.symlinkTarget] !== undefined) n.symlinkTarget = m[META.symlinkTarget];
   const special = m[META.special] as SpecialType | undefined;
   if (special !== undefined && SPECIAL_TYPES.includes(special)) n.special = special;
@@ -120,7 +128,10 @@ export function nodeMetaEntries(n: NodeMeta): Record<string, string> {
   if (n.uid !== undefined) out[META.uid] = String(n.uid);
   if (n.gid !== undefined) out[META.gid] = String(n.gid);
   if (n.mtimeNs !== undefined) out[META.mtime] = formatRfc3339Ns(n.mtimeNs);
-  if (n.atimeNs !== undefined) out[META.atime] = String(floorDiv(n.atimeNs, 1_000_000_000n));
+  if (n.atimeNs !== undefined) {
+    out[META.atime] = String(floorDiv(n.atimeNs, 1_000_000_000n));
+    out[META.atimeNs] = formatRfc3339Ns(n.atimeNs);
+  }
   if (n.symlinkTarget !== undefined) out[META.symlinkTarget] = n.symlinkTarget;
   if (n.special !== undefined) out[META.special] = n.special;
   if (n.rdev !== undefined) out[META.rdev] = String(n.rdev);
