@@ -5,6 +5,7 @@ import { GcsRequests, makeStorage, type ListPage } from './gcs/client.js';
 import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
 import { GcsFile, type GcsFileHost } from './gcs/file.js';
 import { GcsJournalRemote } from './gcs/journal-remote.js';
+import { DirLinks } from './gcs/dir-links.js';
 import { DirTimes } from './gcs/dir-times.js';
 import { InodeNumbers } from './gcs/inodes.js';
 import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo, type ObjectType } from './gcs/metadata.js';
@@ -90,6 +91,8 @@ export class GcsBackend implements Backend, GcsFileHost {
   readonly inodes = new InodeNumbers();
   /** directories' mtime/ctime as their entries changed through this backend (gcs/dir-times.ts) */
   private readonly dirTimes = new DirTimes();
+  /** directories' link counts as far as listings and changes through this backend tell (gcs/dir-links.ts) */
+  private readonly dirLinks = new DirLinks();
 
   constructor(
     readonly req: GcsRequests,
@@ -119,11 +122,14 @@ export class GcsBackend implements Backend, GcsFileHost {
   /** A node's attributes: what its object records, numbered by `inodes`. */
   attrOf(type: NodeType, path: string, info: ObjectInfo | undefined): Attr {
     const a = attrOf(type, path, info, this.attrDefaults, this.inodes.of(path));
-    return type === 'dir' ? this.dirTimes.apply(path, a) : a;
+    if (type !== 'dir') return a;
+    a.nlink = this.dirLinks.nlink(path);
+    return this.dirTimes.apply(path, a);
   }
 
-  entriesChangedAt(path: string): bigint | undefined {
-    return this.dirTimes.changedAt(path);
+  dirChange(path: string): { mtimeNs: bigint; nlink: number } | undefined {
+    const t = this.dirTimes.changedAt(path);
+    return t === undefined ? undefined : { mtimeNs: t, nlink: this.dirLinks.nlink(path) };
   }
 
   /** The entries of the directory holding `path` changed (a node was made, removed or renamed there). */
@@ -309,7 +315,9 @@ export class GcsBackend implements Backend, GcsFileHost {
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
       if (f.type !== 'dir') throw new VfsError('ENOTDIR', `${path} is not a directory`);
     }
-    return c.entries(this.opts.implicitDirs);
+    const entries = c.entries(this.opts.implicitDirs);
+    this.dirLinks.listed(path, entries.filter((e) => e.type === 'dir').length);
+    return entries;
   }
 
   /**
@@ -373,7 +381,9 @@ export class GcsBackend implements Backend, GcsFileHost {
     for (const [rel, c] of dirs) {
       if (!complete(rel)) continue;
       const p = rel ? `${base}/${rel}` : path;
-      out.set(p, this.withAttrs(p, c.entries(this.opts.implicitDirs)));
+      const entries = c.entries(this.opts.implicitDirs);
+      this.dirLinks.listed(p, entries.filter((e) => e.type === 'dir').length);
+      out.set(p, this.withAttrs(p, entries));
     }
     return {
       dirs: out,
@@ -534,6 +544,7 @@ export class GcsBackend implements Backend, GcsFileHost {
       // (ifGenerationMatch=0), and a refusal falls back to the checks below.
       const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
       if (made) {
+        this.dirLinks.made(path);
         this.entriesChanged(path);
         return this.attrOf('dir', path, made);
       }
@@ -542,6 +553,7 @@ export class GcsBackend implements Backend, GcsFileHost {
     if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
     const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
     if (!made) throw new VfsError('EEXIST', `${path} exists`);
+    this.dirLinks.made(path);
     this.entriesChanged(path);
     return this.attrOf('dir', path, made);
   }
@@ -560,6 +572,7 @@ export class GcsBackend implements Backend, GcsFileHost {
       if (page.items.some((o) => o.name !== dirKey) || page.nextPageToken) throw new VfsError('ENOTEMPTY', `${path} is not empty`);
       if (f.placeholder) await this.req.remove(dirKey, f.placeholder.generation);
       this.dirTimes.removed(path);
+      this.dirLinks.removed(path);
       this.entriesChanged(path);
     } catch (err) {
       if (isNotFound(err)) return; // removed meanwhile: the outcome is the same
@@ -644,6 +657,7 @@ export class GcsBackend implements Backend, GcsFileHost {
       if (dst.type !== 'none' && dst.type !== 'dir') throw new VfsError('ENOTDIR', `${to} is not a directory`);
       await this.renameDir(from, to, dst.type === 'dir' ? dst : undefined);
       this.dirTimes.renamed(from, to);
+      this.dirLinks.renamed(from, to, dst.type === 'dir');
     } else {
       if (dst.type === 'dir') throw new VfsError('EISDIR', `${to} is a directory`);
       await this.renameObject(from, to, src.object, dst.type === 'none' ? undefined : dst.object);

@@ -225,11 +225,12 @@ export interface Backend {
   mknod?(path: string, mode: number, rdev: number): Promise<void>;
   link(existing: string, newPath: string): Promise<void>;
   /**
-   * Optional: for a store that keeps a directory's mtime/ctime in memory as its entries change
-   * (GCS), the time the entries of `path` last changed through it, or undefined. A cache in
-   * front moves its copy of the directory's attributes to it instead of asking again.
+   * Optional: for a store that keeps a directory's mtime/ctime and link count in memory as its
+   * entries change (GCS), what they are now for the directory `path`, or undefined when its
+   * entries did not change through it. A cache in front moves its copy of the directory's
+   * attributes to them instead of asking again.
    */
-  entriesChangedAt?(path: string): bigint | undefined;
+  dirChange?(path: string): { mtimeNs: bigint; nlink: number } | undefined;
   chmod(path: string, mode: number): Promise<void>;
   chown(path: string, uid: number, gid: number): Promise<void>;
   utimens(path: string, times: TimeSpec): Promise<void>;

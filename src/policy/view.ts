@@ -90,7 +90,7 @@ export class PolicyView implements Backend {
    */
   readonly readdirPlus: undefined = undefined;
   readonly readdirTree: undefined = undefined;
-  readonly entriesChangedAt: undefined = undefined;
+  readonly dirChange: undefined = undefined;
 
   // ---- synthesized nodes ---------------------------------------------------------------------
 

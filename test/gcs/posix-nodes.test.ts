@@ -76,4 +76,14 @@ describe('gcs: special files, inode numbers across renames, directory times', ()
     sh('touch -m -d @981173106.5 t/a', m.mnt);
     expect(times('t/a')[0]).toBe(981173106_500_000_000n);
   });
+
+  it("a directory's link count is 2 + its subdirectories, made, removed and renamed through the mount", () => {
+    const nlink = (p: string) => Number(sh(`stat -c %h ${p}`, m.mnt).trim());
+    sh('mkdir -p n/a n/b && mkdir n/a/x n/a/y && touch n/a/f', m.mnt);
+    expect([nlink('n'), nlink('n/a'), nlink('n/b')]).toEqual([4, 4, 2]);
+    sh('mv n/a/x n/b/x && rmdir n/a/y', m.mnt);
+    expect([nlink('n/a'), nlink('n/b')]).toEqual([2, 3]);
+    sh('mkdir n/c && mv n/b n/c/b', m.mnt);
+    expect([nlink('n'), nlink('n/c'), nlink('n/c/b')]).toEqual([4, 3, 3]);
+  });
 });

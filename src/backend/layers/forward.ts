@@ -18,7 +18,7 @@ export class ForwardingLayer implements Backend {
     // concrete layer implements one itself.
     const base = ForwardingLayer.prototype as unknown as Record<string, unknown>;
     const self = this as unknown as Record<string, unknown>;
-    for (const m of ['tryStat', 'readdirPlus', 'readdirTree', 'mknod', 'entriesChangedAt', 'copyOut', 'keepCopy', 'getxattr', 'setxattr', 'listxattr', 'removexattr'] as const) {
+    for (const m of ['tryStat', 'readdirPlus', 'readdirTree', 'mknod', 'dirChange', 'copyOut', 'keepCopy', 'getxattr', 'setxattr', 'listxattr', 'removexattr'] as const) {
       if (!inner[m] && self[m] === base[m]) self[m] = undefined;
     }
   }
@@ -65,8 +65,8 @@ export class ForwardingLayer implements Backend {
   link(existing: string, newPath: string): Promise<void> {
     return this.inner.link(existing, newPath);
   }
-  entriesChangedAt?(path: string): bigint | undefined {
-    return (this.inner.entriesChangedAt as NonNullable<Backend['entriesChangedAt']>).call(this.inner, path);
+  dirChange?(path: string): { mtimeNs: bigint; nlink: number } | undefined {
+    return (this.inner.dirChange as NonNullable<Backend['dirChange']>).call(this.inner, path);
   }
   chmod(path: string, mode: number): Promise<void> {
     return this.inner.chmod(path, mode);

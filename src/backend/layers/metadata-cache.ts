@@ -237,7 +237,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
 
   /**
    * Keep a cached listing of the parent exact: the mutation's outcome is known. The parent's
-   * mtime and ctime moved with its entries: its cached attributes take the store's new times
+   * mtime, ctime and link count moved with its entries: its cached attributes take the store's new ones
    * (no request: a create in a directory stays one request), or are forgotten.
    */
   private entry(path: string, type: NodeType | null): void {
@@ -252,9 +252,10 @@ export class MetadataCacheLayer extends ForwardingLayer {
 
   private parentChanged(dir: string): void {
     const known = this.nodes.get(dir);
-    const t = this.inner.entriesChangedAt?.(dir);
-    if (known && 'attr' in known && t !== undefined) {
-      known.attr = { ...known.attr, mtimeNs: t, ctimeNs: known.attr.ctimeNs > t ? known.attr.ctimeNs : t };
+    const c = this.inner.dirChange?.(dir);
+    if (known && 'attr' in known && c !== undefined) {
+      const t = c.mtimeNs;
+      known.attr = { ...known.attr, mtimeNs: t, ctimeNs: known.attr.ctimeNs > t ? known.attr.ctimeNs : t, nlink: c.nlink };
     } else {
       this.forget(dir);
     }
