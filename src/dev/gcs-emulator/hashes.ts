@@ -28,6 +28,12 @@ export function crc32cBase64(data: Uint8Array): string {
   return b.toString('base64');
 }
 
+/** OpenSSL takes at most 2 GiB per update ("data is too long"): objects above that go in slices. */
+const MD5_SLICE = 1 << 30;
+
 export function md5Base64(data: Uint8Array): string {
-  return createHash('md5').update(data).digest('base64');
+  const h = createHash('md5');
+  for (let off = 0; off < data.length; off += MD5_SLICE) h.update(data.subarray(off, off + MD5_SLICE));
+  if (data.length === 0) h.update(data);
+  return h.digest('base64');
 }
