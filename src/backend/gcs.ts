@@ -1,12 +1,15 @@
 import fs from 'node:fs';
 import { LRUCache } from 'lru-cache';
-import { type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, type FsStats, isWithin, type MkdirHint, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, type TreePage, VfsError } from '../core/index.js';
+import { type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, type FsStats, isWithin, type MkdirHint, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, type TreePage, typeOfMode, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { GcsRequests, makeStorage, type ListPage } from './gcs/client.js';
 import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
 import { GcsFile, type GcsFileHost } from './gcs/file.js';
 import { GcsJournalRemote } from './gcs/journal-remote.js';
-import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo } from './gcs/metadata.js';
+import { DirLinks } from './gcs/dir-links.js';
+import { DirTimes } from './gcs/dir-times.js';
+import { InodeNumbers } from './gcs/inodes.js';
+import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults, type NodeMeta, type ObjectInfo, type ObjectType } from './gcs/metadata.js';
 import { ObjectNames, isPosixName } from './gcs/names.js';
 import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
 import { RenameIntents, inBatches, registerInstance, sameMetadata, unregisterInstance, type RenameIntent, type RenameRecovery } from './gcs/rename-intent.js';
@@ -68,7 +71,7 @@ function retryPolicy(o: ResolvedGcsOptions) {
 type Found =
   | { type: 'none' }
   | { type: 'dir'; placeholder?: ObjectInfo }
-  | { type: 'file' | 'symlink'; object: ObjectInfo };
+  | { type: ObjectType; object: ObjectInfo };
 
 const nowNs = () => BigInt(Date.now()) * 1_000_000n;
 /** Attempts for read-modify-write sequences that lose a race (412) before giving up with ESTALE. */
@@ -108,6 +111,12 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
   uploads: UploadQueue | undefined;
   /** versions found in the spool at open and queued again */
   resumedUploads = 0;
+  /** inode numbers that follow renames for the life of this backend (gcs/inodes.ts) */
+  readonly inodes = new InodeNumbers();
+  /** directories' mtime/ctime as their entries changed through this backend (gcs/dir-times.ts) */
+  private readonly dirTimes = new DirTimes();
+  /** directories' link counts as far as listings and changes through this backend tell (gcs/dir-links.ts) */
+  private readonly dirLinks = new DirLinks();
 
   constructor(
     readonly req: GcsRequests,
@@ -157,6 +166,24 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
   private async settle(...paths: string[]): Promise<void> {
     if (!this.uploads || this.uploads.isEmpty) return;
     for (const p of paths) await this.uploads.settleUnder(p);
+  }
+
+  /** A node's attributes: what its object records, numbered by `inodes`. */
+  attrOf(type: NodeType, path: string, info: ObjectInfo | undefined): Attr {
+    const a = attrOf(type, path, info, this.attrDefaults, this.inodes.of(path));
+    if (type !== 'dir') return a;
+    a.nlink = this.dirLinks.nlink(path);
+    return this.dirTimes.apply(path, a);
+  }
+
+  dirChange(path: string): { mtimeNs: bigint; nlink: number } | undefined {
+    const t = this.dirTimes.changedAt(path);
+    return t === undefined ? undefined : { mtimeNs: t, nlink: this.dirLinks.nlink(path) };
+  }
+
+  /** The entries of the directory holding `path` changed (a node was made, removed or renamed there). */
+  private entriesChanged(path: string): void {
+    this.dirTimes.entriesChanged(parentOf(path), nowNs());
   }
 
   forget(f: GcsFile): void {
@@ -275,11 +302,11 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     const local = this.filesAt(path).find((f) => f.hasLocalState);
     if (local) return local.stat();
     const pending = this.pendingAt(path);
-    if (pending) return pendingAttr(pending, this.attrDefaults);
+    if (pending) return pendingAttr(pending, this.attrDefaults, this.inodes.of(path));
     const f = await this.lookup(path);
     if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
-    if (f.type === 'dir') return attrOf('dir', path, f.placeholder, this.attrDefaults);
-    return attrOf(f.type, path, f.object, this.attrDefaults);
+    if (f.type === 'dir') return this.attrOf('dir', path, f.placeholder);
+    return this.attrOf(f.type, path, f.object);
   }
 
   /**
@@ -305,8 +332,8 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       // a file with local changes: its attributes are the staging file's (stat() answers them)
       if (type === 'file' && this.filesAt(p).some((f) => f.hasLocalState)) return { name, type };
       const pending = type === 'file' ? this.pendingAt(p) : undefined;
-      if (pending) return { name, type, attr: pendingAttr(pending, this.attrDefaults) };
-      return { name, type, attr: attrOf(type, p, info, this.attrDefaults) };
+      if (pending) return { name, type, attr: pendingAttr(pending, this.attrDefaults, this.inodes.of(p)) };
+      return { name, type, attr: this.attrOf(type, p, info) };
     });
   }
 
@@ -341,7 +368,9 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
       if (f.type !== 'dir') throw new VfsError('ENOTDIR', `${path} is not a directory`);
     }
-    return c.entries(this.opts.implicitDirs);
+    const entries = c.entries(this.opts.implicitDirs);
+    this.dirLinks.listed(path, entries.filter((e) => e.type === 'dir').length);
+    return entries;
   }
 
   /**
@@ -405,7 +434,9 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     for (const [rel, c] of dirs) {
       if (!complete(rel)) continue;
       const p = rel ? `${base}/${rel}` : path;
-      out.set(p, this.withAttrs(p, c.entries(this.opts.implicitDirs)));
+      const entries = c.entries(this.opts.implicitDirs);
+      this.dirLinks.listed(p, entries.filter((e) => e.type === 'dir').length);
+      out.set(p, this.withAttrs(p, entries));
     }
     return {
       dirs: out,
@@ -502,7 +533,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       if (local) return new LocalChangesReader(local);
       const pending = this.pendingAt(path);
       if (pending) {
-        const reader = PendingReader.open(pending, this.attrDefaults);
+        const reader = PendingReader.open(pending, this.attrDefaults, this.inodes.of(path));
         if (reader) return reader;
       }
     }
@@ -513,13 +544,18 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       // lookups; GCS still decides (ifGenerationMatch=0), and if something is there after
       // all, the usual path below finds out what.
       const obj = await this.createEmpty(key, this.newNodeMeta({ perm: createMode & 0o7777 }));
-      if (obj) return this.opened(path, key, obj, mode);
+      if (obj) {
+        this.entriesChanged(path);
+        return this.opened(path, key, obj, mode);
+      }
       if (mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
     }
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
       if (f.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
       if (f.type === 'symlink') throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
+      // the kernel opens FIFOs and device nodes itself; a socket cannot be opened
+      if (f.type !== 'file' && f.type !== 'none') throw new VfsError('ENXIO', `${path} is a ${f.type}, not a file with content`);
       let obj: ObjectInfo | undefined;
       if (f.type === 'file') {
         if (mode.create && mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
@@ -534,6 +570,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
           if (mode.exclusive) throw new VfsError('EEXIST', `${path} exists`);
           continue; // someone created it meanwhile: open theirs
         }
+        this.entriesChanged(path);
       }
       return this.opened(path, key, obj, mode);
     }
@@ -573,7 +610,9 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
       if (made) {
         this.placeholders.set(path, made);
-        return attrOf('dir', path, made, this.attrDefaults);
+        this.dirLinks.made(path);
+        this.entriesChanged(path);
+        return this.attrOf('dir', path, made);
       }
     }
     const [f] = await Promise.all([this.lookup(path), this.requireParentDir(path)]);
@@ -581,7 +620,9 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ perm: mode & 0o7777 }));
     if (!made) throw new VfsError('EEXIST', `${path} exists`);
     this.placeholders.set(path, made);
-    return attrOf('dir', path, made, this.attrDefaults);
+    this.dirLinks.made(path);
+    this.entriesChanged(path);
+    return this.attrOf('dir', path, made);
   }
 
   async rmdir(path: string): Promise<void> {
@@ -609,6 +650,9 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
         first = parentKey === undefined ? undefined : this.firstUnder(parentKey).catch(() => null);
         await this.req.remove(dirKey, f.placeholder.generation);
       }
+      this.dirTimes.removed(path);
+      this.dirLinks.removed(path);
+      this.entriesChanged(path);
     } catch (err) {
       if (isNotFound(err)) return; // removed meanwhile: the outcome is the same
       if (isPreconditionFailed(err)) throw new VfsError('ESTALE', `${path}: its placeholder changed in the bucket meanwhile`);
@@ -644,6 +688,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
         of.unlinked = true;
         this.forget(of);
       }
+      this.entriesChanged(path);
       if ((await first)?.name !== parentKey || parentKey === undefined) await this.keepDir(parent);
       return;
     }
@@ -656,6 +701,24 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
     const made = await this.createEmpty(this.names.key(path), this.newNodeMeta({ symlinkTarget: target }));
     if (!made) throw new VfsError('EEXIST', `${path} exists`);
+    this.entriesChanged(path);
+  }
+
+  /**
+   * A FIFO, socket or device node: an empty object whose metadata names the type (and device
+   * number), as a symlink is an empty object with its target. The kernel serves FIFOs and
+   * sockets itself; only the node needs keeping.
+   */
+  async mknod(path: string, mode: number, rdev: number): Promise<void> {
+    checkPath(path);
+    const special = typeOfMode(mode);
+    if (special === 'file' || special === 'dir' || special === 'symlink') throw new VfsError('EINVAL', `mknod ${path}: not a special file type`);
+    const [f] = await Promise.all([this.lookup(path), this.requireParentDir(path)]);
+    if (f.type !== 'none') throw new VfsError('EEXIST', `${path} exists`);
+    const device = special === 'chardev' || special === 'blockdev';
+    const made = await this.createEmpty(this.names.key(path), this.newNodeMeta({ perm: mode & 0o7777, special, ...(device ? { rdev } : {}) }));
+    if (!made) throw new VfsError('EEXIST', `${path} exists`);
+    this.entriesChanged(path);
   }
 
   async link(existing: string): Promise<void> {
@@ -682,12 +745,16 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     const [src, dst] = await Promise.all([this.lookup(from), this.lookup(to), this.requireParentDir(to)]);
     if (src.type === 'none') throw new VfsError('ENOENT', `${from} does not exist`);
     if (src.type === 'dir') {
-      if (dst.type === 'file' || dst.type === 'symlink') throw new VfsError('ENOTDIR', `${to} is not a directory`);
+      if (dst.type !== 'none' && dst.type !== 'dir') throw new VfsError('ENOTDIR', `${to} is not a directory`);
       await this.renameDir(from, to, dst.type === 'dir' ? dst : undefined);
+      this.dirTimes.renamed(from, to);
+      this.dirLinks.renamed(from, to, dst.type === 'dir');
     } else {
       if (dst.type === 'dir') throw new VfsError('EISDIR', `${to} is a directory`);
       await this.renameObject(from, to, src.object, dst.type === 'none' ? undefined : dst.object);
     }
+    this.entriesChanged(from);
+    this.entriesChanged(to);
     await this.keepDir(parentOf(from));
   }
 
@@ -699,6 +766,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       of.unlinked = true;
       this.forget(of);
     }
+    this.inodes.renamed(from, to);
     await this.deleteSource(src, from);
     for (const of of this.filesAt(from)) {
       this.forget(of);
@@ -739,6 +807,12 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     } finally {
       lease.stop();
     }
+    // every node below moved with the directory: each object and the directories between
+    const below = new Set<string>();
+    for (const o of objects) {
+      for (let p = this.names.pathOf(o.name); p !== from && isWithin(p, from); p = parentOf(p)) below.add(p);
+    }
+    this.inodes.renamed(from, to, below);
   }
 
   /** The copies, then the deletes, of a directory rename whose intent is written. */
@@ -833,6 +907,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     const fields: NodeMeta = {};
     if (times.mtimeNs !== undefined) fields.mtimeNs = times.mtimeNs === 'now' ? now : times.mtimeNs;
     if (times.atimeNs !== undefined) fields.atimeNs = times.atimeNs === 'now' ? now : times.atimeNs;
+    if (fields.mtimeNs !== undefined) this.dirTimes.timesSet(path);
     const r = await this.patchNode(path, fields, 'utimens');
     if (r === DEFERRED) return;
     if (fields.mtimeNs !== undefined) for (const of of this.filesAt(path)) of.setMtime(fields.mtimeNs);
@@ -872,7 +947,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
         const made = await this.createEmpty(this.names.dirKey(path), this.newNodeMeta({ mtimeNs: this.attrDefaults.implicitTimeNs, ...fields }));
         if (made) {
           this.placeholders.set(path, made);
-          return attrOf('dir', path, made, this.attrDefaults);
+          return this.attrOf('dir', path, made);
         }
         continue;
       }
@@ -893,10 +968,10 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       for (const of of open) of.noteMetadata(info, obj.generation);
       if (f.type === 'dir') {
         this.placeholders.set(path, info);
-        return attrOf('dir', path, info, this.attrDefaults);
+        return this.attrOf('dir', path, info);
       }
       // an open file's attributes are its handle's (stat asks it): none to give here
-      return open.length ? undefined : attrOf(f.type, path, info, this.attrDefaults);
+      return open.length ? undefined : this.attrOf(f.type, path, info);
     }
     throw new VfsError('ESTALE', `${what} ${path}: the object kept changing in the bucket`);
   }
@@ -940,9 +1015,9 @@ class DirContents {
 
 
 /** The attributes of a version waiting in the upload queue. */
-function pendingAttr(p: PendingVersion, defaults: AttrDefaults): Attr {
+function pendingAttr(p: PendingVersion, defaults: AttrDefaults, ino: number): Attr {
   const info: ObjectInfo = { name: p.key, generation: 0n, metageneration: 0n, size: p.size, updatedNs: BigInt(p.enqueuedAt) * 1_000_000n, metadata: p.metadata, ...(p.contentType ? { contentType: p.contentType } : {}) };
-  return attrOf('file', p.path, info, defaults);
+  return attrOf('file', p.path, info, defaults, ino);
 }
 
 /** A read-only handle on a version waiting in the upload queue: its spool file, held open (it may land and leave meanwhile). */
@@ -951,12 +1026,13 @@ class PendingReader implements BackendFile {
   private constructor(
     private readonly p: PendingVersion,
     private readonly defaults: AttrDefaults,
+    private readonly ino: number,
     private readonly fd: number,
   ) {}
   /** undefined when the version landed (and left the spool) meanwhile: the bucket has it */
-  static open(p: PendingVersion, defaults: AttrDefaults): PendingReader | undefined {
+  static open(p: PendingVersion, defaults: AttrDefaults, ino: number): PendingReader | undefined {
     try {
-      return new PendingReader(p, defaults, fs.openSync(p.data, 'r'));
+      return new PendingReader(p, defaults, ino, fs.openSync(p.data, 'r'));
     } catch {
       return undefined;
     }
@@ -971,7 +1047,7 @@ class PendingReader implements BackendFile {
     throw new VfsError('EBADF', `${this.p.path} is open read-only`);
   }
   async stat(): Promise<Attr> {
-    return pendingAttr(this.p, this.defaults);
+    return pendingAttr(this.p, this.defaults, this.ino);
   }
   async sync(): Promise<void> {}
   async close(): Promise<void> {

@@ -225,6 +225,13 @@ export interface Backend {
   mknod?(path: string, mode: number, rdev: number): Promise<void>;
   link(existing: string, newPath: string): Promise<void>;
   /**
+   * Optional: for a store that keeps a directory's mtime/ctime and link count in memory as its
+   * entries change (GCS), what they are now for the directory `path`, or undefined when its
+   * entries did not change through it. A cache in front moves its copy of the directory's
+   * attributes to them instead of asking again.
+   */
+  dirChange?(path: string): { mtimeNs: bigint; nlink: number } | undefined;
+  /**
    * chmod, chown and utimens resolve, as mkdir, with the node's new attributes when the store
    * has them from the request that changed it (a cache in front keeps them: the stat that
    * follows, as FUSE's setattr answers with attributes, asks nothing), else with nothing.

@@ -90,6 +90,7 @@ export class PolicyView implements Backend {
    */
   readonly readdirPlus: undefined = undefined;
   readonly readdirTree: undefined = undefined;
+  readonly dirChange: undefined = undefined;
 
   // ---- synthesized nodes ---------------------------------------------------------------------
 

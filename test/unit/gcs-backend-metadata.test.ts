@@ -32,11 +32,19 @@ describe('POSIX metadata keys', () => {
       'goog-reserved-posix-gid': '100',
       gcsfuse_mtime: '1970-01-01T00:00:01.000000001Z',
       'goog-reserved-file-atime': '2',
+      ledgerfs_atime: '1970-01-01T00:00:02.5Z',
       gcsfuse_symlink_target: 't',
     });
-    expect(readNodeMeta(m)).toEqual({ perm: 0o644, uid: 0, gid: 100, mtimeNs: 1_000_000_001n, atimeNs: 2_000_000_000n, symlinkTarget: 't' });
+    expect(readNodeMeta(m)).toEqual({ perm: 0o644, uid: 0, gid: 100, mtimeNs: 1_000_000_001n, atimeNs: 2_500_000_000n, symlinkTarget: 't' });
     expect(nodeMetaEntries({ perm: 0o007 })['goog-reserved-posix-mode']).toBe('007');
     expect(nodeMetaEntries({ perm: 0o1777 })['goog-reserved-posix-mode']).toBe('1777');
+  });
+
+  it("keeps atime's nanoseconds, unless another tool set gsutil's whole-second key since", () => {
+    const m = nodeMetaEntries({ atimeNs: -1_999_999_999n });
+    expect(m).toEqual({ 'goog-reserved-file-atime': '-2', ledgerfs_atime: '1969-12-31T23:59:58.000000001Z' });
+    expect(readNodeMeta(m).atimeNs).toBe(-1_999_999_999n);
+    expect(readNodeMeta({ ...m, 'goog-reserved-file-atime': '7' }).atimeNs).toBe(7_000_000_000n);
   });
 
   it('ignores malformed values instead of guessing', () => {

@@ -84,6 +84,21 @@ describe('MetadataCacheLayer', () => {
     expect(free).toBe(0);
   });
 
+  it("a cached directory takes its new mtime/ctime when an entry changes through the layer, without asking GCS", async () => {
+    await c.mkdir('/td', 0o755);
+    const before = await c.stat('/td');
+    await new Promise((r) => setTimeout(r, 5));
+    await writeFile(c, '/td/f', 'x');
+    const after = await cost(() => c.stat('/td'));
+    const a = await c.stat('/td');
+    expect(after).toBe(0);
+    expect(a.mtimeNs).toBeGreaterThan(before.mtimeNs);
+    expect(a.ctimeNs).toBeGreaterThan(before.ctimeNs);
+    expect(a.mtimeNs).toBe((await gcs.stat('/td')).mtimeNs);
+    await c.unlink('/td/f');
+    expect((await c.stat('/td')).mtimeNs).toBeGreaterThan(a.mtimeNs);
+  });
+
   it('every mutation through the layer updates what it cached; nothing stale is served', async () => {
     await put('d/x', 'x');
     await c.readdir('/d');

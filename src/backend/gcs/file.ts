@@ -20,6 +20,7 @@ export interface GcsFileHost {
   readonly conflictsDir: string;
   /** durability: journal: close(2) queues the version here (durable in the spool) instead of uploading */
   readonly writeBack: UploadQueue | undefined;
+  readonly inodes: { of(path: string): number };
   forget(f: GcsFile): void;
   reportConflict(c: GcsConflict): void;
 }
@@ -77,7 +78,11 @@ export class GcsFile implements BackendFile {
     this.path = path;
     this.key = key;
     this.base = base;
+    this.ino = host.inodes.of(path);
   }
+
+  /** the node's number, kept across renames and after an unlink (another node may take the path) */
+  private readonly ino: number;
 
   /** True when this handle holds local changes other handles' stat() must see. */
   get hasLocalState(): boolean {
@@ -173,7 +178,7 @@ export class GcsFile implements BackendFile {
 
   async stat(): Promise<Attr> {
     const base = Object.keys(this.pendingMeta).length ? { ...this.base, metadata: { ...this.base.metadata, ...this.pendingMeta } } : this.base;
-    const a = attrOf('file', this.path, base, this.host.attrDefaults);
+    const a = attrOf('file', this.path, base, this.host.attrDefaults, this.ino);
     if (this.unlinked) a.nlink = 0; // fstat of a file unlinked while open, as on a disk
     if (this.staged) {
       const fd = this.staged.fd;

@@ -1,5 +1,5 @@
 import { constants as C } from 'node:fs';
-import type { Attr, NodeType } from '../../core/index.js';
+import type { Attr, NodeType, SpecialType } from '../../core/index.js';
 
 /*
  * POSIX attributes kept in custom object metadata, under the keys other tools already use, so a
@@ -13,6 +13,12 @@ import type { Attr, NodeType } from '../../core/index.js';
  *   goog-reserved-posix-gid  --uid, --gid flags to every inode), so gsutil's are the shared ones
  *   goog-reserved-file-atime atime, seconds since the epoch (gsutil's key); written only by utimens
  *   goog-reserved-file-mtime read as a fallback mtime (seconds) for objects gsutil uploaded
+ *   ledgerfs_atime           atime with nanoseconds (RFC 3339, as gcsfuse_mtime), beside gsutil's
+ *                            whole seconds; used only while its second agrees with gsutil's key
+ *                            (a tool that set that key later wins)
+ *   ledgerfs_special         fifo | socket | chardev | blockdev: the object (empty) is that special
+ *   ledgerfs_rdev            file (mknod); gcsfuse and gsutil define no key for them, so ours are
+ *                            named for us. Other tools see an empty file.
  * Objects without these keys get the configured defaults and the object's `updated` time.
  */
 export const META = {
@@ -22,8 +28,13 @@ export const META = {
   uid: 'goog-reserved-posix-uid',
   gid: 'goog-reserved-posix-gid',
   atime: 'goog-reserved-file-atime',
+  atimeNs: 'ledgerfs_atime',
   gsutilMtime: 'goog-reserved-file-mtime',
+  special: 'ledgerfs_special',
+  rdev: 'ledgerfs_rdev',
 } as const;
+
+const SPECIAL_TYPES: readonly SpecialType[] = ['fifo', 'socket', 'chardev', 'blockdev'];
 
 /** The subset of an object resource the backend uses, parsed (int64 strings -> bigint). */
 export interface ObjectInfo {
@@ -75,6 +86,10 @@ export interface NodeMeta {
   mtimeNs?: bigint;
   atimeNs?: bigint;
   symlinkTarget?: string;
+  /** a FIFO, socket or device node (an empty object) */
+  special?: SpecialType;
+  /** device number of a character or block device */
+  rdev?: number;
 }
 
 export function readNodeMeta(m: Record<string, string>): NodeMeta {
@@ -89,8 +104,16 @@ export function readNodeMeta(m: Record<string, string>): NodeMeta {
   if (mt !== undefined) n.mtimeNs = mt;
   else if (m[META.gsutilMtime] !== undefined && /^-?\d+$/.test(m[META.gsutilMtime] as string)) n.mtimeNs = BigInt(m[META.gsutilMtime] as string) * 1_000_000_000n;
   const at = m[META.atime];
-  if (at !== undefined && /^-?\d+$/.test(at)) n.atimeNs = BigInt(at) * 1_000_000_000n;
+  if (at !== undefined && /^-?\d+$/.test(at)) {
+    const sec = BigInt(at);
+    const fine = m[META.atimeNs] !== undefined ? parseRfc3339Ns(m[META.atimeNs] as string) : undefined;
+    n.atimeNs = fine !== undefined && floorDiv(fine, 1_000_000_000n) === sec ? fine : sec * 1_000_000_000n;
+  }
   if (m[META.symlinkTarget] !== undefined) n.symlinkTarget = m[META.symlinkTarget];
+  const special = m[META.special] as SpecialType | undefined;
+  if (special !== undefined && SPECIAL_TYPES.includes(special)) n.special = special;
+  const rdev = m[META.rdev];
+  if (rdev !== undefined && /^\d+$/.test(rdev)) n.rdev = Number(rdev);
   return n;
 }
 
@@ -105,13 +128,22 @@ export function nodeMetaEntries(n: NodeMeta): Record<string, string> {
   if (n.uid !== undefined) out[META.uid] = String(n.uid);
   if (n.gid !== undefined) out[META.gid] = String(n.gid);
   if (n.mtimeNs !== undefined) out[META.mtime] = formatRfc3339Ns(n.mtimeNs);
-  if (n.atimeNs !== undefined) out[META.atime] = String(floorDiv(n.atimeNs, 1_000_000_000n));
+  if (n.atimeNs !== undefined) {
+    out[META.atime] = String(floorDiv(n.atimeNs, 1_000_000_000n));
+    out[META.atimeNs] = formatRfc3339Ns(n.atimeNs);
+  }
   if (n.symlinkTarget !== undefined) out[META.symlinkTarget] = n.symlinkTarget;
+  if (n.special !== undefined) out[META.special] = n.special;
+  if (n.rdev !== undefined) out[META.rdev] = String(n.rdev);
   return out;
 }
 
-export function typeOfObject(info: ObjectInfo): 'file' | 'symlink' {
-  return info.metadata[META.symlinkTarget] !== undefined ? 'symlink' : 'file';
+export type ObjectType = Exclude<NodeType, 'dir'>;
+
+export function typeOfObject(info: ObjectInfo): ObjectType {
+  if (info.metadata[META.symlinkTarget] !== undefined) return 'symlink';
+  const special = info.metadata[META.special] as SpecialType | undefined;
+  return special !== undefined && SPECIAL_TYPES.includes(special) ? special : 'file';
 }
 
 export interface AttrDefaults {
@@ -125,7 +157,6 @@ export interface AttrDefaults {
 
 const IFMT: Record<NodeType, number> = {
   file: C.S_IFREG, dir: C.S_IFDIR, symlink: C.S_IFLNK,
-  // no object is one of these (the store has no mknod); here for the type's sake
   fifo: C.S_IFIFO, socket: C.S_IFSOCK, chardev: C.S_IFCHR, blockdev: C.S_IFBLK,
 };
 
@@ -134,10 +165,10 @@ const IFMT: Record<NodeType, number> = {
  * implicit directory, from nothing but defaults. ctime is the object's `updated` time, which
  * GCS bumps on every data or metadata change.
  */
-export function attrOf(type: NodeType, path: string, info: ObjectInfo | undefined, d: AttrDefaults): Attr {
+export function attrOf(type: NodeType, path: string, info: ObjectInfo | undefined, d: AttrDefaults, ino = inodeNumber(path)): Attr {
   const n = info ? readNodeMeta(info.metadata) : {};
   const defaultPerm = type === 'dir' ? d.dirMode : type === 'symlink' ? 0o777 : d.fileMode;
-  const size = type === 'dir' ? 4096 : type === 'symlink' ? Buffer.byteLength(n.symlinkTarget ?? '') : (info?.size ?? 0);
+  const size = type === 'dir' ? 4096 : type === 'symlink' ? Buffer.byteLength(n.symlinkTarget ?? '') : type === 'file' ? (info?.size ?? 0) : 0;
   const changed = info ? info.updatedNs : d.implicitTimeNs;
   const mtime = n.mtimeNs ?? changed;
   return {
@@ -147,17 +178,18 @@ export function attrOf(type: NodeType, path: string, info: ObjectInfo | undefine
     nlink: type === 'dir' ? 2 : 1,
     uid: n.uid ?? d.uid,
     gid: n.gid ?? d.gid,
-    ino: inodeNumber(path),
+    ino,
     blocks: Math.ceil(size / 512),
     atimeNs: n.atimeNs ?? mtime,
     mtimeNs: mtime,
     ctimeNs: changed,
+    ...((type === 'chardev' || type === 'blockdev') ? { rdev: n.rdev ?? 0 } : {}),
   };
 }
 
 /**
- * A stable inode number per path (FNV-1a, 48 bits so it stays exact as a JS number); the root
- * is 1. Objects have no inode identity; a rename gives a new number, as it gives a new object.
+ * An inode number per path (FNV-1a, 48 bits so it stays exact as a JS number); the root is 1.
+ * Objects have no inode identity; the backend carries a number across renames (gcs/inodes.ts).
  */
 export function inodeNumber(path: string): number {
   if (path === '/') return 1;

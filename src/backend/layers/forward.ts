@@ -18,7 +18,7 @@ export class ForwardingLayer implements Backend {
     // concrete layer implements one itself.
     const base = ForwardingLayer.prototype as unknown as Record<string, unknown>;
     const self = this as unknown as Record<string, unknown>;
-    for (const m of ['tryStat', 'readdirPlus', 'readdirTree', 'copyOut', 'keepCopy', 'getxattr', 'setxattr', 'listxattr', 'removexattr'] as const) {
+    for (const m of ['tryStat', 'readdirPlus', 'readdirTree', 'mknod', 'dirChange', 'copyOut', 'keepCopy', 'getxattr', 'setxattr', 'listxattr', 'removexattr'] as const) {
       if (!inner[m] && self[m] === base[m]) self[m] = undefined;
     }
   }
@@ -59,8 +59,14 @@ export class ForwardingLayer implements Backend {
   symlink(target: string, path: string): Promise<void> {
     return this.inner.symlink(target, path);
   }
+  mknod?(path: string, mode: number, rdev: number): Promise<void> {
+    return (this.inner.mknod as NonNullable<Backend['mknod']>).call(this.inner, path, mode, rdev);
+  }
   link(existing: string, newPath: string): Promise<void> {
     return this.inner.link(existing, newPath);
+  }
+  dirChange?(path: string): { mtimeNs: bigint; nlink: number } | undefined {
+    return (this.inner.dirChange as NonNullable<Backend['dirChange']>).call(this.inner, path);
   }
   chmod(path: string, mode: number): Promise<Attr | void> {
     return this.inner.chmod(path, mode);

@@ -1,6 +1,6 @@
 import { DEFAULTS } from '../../config/index.js';
 import { LRUCache } from 'lru-cache';
-import { type Attr, type Backend, type BackendFile, type Clock, type DirEntry, systemClock, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, VfsError } from '../../core/index.js';
+import { type Attr, type Backend, type BackendFile, type Clock, type DirEntry, systemClock, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, typeOfMode, VfsError } from '../../core/index.js';
 import { ForwardingFile, ForwardingLayer } from './forward.js';
 
 export interface MetadataCacheOptions {
@@ -235,14 +235,30 @@ export class MetadataCacheLayer extends ForwardingLayer {
     }
   }
 
-  /** Keep a cached listing of the parent exact: the mutation's outcome is known. */
+  /**
+   * Keep a cached listing of the parent exact: the mutation's outcome is known. The parent's
+   * mtime, ctime and link count moved with its entries: its cached attributes take the store's new ones
+   * (no request: a create in a directory stays one request), or are forgotten.
+   */
   private entry(path: string, type: NodeType | null): void {
     if (path === '/') return;
+    this.parentChanged(parentOf(path));
     const list = this.lists.get(parentOf(path));
     if (!list) return;
     const name = path.slice(path.lastIndexOf('/') + 1);
     if (type) list.set(name, type);
     else list.delete(name);
+  }
+
+  private parentChanged(dir: string): void {
+    const known = this.nodes.get(dir);
+    const c = this.inner.dirChange?.(dir);
+    if (known && 'attr' in known && c !== undefined) {
+      const t = c.mtimeNs;
+      known.attr = { ...known.attr, mtimeNs: t, ctimeNs: known.attr.ctimeNs > t ? known.attr.ctimeNs : t, nlink: c.nlink };
+    } else {
+      this.forget(dir);
+    }
   }
 
   /** Run a mutation: forget before (so no reader trusts the old answer while it runs) and after. */
@@ -334,12 +350,21 @@ export class MetadataCacheLayer extends ForwardingLayer {
     for (const w of this.writers) if (isWithin(w.path, from)) w.path = rebase(w.path, from, to);
     this.entry(from, null);
     if (type) this.entry(to, type);
-    else if (to !== '/') this.lists.delete(parentOf(to));
+    else if (to !== '/') {
+      this.lists.delete(parentOf(to));
+      this.parentChanged(parentOf(to));
+    }
   }
 
   override async symlink(target: string, path: string): Promise<void> {
     await this.change([path], false, () => this.inner.symlink(target, path));
     this.entry(path, 'symlink');
+  }
+
+  override async mknod(path: string, mode: number, rdev: number): Promise<void> {
+    if (!this.inner.mknod) throw new VfsError('EPERM', `the ${this.kind} backend cannot keep special files`);
+    await this.change([path], false, () => (this.inner.mknod as NonNullable<Backend['mknod']>).call(this.inner, path, mode, rdev));
+    this.entry(path, typeOfMode(mode));
   }
 
   override async link(existing: string, newPath: string): Promise<void> {

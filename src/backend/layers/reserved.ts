@@ -97,6 +97,11 @@ export class ReservedNameLayer extends ForwardingLayer {
     this.refuseNew(path, 'symlink');
     return super.symlink(target, path);
   }
+  override async mknod(path: string, mode: number, rdev: number): Promise<void> {
+    this.refuseNew(path, 'mknod');
+    if (!this.inner.mknod) throw new VfsError('EPERM', `the ${this.kind} backend cannot keep special files`);
+    return (this.inner.mknod as NonNullable<Backend['mknod']>).call(this.inner, path, mode, rdev);
+  }
   override async link(existing: string, newPath: string): Promise<void> {
     this.absent(existing);
     this.refuseNew(newPath, 'link');
