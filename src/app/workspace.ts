@@ -257,9 +257,15 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
   }
 }
 
+/** `--source` (either store): no policy, but never device nodes (policy/privileges.ts). */
+function sourcePrivileges(store: Backend, log: Logger | undefined): PrivilegeStage {
+  const stat = (p: string) => (store.tryStat ? store.tryStat(p) : store.stat(p));
+  return new PrivilegeStage(POLICY_DEFAULTS.sourcePrivileges, stat, new DenialLog(POLICY_DEFAULTS.denialRingSize, log));
+}
+
 /**
- * Open a workspace from the flags every command shares. `--source DIR` (or nothing: the demo
- * workspace) is today's pass-through: no policy, and of its rules only the refusal of device
+ * Open a workspace from the flags every command shares. `--source DIR|gs://...` (or nothing: the
+ * demo workspace) is today's pass-through: no policy, and of its rules only the refusal of device
  * nodes (PrivilegeStage, which lets every other mutation through untouched). `--policy FILE` loads the
  * mount file, opens its backend, compiles the policy, counts usage and returns the PolicyView
  * with the policy stage.
@@ -283,7 +289,7 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
     const opened = await openStore(gcs, '--source', opts, opts.log);
     const { conflicts, journalRemote } = opened;
     const store = stagedOver(opened.store, opts);
-    return { backend: store, store, stages: [], demo: false, ...(conflicts ? { conflicts } : {}), ...(journalRemote ? { journalRemote } : {}), ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
+    return { backend: store, store, stages: [sourcePrivileges(store, opts.log)], demo: false, ...(conflicts ? { conflicts } : {}), ...(journalRemote ? { journalRemote } : {}), ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   if (opts.policy === undefined) {
     const ws = openLocalWorkspace(opts, opts.log);
@@ -295,12 +301,9 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
         throw err;
       }
     }
-    // no policy, but never device nodes in the operator's directory (policy/privileges.ts)
     const store = stagedOver(ws.backend, opts);
     ws.backend = store;
-    const stat = (p: string) => (store.tryStat ? store.tryStat(p) : store.stat(p));
-    const privileges = new PrivilegeStage(POLICY_DEFAULTS.sourcePrivileges, stat, new DenialLog(POLICY_DEFAULTS.denialRingSize, opts.log));
-    return { ...ws, store, stages: [privileges], ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
+    return { ...ws, store, stages: [sourcePrivileges(store, opts.log)], ...(opts.state !== undefined ? { state: path.resolve(opts.state) } : {}) };
   }
   let config: MountConfig;
   try {
