@@ -39,7 +39,11 @@ interface Outcome {
 function journalSize(state: string): Map<string, number> {
   const dir = path.join(state, 'journal');
   const out = new Map<string, number>();
-  for (const n of fs.existsSync(dir) ? fs.readdirSync(dir) : []) out.set(n, fs.statSync(path.join(dir, n)).size);
+  for (const n of fs.existsSync(dir) ? fs.readdirSync(dir) : []) {
+    // the writer's temporary files (writing.json.tmp) come and go while we look
+    const st = fs.statSync(path.join(dir, n), { throwIfNoEntry: false });
+    if (st) out.set(n, st.size);
+  }
   return out;
 }
 
@@ -49,7 +53,12 @@ function undoSince(state: string, mark: Map<string, number>): boolean {
   for (const [n, size] of journalSize(state)) {
     const from = mark.get(n) ?? 0;
     if (size <= from) continue;
-    const fd = fs.openSync(path.join(dir, n), 'r');
+    let fd: number;
+    try {
+      fd = fs.openSync(path.join(dir, n), 'r');
+    } catch {
+      continue; // gone since it was listed (a temporary file)
+    }
     try {
       const buf = Buffer.alloc(size - from);
       fs.readSync(fd, buf, 0, buf.length, from);
