@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { onGcs, py, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { py, run, sh, startMount, type TestMount } from '../helpers/mount.js';
 
 const UTC = 'export TZ=UTC LC_ALL=C; ';
 
