@@ -43,26 +43,70 @@ type Action =
   | ['base', string, BaseState]
   | ['op', ReplayOp];
 
+/**
+ * A Map keyed by view paths that knows, without a scan, whether it holds a key below a path:
+ * every rename moves what is at and under its source, and git renames each of its thousands of
+ * objects into place, so a scan of every key per rename made a commit quadratic (a 3,000-file
+ * git add+commit took 26 s staged against 4 s live).
+ */
+export class PathMap<V> extends Map<string, V> {
+  // keys strictly below each ancestor path; absent when none
+  private below: Map<string, number> | undefined;
+
+  override set(k: string, v: V): this {
+    if (!super.has(k)) this.count(k, 1);
+    return super.set(k, v);
+  }
+
+  override delete(k: string): boolean {
+    const had = super.delete(k);
+    if (had) this.count(k, -1);
+    return had;
+  }
+
+  override clear(): void {
+    super.clear();
+    this.below?.clear();
+  }
+
+  /** The keys at `p` and below it. */
+  within(p: string): string[] {
+    const out = super.has(p) ? [p] : [];
+    if ((this.below?.get(p) ?? 0) > 0) for (const k of this.keys()) if (k !== p && isWithin(k, p)) out.push(k);
+    return out;
+  }
+
+  private count(k: string, d: number): void {
+    const below = (this.below ??= new Map());
+    for (let q = k; q !== '/'; ) {
+      q = parentOf(q);
+      const n = (below.get(q) ?? 0) + d;
+      if (n > 0) below.set(q, n);
+      else below.delete(q);
+    }
+  }
+}
+
 /** The overlay's bookkeeping, as the metadata log rebuilds it (apply and discard read it unmounted). */
 export class StagedState {
-  readonly redirects = new Map<string, string | null>();
+  readonly redirects = new PathMap<string | null>();
   /** view path of a copied-up node -> its base path */
-  readonly copied = new Map<string, string>();
+  readonly copied = new PathMap<string>();
   readonly baseStates = new Map<string, BaseState>();
   readonly ops: ReplayOp[] = [];
 
   apply(a: Action): void {
     switch (a[0]) {
       case 'clear':
-        for (const m of [this.redirects, this.copied]) for (const k of [...m.keys()]) if (isWithin(k, a[1])) m.delete(k);
+        for (const m of [this.redirects, this.copied]) for (const k of m.within(a[1])) m.delete(k);
         break;
       case 'set':
         this.redirects.set(a[1], a[2]);
         break;
       case 'move':
-        for (const m of [this.redirects, this.copied] as Array<Map<string, string | null>>) {
+        for (const m of [this.redirects, this.copied] as Array<PathMap<string | null>>) {
           const moved: Array<[string, string | null]> = [];
-          for (const [k, v] of m) if (isWithin(k, a[1])) moved.push([k, v]);
+          for (const k of m.within(a[1])) moved.push([k, m.get(k) as string | null]);
           for (const [k, v] of moved) {
             m.delete(k);
             m.set(rebase(k, a[1], a[2]), v);
@@ -179,7 +223,7 @@ export class StagedBackend implements Backend {
   readonly state: StagedState;
   private readonly upper: LocalBackend;
   private readonly logFd: number;
-  private readonly inos = new Map<string, number>([['/', 1]]);
+  private readonly inos = new PathMap<number>().set('/', 1);
   private nextIno = 2;
   private readonly copyUps = new Map<string, Promise<void>>();
   /** `ledgerfs freeze`: every change answers EROFS while the session is reviewed */
@@ -215,9 +259,9 @@ export class StagedBackend implements Backend {
   }
 
   private moveInos(from: string, to: string): void {
-    for (const k of [...this.inos.keys()]) if (isWithin(k, to) && k !== '/') this.inos.delete(k);
+    for (const k of this.inos.within(to)) if (k !== '/') this.inos.delete(k);
     const moved: Array<[string, number]> = [];
-    for (const [k, v] of this.inos) if (isWithin(k, from) && k !== '/') moved.push([k, v]);
+    for (const k of this.inos.within(from)) if (k !== '/') moved.push([k, this.inos.get(k) as number]);
     for (const [k, v] of moved) {
       this.inos.delete(k);
       this.inos.set(rebase(k, from, to), v);
