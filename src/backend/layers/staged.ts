@@ -192,21 +192,26 @@ export function dropStaged(layout: StagedLayout): void {
   fs.rmSync(layout.dir, { recursive: true, force: true });
 }
 
-export async function hashOf(store: Backend, p: string): Promise<string> {
+/** Read file `p` of `store` from start to end, handing each piece to `onPiece` with its offset. */
+async function readThrough(store: Backend, p: string, onPiece: (piece: Buffer, pos: number) => void): Promise<void> {
   const f = await store.open(p, { write: false });
   try {
-    const h = crypto.createHash('sha256');
     const buf = Buffer.allocUnsafe(1 << 20);
     for (let pos = 0; ; ) {
       const n = await f.read(buf, buf.length, pos);
       if (n <= 0) break;
-      h.update(buf.subarray(0, n));
+      onPiece(buf.subarray(0, n), pos);
       pos += n;
     }
-    return h.digest('hex');
   } finally {
     await f.close();
   }
+}
+
+export async function hashOf(store: Backend, p: string): Promise<string> {
+  const h = crypto.createHash('sha256');
+  await readThrough(store, p, (piece) => h.update(piece));
+  return h.digest('hex');
 }
 
 export async function baseStateOf(store: Backend, p: string, a: Attr): Promise<BaseState> {
@@ -359,19 +364,10 @@ export class StagedBackend implements Backend {
       const fd = fs.openSync(tmp, 'w', b.a.mode & 0o7777);
       const h = crypto.createHash('sha256');
       try {
-        const f = await this.base.open(b.b, { write: false });
-        try {
-          const buf = Buffer.allocUnsafe(1 << 20);
-          for (let pos = 0; ; ) {
-            const n = await f.read(buf, buf.length, pos);
-            if (n <= 0) break;
-            h.update(buf.subarray(0, n));
-            fs.writeSync(fd, buf, 0, n, pos);
-            pos += n;
-          }
-        } finally {
-          await f.close();
-        }
+        await readThrough(this.base, b.b, (piece, pos) => {
+          h.update(piece);
+          fs.writeSync(fd, piece, 0, piece.length, pos);
+        });
         fs.fchmodSync(fd, b.a.mode & 0o7777);
         fs.fsyncSync(fd);
       } finally {
