@@ -7,21 +7,13 @@ import { CLI, py, startMount, type TestMount } from '../helpers/mount.js';
 import { NEEDS_OWN_EMULATOR } from '../helpers/gcs-external.js';
 import { snapshotTree } from '../helpers/tree.js';
 import { startGcsFixture, type GcsFixture } from './fixture.js';
+import { REORG } from '../helpers/staged-reorg.js';
 
 /**
  * Staged mode on GCS (issue 18): a reorganisation on `mount --staged` sends the bucket no write
  * request at all (the emulator's request log), apply makes the bucket what the program saw, and
  * rollback of the apply restores it.
  */
-const REORG = `
-import os, shutil
-os.makedirs('archive/2025', exist_ok=True)
-shutil.move('cases/smith/report.txt', 'archive/2025/smith-report.txt')
-os.rename('cases/jones', 'archive/2025/jones')
-os.remove('cases/tmp.log')
-with open('cases/index.md', 'a') as f: f.write('- reorganised\\n')
-with open('archive/README', 'w') as f: f.write('moved here\\n')
-`;
 
 if (NEEDS_OWN_EMULATOR) console.warn(`test/gcs/staged.test.ts: ${NEEDS_OWN_EMULATOR}`);
 describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: staged mode', () => {

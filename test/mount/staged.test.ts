@@ -5,21 +5,14 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { CLI, forceUnmount, onGcs, py, run, startMount, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { snapshotTree } from '../helpers/tree.js';
+import { REORG as BASE_REORG } from '../helpers/staged-reorg.js';
 
 /**
  * Staged mode (issue 18): a reorganisation on `mount --staged` reaches nothing; apply brings it
  * over as one session rollback undoes; a change beside the mount stops apply before any change.
  */
 
-const REORG = `
-import os, shutil
-os.makedirs('archive/2025', exist_ok=True)
-shutil.move('cases/smith/report.txt', 'archive/2025/smith-report.txt')
-os.rename('cases/jones', 'archive/2025/jones')
-os.remove('cases/tmp.log')
-with open('cases/index.md', 'a') as f: f.write('- reorganised\\n')
-with open('archive/README', 'w') as f: f.write('moved here\\n')
-os.rename('cases/smith', 'cases/smith-closed')
+const REORG = `${BASE_REORG}os.rename('cases/smith', 'cases/smith-closed')
 `;
 
 function populate(src: string): void {
