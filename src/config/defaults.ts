@@ -217,6 +217,8 @@ export const DEFAULTS = {
      * mkdir and patch answers, so a chmod/chown/utimens of a directory it just made or changed
      * (tar's fix-ups) patches without a lookup first; preconditions catch a stale one */
     placeholderHints: 4096,
+    /** keep-alive sockets the direct JSON API requests (small uploads) may hold open to the endpoint */
+    jsonApiMaxSockets: 64,
     /** close(2) returns once the version is in the bucket ('bucket'), or durable in the state
      * directory's upload spool with uploads in the background ('journal'; --durability) */
     durability: 'bucket' as 'bucket' | 'journal',

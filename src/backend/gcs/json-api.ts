@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
 import { CRC32C, type Storage } from '@google-cloud/storage';
+import { DEFAULTS } from '../../config/index.js';
 
 /*
  * The hottest requests of a small-file workload, sent on the JSON API directly instead of
@@ -58,7 +59,7 @@ export class JsonApi {
   ) {
     this.base = new URL(storage.apiEndpoint);
     const Agent = this.base.protocol === 'https:' ? https.Agent : http.Agent;
-    this.agent = new Agent({ keepAlive: true, maxSockets: 64 });
+    this.agent = new Agent({ keepAlive: true, maxSockets: DEFAULTS.gcs.jsonApiMaxSockets });
     this.userAgent = `ledgerfs gcloud-node-storage/${(storage as unknown as { packageJson?: { version?: string } }).packageJson?.version ?? '7'}`;
   }
 
