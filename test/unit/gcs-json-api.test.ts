@@ -81,3 +81,32 @@ describe('JsonApi.multipartUpload', () => {
     }
   });
 });
+
+describe('JsonApi credentials', () => {
+  // google-auth-library 9 answers getRequestHeaders() with a plain object, 10 with a fetch
+  // Headers (whose entries Object.assign does not see): either must reach the request.
+  for (const [kind, make, want] of [
+    ['a plain object', () => ({ Authorization: 'Bearer t-plain' }), 'Bearer t-plain'],
+    ['a fetch Headers', () => new Headers({ Authorization: 'Bearer t-headers' }), 'Bearer t-headers'],
+  ] as const) {
+    it(`sends the client's Authorization header given as ${kind}`, async () => {
+      const http = await import('node:http');
+      let seen: string | undefined;
+      const server = http.createServer((req, res) => {
+        seen = req.headers.authorization;
+        req.resume().on('end', () => res.setHeader('Content-Type', 'application/json').end('{"name":"x"}'));
+      });
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      const port = (server.address() as net.AddressInfo).port;
+      const storage = { apiEndpoint: `http://127.0.0.1:${port}`, authClient: { getRequestHeaders: async () => make() } } as unknown as Storage;
+      const authed = new JsonApi(storage, 'b', { authenticate: true, requestTimeoutMs: 5_000 });
+      try {
+        await authed.multipartUpload('x', Buffer.from('x'), { ifGenerationMatch: 0n, metadata: {} });
+        expect(seen).toBe(want);
+      } finally {
+        authed.close();
+        server.close();
+      }
+    });
+  }
+});

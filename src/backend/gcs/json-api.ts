@@ -97,9 +97,11 @@ export class JsonApi {
   private async headers(body: Buffer, contentType: string): Promise<Record<string, string | number>> {
     const h: Record<string, string | number> = { 'Content-Type': contentType, 'Content-Length': body.length, 'User-Agent': this.userAgent, Accept: 'application/json' };
     if (this.opts.authenticate) {
-      // the client's auth: cached tokens, refreshed by google-auth-library when they expire
-      const auth = (await this.storage.authClient.getRequestHeaders()) as unknown as Record<string, string>;
-      Object.assign(h, auth);
+      // the client's auth: cached tokens, refreshed by google-auth-library when they expire.
+      // A plain object in google-auth-library 9, a fetch Headers from 10 on: take either.
+      const auth = (await this.storage.authClient.getRequestHeaders()) as unknown as Record<string, string> | Headers;
+      if (auth instanceof Headers) auth.forEach((v, k) => (h[k] = v));
+      else Object.assign(h, auth);
     }
     return h;
   }
