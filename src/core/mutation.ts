@@ -48,6 +48,12 @@ export interface Mutation {
   size?: number;
   /** bytes a write adds at `offset` */
   length?: number;
+  /**
+   * write: the bytes written (their first `length`), valid until the request is answered. The
+   * journal hashes a file written in order from its start as the bytes pass, instead of reading
+   * it back at its close.
+   */
+  data?: Buffer;
   offset?: number;
   /** create/mkdir/chmod: the new mode; mknod: with its S_IFMT bits */
   mode?: number;

@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import { type Backend, type BackendFile, type Caller, callerProcess, isWithin, type Logger, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import type { BlobStore } from './blobs.js';
@@ -45,6 +46,12 @@ interface WriteSession {
   /** requests of the session being applied now; its end waits for them */
   applying: number;
   idle: (() => void)[];
+  /**
+   * sha256 of the bytes the session wrote, while it has written [0, shaTo) in order and done
+   * nothing else; null once it did (its end then reads the file back to hash it)
+   */
+  sha?: crypto.Hash | null;
+  shaTo?: number;
 }
 
 /** A namespace mutation between its split of write sessions and its outcome. */
@@ -401,10 +408,32 @@ export class JournalStage implements MutationStage {
     // the request are in the same session
     s.applying++;
     try {
-      return await apply();
+      const done = await apply();
+      this.hashAsWritten(s, m, done);
+      return done;
+    } catch (err) {
+      s.sha = null; // what reached the file is unknown
+      throw err;
     } finally {
       if (--s.applying === 0) for (const wake of s.idle.splice(0)) wake();
     }
+  }
+
+  /**
+   * Hash a file written in order from its start as its bytes pass (tar, cp, an editor's save),
+   * so its end need not read it back: the hash is what the content of a file of `shaTo` bytes is.
+   * Anything else (a truncate, a fallocate, a write elsewhere, two writes completing out of
+   * order) gives up, and the end reads the file as before.
+   */
+  private hashAsWritten(s: WriteSession, m: Mutation, done: unknown): void {
+    if (s.sha === null) return;
+    if (m.op !== 'write' || m.allocate || !m.data || typeof done !== 'number' || m.offset !== (s.shaTo ?? 0)) {
+      s.sha = null;
+      return;
+    }
+    s.sha ??= crypto.createHash('sha256');
+    s.sha.update(done === m.data.length ? m.data : m.data.subarray(0, done));
+    s.shaTo = (s.shaTo ?? 0) + done;
   }
 
   private beginSession(path: string, m: Mutation): WriteSession {
@@ -554,6 +583,11 @@ export class JournalStage implements MutationStage {
   private async afterState(s: WriteSession, hash: boolean): Promise<State> {
     const after = await this.stateOfSession(s);
     if (hash && after?.type === 'file' && after.size <= DEFAULTS.journal.contentHashMaxBytes && s.file?.path === s.path) {
+      if (s.sha && s.shaTo === after.size) {
+        // (a copy: an fsync's end is not the session's, whose writes may go on)
+        after.sha256 = s.sha.copy().digest('hex');
+        return after;
+      }
       // (through the open file: no path walk, and no download from a remote store)
       const sha = await hashOpenFile(s.file.file, after.size).catch(() => null);
       if (sha) after.sha256 = sha;

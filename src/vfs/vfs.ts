@@ -267,7 +267,7 @@ export class Vfs {
     }
     const m: Mutation = {
       op: 'write', path: of.path ?? '', offset: position, length, size: position + length,
-      firstInSession: !of.dirty, file: of, caller,
+      firstInSession: !of.dirty, file: of, caller, data: buf,
     };
     return this.mutate(m, async () => {
       of.dirty = true;
