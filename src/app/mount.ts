@@ -23,6 +23,7 @@ import type { UploadQueueStats } from '../backend/index.js';
 import { bannerWritten, isDaemonChild } from './daemon.js';
 import { mountAnswersStatFromChild } from './readiness.js';
 import { LimitCountsKeeper } from './limit-counts.js';
+import { liveStagedControl } from './staged.js';
 
 export interface MountCommandOptions {
   source?: string;
@@ -210,7 +211,15 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
     const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);
     const staged = ws.store instanceof StagedBackend ? ws.store : undefined;
-    await journal?.serve(vfs, settleMs, staged ? (frozen) => (staged.frozen = frozen) : undefined);
+    const mounted = running;
+    const live = staged && journal
+      ? liveStagedControl({
+          ws, staged, service: journal.service, mountpoint, log, openWritePaths: () => (journal as MountJournal).stage.openWritePaths(),
+          // fuse-native cannot tell the kernel: its caches have expired after settleMs
+          invalidate: (paths) => (mounted.invalidate ? mounted.invalidate(paths) : new Promise((r) => setTimeout(r, settleMs))),
+        })
+      : undefined;
+    await journal?.serve(vfs, settleMs, live);
   } catch (err) {
     await running?.unmount().catch(() => undefined);
     await metricsServer?.close().catch(() => undefined);

@@ -1,11 +1,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { dropStaged, hashOf, type PendingChange, pendingChanges, readStagedState, type ReplayOp, type StagedLayout, stagedLayout, StagedState } from '../backend/index.js';
-import { type Backend, isWithin, joinPath, type Logger, replaceFileSync, VfsError } from '../core/index.js';
-import { JournalService, liveDaemon, newSessionId } from '../journal/index.js';
+import { dropStaged, hashOf, type PendingChange, pendingChanges, readStagedState, type ReplayOp, type StagedBackend, type StagedLayout, stagedLayout, StagedState } from '../backend/index.js';
+import { type Backend, isWithin, joinPath, type Logger, parentOf, replaceFileSync, VfsError } from '../core/index.js';
+import { ControlRefusal, JournalService, liveDaemon, newSessionId, type StagedControl } from '../journal/index.js';
+import { UsageTable } from '../policy/index.js';
 import type { Vfs } from '../vfs/index.js';
 import { UserError } from './errors.js';
-import type { OpenedWorkspace } from './workspace.js';
+import { type OpenedWorkspace, workspaceOverStore } from './workspace.js';
 
 /**
  * `ledgerfs apply` and `discard`: a staged session's overlay (backend/layers/staged.ts) brought
@@ -46,16 +47,25 @@ export interface ApplyOptions {
   actor: string;
 }
 
-/** A staged session's overlay, refused while its mount is up (its daemon holds the journal). */
-export function stagedOf(stateDir: string, session: string): { layout: StagedLayout; state: StagedState } {
+/** Refuses a session without an overlay in this state directory. */
+export function stagedExists(stateDir: string, session: string): StagedLayout {
   const layout = stagedLayout(stateDir, session);
   if (!fs.existsSync(layout.log) && !fs.existsSync(layout.upper)) {
     throw new UserError(`session ${session} has no staged changes in ${stateDir} (never staged, or already applied or discarded); 'ledgerfs log --state ${stateDir}' lists the sessions`);
   }
+  return layout;
+}
+
+/**
+ * A staged session's overlay, for apply or discard without a mount; refused while a mount is
+ * up (its daemon holds the journal: the CLI asks that daemon instead when it serves the session).
+ */
+export function stagedOf(stateDir: string, session: string): { layout: StagedLayout; state: StagedState } {
+  const layout = stagedExists(stateDir, session);
   const live = liveDaemon(stateDir);
   if (live) {
     throw new UserError(
-      `the workspace is mounted at ${live.mountpoint} (session ${live.session}); unmount it first (ledgerfs unmount ${live.mountpoint}): its staged changes must not move while they are applied or dropped (ledgerfs freeze only holds them read-only for review)`,
+      `the workspace is mounted at ${live.mountpoint} (session ${live.session}); apply or discard of session ${session} needs it unmounted (ledgerfs unmount ${live.mountpoint}), or the mount of that session frozen (ledgerfs freeze)`,
     );
   }
   return { layout, state: readStagedState(layout) };
@@ -115,8 +125,28 @@ function touchesConflict(origin: string | null, conflicts: Map<string, StagedCon
   return undefined;
 }
 
+/** Runs the apply's changes as a journaled session of their own (`session`), through `fn`'s Vfs. */
+type ApplyJournal = (session: string, fn: (vfs: Vfs) => Promise<void>) => Promise<void>;
+
+/** `ledgerfs apply` of an unmounted staged session: the workspace's journal opened for the apply. */
 export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session: string, o: ApplyOptions, log: Logger): Promise<ApplyResult> {
-  const { layout, state: whole } = stagedOf(stateDir, session);
+  const { layout, state } = stagedOf(stateDir, session);
+  return applyOverlay(ws, stateDir, session, layout, state, o, async (applySession, fn) => {
+    const svc = await JournalService.open({
+      stateDir, backend: ws.backend, source: ws.store.location, session: applySession, actor: o.actor, role: 'apply', log, remote: ws.journalRemote,
+    });
+    try {
+      await fn(svc.attachDirect(ws.stages));
+    } finally {
+      await svc.close();
+    }
+  });
+}
+
+async function applyOverlay(
+  ws: OpenedWorkspace, stateDir: string, session: string, layout: StagedLayout, whole: StagedState, o: ApplyOptions, journal: ApplyJournal,
+  onProgress?: (done: number, total: number) => void,
+): Promise<ApplyResult> {
   const view = viewPathOf(ws);
   const prefix = o.path === undefined ? undefined : storePathOf(ws, o.path);
   const { state, rest } = prefix === undefined ? { state: whole, rest: undefined } : splitAt(whole, prefix, o.path as string);
@@ -134,16 +164,9 @@ export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session
     conflictMap.clear();
   }
   const applySession = newSessionId('apply-');
-  const svc = await JournalService.open({
-    stateDir, backend: ws.backend, source: ws.store.location, session: applySession, actor: o.actor, role: 'apply', log, remote: ws.journalRemote,
-  });
   result.applySession = applySession;
-  try {
-    const vfs = svc.attachDirect(ws.stages);
-    await replay(vfs, state, layout, conflictMap, view, result, prefix);
-  } finally {
-    await svc.close();
-  }
+  const total = state.ops.length + countEntries(layout.upper);
+  await journal(applySession, (vfs) => replay(vfs, state, layout, conflictMap, view, result, prefix, onProgress ? () => onProgress(result.applied, Math.max(total, result.applied)) : undefined));
   if (rest && result.skipped.length === 0) keepRest(layout, rest, prefix as string);
   else if (result.skipped.length === 0) dropStaged(layout);
   else {
@@ -158,7 +181,20 @@ export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session
 
 const WRITE_FLAGS = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC;
 
-async function replay(vfs: Vfs, state: StagedState, layout: StagedLayout, conflicts: Map<string, StagedConflict>, view: (p: string) => string, r: ApplyResult, prefix?: string): Promise<void> {
+/** Nodes of the upper tree (what the content pass may write), for progress. */
+function countEntries(dir: string): number {
+  let n = 0;
+  try {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) n += 1 + (e.isDirectory() ? countEntries(path.join(dir, e.name)) : 0);
+  } catch {
+    /* no upper tree */
+  }
+  return n;
+}
+
+async function replay(
+  vfs: Vfs, state: StagedState, layout: StagedLayout, conflicts: Map<string, StagedConflict>, view: (p: string) => string, r: ApplyResult, prefix?: string, progressed?: () => void,
+): Promise<void> {
   // follows the store as the replay changes it: which base node each path now holds
   const sim = new StagedState();
   const skip = (what: string, c: StagedConflict) => r.skipped.push({ path: what, reason: `${c.reason} (${c.path})` });
@@ -171,6 +207,7 @@ async function replay(vfs: Vfs, state: StagedState, layout: StagedLayout, confli
     try {
       await fn();
       r.applied++;
+      progressed?.();
       return true;
     } catch (err) {
       if (conflicts.size > 0 && err instanceof VfsError) {
@@ -263,6 +300,98 @@ async function copyIn(vfs: Vfs, host: string, v: string, mode: number): Promise<
     fs.closeSync(fd);
     await vfs.release(fh);
   }
+}
+
+/** What the daemon of a staged mount hands its review commands. */
+export interface LiveStaged {
+  /** the mount's workspace: its store is `staged` */
+  ws: OpenedWorkspace;
+  staged: StagedBackend;
+  service: JournalService;
+  mountpoint: string;
+  /** paths a program has open and is writing (the mount journal's write sessions) */
+  openWritePaths(): string[];
+  /** the kernel forgets what it cached of these view paths (and their directories' entries) */
+  invalidate(viewPaths: string[]): Promise<void>;
+  log: Logger;
+}
+
+/** Options of `apply` as the CLI sends them to the daemon (ApplyOptions, checked there). */
+export type LiveApplyOptions = ApplyOptions & { session: string };
+
+/**
+ * `freeze`, `apply` and `discard` of a mounted staged session, run by its daemon (which holds
+ * the journal): apply and discard only while the mount is frozen, so the program cannot change
+ * the overlay meanwhile. The mount stays frozen after them (until `freeze --off`) and shows the
+ * workspace as it now is: what the program saw after an apply, the workspace untouched after a
+ * discard; the kernel is told to forget what it cached of the changed paths.
+ */
+export function liveStagedControl(l: LiveStaged): StagedControl {
+  const refuseUnlessQuiet = (what: string, session: string): void => {
+    if (session !== l.service.session) {
+      throw new UserError(`the workspace is mounted at ${l.mountpoint} with staged session ${l.service.session}, not ${session}; ${what} of another session needs the mount unmounted (ledgerfs unmount ${l.mountpoint})`);
+    }
+    if (!l.staged.frozen) {
+      throw new UserError(`the staged session ${session} is still live at ${l.mountpoint}: freeze it first (ledgerfs freeze), so its program cannot change it while it is ${what === 'apply' ? 'applied' : 'dropped'}, or unmount it`);
+    }
+    const open = l.openWritePaths();
+    if (open.length > 0) {
+      throw new UserError(`a program at ${l.mountpoint} still has ${open.length} file(s) open for writing (${open.slice(0, 3).join(', ')}${open.length > 3 ? ', ...' : ''}); close them, then ${what} again`);
+    }
+  };
+  /** the mount's view after its overlay changed: its usage recounted, the kernel told */
+  const settle = async (changes: PendingChange[]) => {
+    const policy = l.ws.policy;
+    if (policy) policy.usage.takeFrom(await UsageTable.count(policy.compiled, l.staged));
+    const paths = new Set<string>();
+    for (const c of changes) {
+      for (const p of c.kind === 'R' ? [c.from, c.path] : [c.path]) {
+        const q = p.length > 1 && p.endsWith('/') ? p.slice(0, -1) : p;
+        paths.add(q);
+        paths.add(parentOf(q));
+      }
+    }
+    await l.invalidate([...paths]);
+  };
+  const refusals = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err) {
+      if (err instanceof UserError) throw new ControlRefusal(err.message);
+      throw err;
+    }
+  };
+  return {
+    freeze: (frozen) => (l.staged.frozen = frozen),
+    apply: (raw, onProgress) =>
+      refusals(async () => {
+        const o = raw as LiveApplyOptions;
+        refuseUnlessQuiet('apply', o.session);
+        const layout = l.staged.layout;
+        const target = await workspaceOverStore(l.ws, l.staged.base, l.log);
+        l.log.info({ session: o.session, dryRun: o.dryRun, path: o.path }, 'apply of the frozen staged session requested');
+        const r = await applyOverlay(target, l.service.stateDir, o.session, layout, readStagedState(layout), o, (applySession, fn) =>
+          l.service.withSession({ session: applySession, actor: o.actor, backend: target.backend, stages: target.stages }, fn), onProgress);
+        if (r.applySession !== null) {
+          l.staged.reopen();
+          await settle(r.changes);
+        }
+        l.log.info({ applied: r.applied, applySession: r.applySession, conflicts: r.conflicts.length, skipped: r.skipped.length }, 'apply of the frozen staged session finished');
+        return r;
+      }),
+    discard: (raw) =>
+      refusals(async () => {
+        const o = raw as { session: string };
+        refuseUnlessQuiet('discard', o.session);
+        const view = viewPathOf(l.ws);
+        const changes = pendingChanges(readStagedState(l.staged.layout), l.staged.layout).map((c) => (c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) }));
+        dropStaged(l.staged.layout);
+        l.staged.reopen();
+        await settle(changes);
+        l.log.info({ session: o.session, dropped: changes.length }, 'staged changes discarded');
+        return { changes };
+      }),
+  };
 }
 
 /** `ledgerfs discard`: drop a staged session's overlay (the journal keeps its records, marked staged). */

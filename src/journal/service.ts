@@ -242,6 +242,28 @@ export class JournalService {
   }
 
   /**
+   * Journal a session of its own through this writer, over `backend` with `stages` before the
+   * journal's: a frozen staged mount's daemon applies its overlay to the store this way (an
+   * `apply-...` session, which rollback undoes like any). Its start record comes first; it runs
+   * serially with rollback, gc and tag, and is durable when this returns.
+   */
+  withSession<T>(o: { session: string; actor: string; backend: Backend; stages: MutationStage[] }, fn: (vfs: Vfs) => Promise<T>): Promise<T> {
+    return this.serial(async () => {
+      this.writer.appendNow({
+        kind: 'start', time: Date.now(), session: o.session, actor: o.actor, pid: process.pid, source: this.o.source,
+        version: RECORD_VERSION, lastSeq: this.writer.lastSeq, note: `run by the daemon of session ${this.o.session}`,
+      });
+      const stage = new JournalStage({ backend: o.backend, writer: this.writer, blobs: this.blobs, session: o.session, actor: o.actor, log: this.o.log });
+      try {
+        return await fn(new Vfs(o.backend, { pipeline: new MutationPipeline([...o.stages, stage]) }));
+      } finally {
+        await stage.finishAll();
+        await this.writer.sync();
+      }
+    });
+  }
+
+  /**
    * Mark the journal's current point with a name (a journaled `tag` record, durable when this
    * returns). Serial with rollback and gc, and by the one writer, so two tags of one name
    * cannot both pass the check.

@@ -289,4 +289,120 @@ os.rename('cases/tmp.log', 'cases/smith/tmp.log')
     expect(restApplied.status, restApplied.stderr + restApplied.stdout).toBe(0);
     expect(snapshotTree(src)).toEqual(seen);
   });
+
+  /** a staged mount whose kernel caches hold for a minute: only an invalidation shows a change at once */
+  const mountCached = async (session: string, fill?: (src: string) => void) => {
+    m = await startMount({
+      src: path.join(root, 'src'),
+      ...(fill ? { populate: fill } : {}),
+      args: ['--state', path.join(root, 'state'), '--session', session, '--staged', '--preset', 'sandboxed', '--attr-timeout', '60', '--entry-timeout', '60'],
+    });
+    Object.assign(env, m.env);
+    return m;
+  };
+
+  it.skipIf(onGcs)('apply of a frozen, still mounted session: refused while live, through the daemon once frozen; the mount stays frozen and shows the applied workspace', { timeout: 240_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const src = path.join(root, 'src');
+    const mt = await mountCached('live-apply', populate);
+    const original = snapshotTree(src);
+    py(REORG, mt.mnt);
+    const seen = snapshotTree(mt.mnt);
+
+    const live = ledgerfs(['apply', '--state', state, '--session', 'live-apply']);
+    expect(live.status, live.stdout).toBe(2);
+    expect(live.stderr).toMatch(/the staged session live-apply is still live at .*: freeze it first \(ledgerfs freeze\)/);
+    expect(snapshotTree(src)).toEqual(original);
+
+    expect(ledgerfs(['freeze', '--state', state]).status).toBe(0);
+    const dry = ledgerfs(['apply', '--state', state, '--session', 'live-apply', '--dry-run', '--json']);
+    expect(dry.status, dry.stderr).toBe(0);
+    const planned = JSON.parse(dry.stdout) as { dryRun: boolean; changes: Array<{ kind: string; path: string; from?: string }> };
+    expect(planned.dryRun).toBe(true);
+    expect(planned.changes).toContainEqual({ kind: 'R', from: '/cases/jones', path: '/archive/2025/jones' });
+    expect(snapshotTree(src)).toEqual(original);
+
+    // a change beside the mount: refused before any change, naming it (exit 1)
+    fs.writeFileSync(path.join(src, 'cases/index.md'), '# cases, edited beside\n');
+    const conflict = ledgerfs(['apply', '--state', state, '--session', 'live-apply']);
+    expect(conflict.status, conflict.stderr).toBe(1);
+    expect(conflict.stdout).toMatch(/Refused before any change: conflicts[^\n]*\n {2}\/cases\/index\.md: changed since the session first read it/);
+    expect(fs.existsSync(path.join(src, 'archive')), 'nothing applied').toBe(false);
+    fs.writeFileSync(path.join(src, 'cases/index.md'), '# cases\n'); // as the session read it
+
+    const r = ledgerfs(['apply', '--state', state, '--session', 'live-apply', '--json']);
+    expect(r.status, r.stderr + r.stdout).toBe(0);
+    const applied = JSON.parse(r.stdout) as { applySession: string; applied: number; conflicts: unknown[] };
+    expect(applied.applySession).toMatch(/^apply-/);
+    expect(applied.conflicts).toEqual([]);
+    expect(snapshotTree(src), 'the backend is what the program saw').toEqual(seen);
+    expect(snapshotTree(mt.mnt), 'the mount shows it too').toEqual(seen);
+    expect(fs.readFileSync(path.join(mt.mnt, '.ledgerfs/session'), 'utf8')).toMatch(/frozen: yes/);
+    expect(() => fs.writeFileSync(path.join(mt.mnt, 'cases/more.txt'), 'x'), 'still frozen').toThrow(/EROFS/);
+    expect(ledgerfs(['apply', '--state', state, '--session', 'live-apply', '--dry-run', '--json']).stdout).toMatch(/"changes": \[\]/);
+
+    // rollback through a staged daemon would undo into its overlay: refused until unmounted
+    const rbLive = ledgerfs(['rollback', '--state', state, '--session', applied.applySession]);
+    expect(rbLive.status).toBe(2);
+    expect(rbLive.stderr).toMatch(/staged session \(live-apply\), whose view is its overlay; rollback needs it unmounted/);
+    expect(snapshotTree(src)).toEqual(seen);
+
+    // writable again: the session goes on over the applied workspace
+    expect(ledgerfs(['freeze', '--state', state, '--off']).status).toBe(0);
+    fs.writeFileSync(path.join(mt.mnt, 'cases/more.txt'), 'after the apply\n');
+    expect(fs.existsSync(path.join(src, 'cases/more.txt')), 'staged again').toBe(false);
+    await unmount();
+    const rb = ledgerfs(['rollback', '--state', state, '--session', applied.applySession]);
+    expect(rb.status, rb.stderr + rb.stdout).toBe(0);
+    expect(snapshotTree(src), 'rollback of the live apply restores the backend').toEqual(original);
+  });
+
+  it.skipIf(onGcs)('discard of a frozen, still mounted session: the mount shows the workspace as it is at once, kernel caches and all', { timeout: 240_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const src = path.join(root, 'src');
+    const mt = await mountCached('live-discard', populate);
+    const original = snapshotTree(src);
+    py(`
+import os
+with open('cases/new.txt', 'w') as f: f.write('made in the session\\n')
+with open('cases/index.md', 'a') as f: f.write('- a much longer index than before\\n')
+os.remove('cases/tmp.log')
+os.rename('cases/jones', 'cases/jones-2')
+os.mkdir('cases/fresh')
+`, mt.mnt);
+    // the kernel caches what a program looks at (for 60 s here)
+    const look = () => ({
+      tree: snapshotTree(mt.mnt),
+      newTxt: fs.existsSync(path.join(mt.mnt, 'cases/new.txt')),
+      jones2: fs.existsSync(path.join(mt.mnt, 'cases/jones-2/a.txt')),
+      fresh: fs.existsSync(path.join(mt.mnt, 'cases/fresh')),
+      tmpLog: fs.existsSync(path.join(mt.mnt, 'cases/tmp.log')),
+      indexSize: fs.statSync(path.join(mt.mnt, 'cases/index.md')).size,
+      cases: fs.readdirSync(path.join(mt.mnt, 'cases')).sort(),
+    });
+    const during = look();
+    expect(during).toMatchObject({ newTxt: true, jones2: true, fresh: true, tmpLog: false });
+
+    const live = ledgerfs(['discard', '--state', state, '--session', 'live-discard']);
+    expect(live.status).toBe(2);
+    expect(live.stderr).toMatch(/still live .*freeze it first/);
+    expect(look().newTxt, 'nothing dropped while live').toBe(true);
+
+    expect(ledgerfs(['freeze', '--state', state]).status).toBe(0);
+    const t0 = Date.now();
+    const d = ledgerfs(['discard', '--state', state, '--session', 'live-discard', '--json']);
+    expect(d.status, d.stderr).toBe(0);
+    expect((JSON.parse(d.stdout) as { discarded: unknown[] }).discarded.length).toBeGreaterThanOrEqual(5);
+    const after = look();
+    const took = Date.now() - t0;
+    console.log(`live discard: the mount showed the workspace ${took} ms after the command began (kernel caches: 60 s)`);
+    expect(after.tree, 'the mount shows the workspace as it is').toEqual(original);
+    expect(after).toMatchObject({ newTxt: false, jones2: false, fresh: false, tmpLog: true, indexSize: Buffer.byteLength('# cases\n') });
+    expect(after.cases).toEqual(['index.md', 'jones', 'smith', 'tmp.log']);
+    expect(snapshotTree(src)).toEqual(original);
+    expect(fs.existsSync(path.join(state, 'staged/live-discard/meta.log')) ? fs.readFileSync(path.join(state, 'staged/live-discard/meta.log'), 'utf8') : '').toBe('');
+    expect(() => fs.writeFileSync(path.join(mt.mnt, 'cases/x.txt'), 'x'), 'still frozen').toThrow(/EROFS/);
+  });
 });

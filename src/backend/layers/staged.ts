@@ -225,9 +225,11 @@ export class StagedBackend implements Backend {
   readonly kind: string;
   readonly location: string;
   readonly capabilities: BackendCapabilities;
-  readonly state: StagedState;
-  private readonly upper: LocalBackend;
-  private readonly logFd: number;
+  state: StagedState;
+  private upper: LocalBackend;
+  private logFd: number;
+  /** upper stores replaced by reopen(): files a program still has open read through them */
+  private readonly retired: LocalBackend[] = [];
   private readonly inos = new PathMap<number>().set('/', 1);
   private nextIno = 2;
   private readonly copyUps = new Map<string, Promise<void>>();
@@ -243,6 +245,22 @@ export class StagedBackend implements Backend {
     this.kind = base.kind;
     this.location = base.location;
     this.capabilities = { ...base.capabilities, hardLinks: false, xattrs: false, posixNewNodes: true };
+  }
+
+  /**
+   * Take up the overlay as the state directory holds it now: after an apply or discard run by
+   * this daemon (a frozen mount), which dropped, cut or set aside the session's overlay. The
+   * upper tree may be a new directory, so a new upper store; the old one stays open for the
+   * files programs still hold (it closes with this backend).
+   */
+  reopen(): void {
+    fs.mkdirSync(this.layout.upper, { recursive: true });
+    fs.mkdirSync(this.layout.tmp, { recursive: true });
+    fs.closeSync(this.logFd);
+    this.logFd = fs.openSync(this.layout.log, 'a');
+    this.state = readStagedState(this.layout);
+    this.retired.push(this.upper);
+    this.upper = new LocalBackend(this.layout.upper);
   }
 
   /** Append one mutation's bookkeeping and make it durable before the mutation answers. */
@@ -555,6 +573,7 @@ export class StagedBackend implements Backend {
   async close(): Promise<void> {
     fs.closeSync(this.logFd);
     await this.upper.close();
+    for (const u of this.retired) await u.close();
     await this.base.close();
   }
 }
