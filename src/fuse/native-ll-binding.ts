@@ -507,6 +507,8 @@ export class NativeLlBinding implements Binding {
     if (addon instanceof Error) throw addon;
     let invalidate: ((paths: string[]) => Promise<void>) | undefined;
     const mounted = serveSession(addon, mountpoint, (onClosed, session) => makeHandler(addon, ops, onClosed, session, (fn) => (invalidate = fn)), options, !!ops.xattr);
+    // an addon built before `invalidate` existed: the caller waits the kernel's caches out instead
+    if (typeof addon.invalidate !== 'function') return mounted;
     return { mountpoint: mounted.mountpoint, unmount: () => mounted.unmount(), invalidate: (paths) => invalidate?.(paths) ?? Promise.resolve() };
   }
 }
