@@ -32,6 +32,11 @@ export interface ApplyResult {
   skipped: StagedConflict[];
   /** --force: conflicts overridden */
   forced: StagedConflict[];
+  /**
+   * changed beside the mount after the check, while the apply ran: the store refused the
+   * change (GCS: a pinned generation, ifGenerationMatch), nothing was overwritten; also in `skipped`
+   */
+  late: StagedConflict[];
   /** operations done on the store */
   applied: number;
   /** where the changes left out are kept (with --skip-conflicts), else undefined */
@@ -156,7 +161,7 @@ async function applyOverlay(
     .map((c) => (c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) }));
   const conflictMap = await findConflicts(state, layout, ws.store, view, prefix);
   const conflicts = [...conflictMap.values()];
-  const result: ApplyResult = { session, dryRun: o.dryRun, applySession: null, changes, conflicts, skipped: [], forced: [], applied: 0 };
+  const result: ApplyResult = { session, dryRun: o.dryRun, applySession: null, changes, conflicts, skipped: [], forced: [], late: [], applied: 0 };
   if (o.dryRun) return result;
   if (conflicts.length > 0 && !o.force && !o.skipConflicts) return result;
   if (o.force) {
@@ -166,7 +171,13 @@ async function applyOverlay(
   const applySession = newSessionId('apply-');
   result.applySession = applySession;
   const total = state.ops.length + countEntries(layout.upper);
-  await journal(applySession, (vfs) => replay(vfs, state, layout, conflictMap, view, result, prefix, onProgress ? () => onProgress(result.applied, Math.max(total, result.applied)) : undefined));
+  // what was checked is what gets changed: a change beside the mount after the check fails the write
+  const unpin = ws.store.expectVersions?.(pinsOf(state, layout, new Set(conflicts.map((c) => c.path)), view, prefix));
+  try {
+    await journal(applySession, (vfs) => replay(vfs, state, layout, conflictMap, view, result, prefix, onProgress ? () => onProgress(result.applied, Math.max(total, result.applied)) : undefined));
+  } finally {
+    unpin?.();
+  }
   if (rest && result.skipped.length === 0) keepRest(layout, rest, prefix as string);
   else if (result.skipped.length === 0) dropStaged(layout);
   else {
@@ -180,6 +191,33 @@ async function applyOverlay(
 }
 
 const WRITE_FLAGS = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC;
+
+/**
+ * What apply pins on the store (Backend.expectVersions, store paths): each base file the session
+ * read, at the version it read, and each file the program made where the base had nothing, as
+ * absent. Conflicts found by the check are left out (skipped, or applied over with --force).
+ */
+function pinsOf(state: StagedState, layout: StagedLayout, conflicted: Set<string>, view: (p: string) => string, prefix?: string): Map<string, string | null> {
+  const pins = new Map<string, string | null>();
+  const wanted = (p: string) => !conflicted.has(view(p)) && (prefix === undefined || isWithin(p, prefix));
+  for (const [p, was] of state.baseStates) if (was.version !== undefined && wanted(p)) pins.set(p, was.version);
+  const covered = (p: string) => [...state.baseStates.keys()].some((b) => isWithin(p, b));
+  const walk = (d: string): void => {
+    let entries: fs.Dirent[];
+    try {
+      entries = fs.readdirSync(path.join(layout.upper, d), { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      const p = joinPath(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (!state.copied.has(p) && !covered(p) && wanted(p)) pins.set(p, null);
+    }
+  };
+  walk('/');
+  return pins;
+}
 
 /** Nodes of the upper tree (what the content pass may write), for progress. */
 function countEntries(dir: string): number {
@@ -210,6 +248,14 @@ async function replay(
       progressed?.();
       return true;
     } catch (err) {
+      if (err instanceof VfsError && err.code === 'ESTALE') {
+        // changed beside the mount after the check: the store refused to write over it
+        const c: StagedConflict = { path: what, reason: `changed beside the mount while the apply ran; not overwritten (${err.reason})` };
+        r.late.push(c);
+        r.skipped.push(c);
+        conflicts.set(origin ?? what, c); // what depends on it is left out too
+        return false;
+      }
       if (conflicts.size > 0 && err instanceof VfsError) {
         // after something was left out, a change that needed it cannot be made either
         r.skipped.push({ path: what, reason: `${err.code}: depends on a change left out` });

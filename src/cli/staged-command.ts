@@ -47,11 +47,17 @@ function report(r: ApplyResult, o: ApplyOptions): number {
     for (const c of r.conflicts) out(`  ${c.path}: ${c.reason}`);
   }
   for (const c of r.forced) out(`  overridden (--force): ${c.path}: ${c.reason}`);
-  if (r.skipped.length > 0) {
-    out(`Left out ${r.skipped.length} change(s) (--skip-conflicts):`);
-    for (const c of r.skipped) out(`  ${c.path}: ${c.reason}`);
-    if (r.keptIn) out(`Their staged versions are kept in ${r.keptIn}.`);
+  if (r.late.length > 0) {
+    out(`Changed beside the mount while the apply ran, so left out (the store refused to write over them; nothing was overwritten):`);
+    for (const c of r.late) out(`  ${c.path}: ${c.reason}`);
   }
+  // (compared by value: a daemon's answer arrives as JSON)
+  const skipped = r.skipped.filter((c) => !r.late.some((l) => l.path === c.path && l.reason === c.reason));
+  if (skipped.length > 0) {
+    out(`Left out ${skipped.length} change(s)${o.skipConflicts ? ' (--skip-conflicts)' : ''}:`);
+    for (const c of skipped) out(`  ${c.path}: ${c.reason}`);
+  }
+  if (r.skipped.length > 0 && r.keptIn) out(`Their staged versions are kept in ${r.keptIn}.`);
   if (r.applySession) {
     out(`Applied ${r.applied} operation(s); journaled as session ${r.applySession}.`);
     out(`To undo the apply: ledgerfs rollback${againFlags(o)} --session ${r.applySession}`);
@@ -112,7 +118,9 @@ ${STATE_HELP}`,
 Before anything changes, every file and directory the session touched is checked against
 what it was when the session first read it (size and content hash; on GCS through the
 bucket): if something changed beside the mount, apply refuses and names the paths
-(exit 1); --skip-conflicts applies the rest, --force applies over them.
+(exit 1); --skip-conflicts applies the rest, --force applies over them. On GCS the writes are
+then conditional on the generation the session read (ifGenerationMatch): a change made in
+the bucket after the check is not overwritten; that change is left out and named (exit 1).
 The changes go through the workspace's policy and journal like any program's: renames are
 replayed as renames (a moved directory moves in one rename), in the order the program made
 them; then new and changed files are written where the program left them. The apply is a
