@@ -63,7 +63,7 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
   const service = await JournalService.open({
     stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session,
     actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log, // a staged session writes nothing to the bucket, not even its journal, until apply
-    remote: ws.staged ? undefined : ws.journalRemote, denials: ws.denials, ...(ws.staged ? { staged: true } : {}),
+    remote: ws.staged ? undefined : ws.journalRemote, denials: ws.denials, ...(ws.staged ? { staged: true, pullOnly: ws.journalRemote } : {}),
   });
   rememberWorkspace(stateDir, flags);
   let control: ControlServer | null = null;

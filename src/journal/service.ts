@@ -39,6 +39,12 @@ export interface OpenJournalOptions {
   denials?: DenialSink | undefined;
   /** mount --staged: the start record says so (rollback refuses such a session; see discard) */
   staged?: boolean;
+  /**
+   * GCS, staged: import what other writers left in the bucket's journal first (reads only),
+   * mirror nothing: this writer's seq numbers then go on after theirs, so the session's records
+   * (and an apply its daemon journals) cannot share numbers with them
+   */
+  pullOnly?: JournalRemote | undefined;
 }
 
 /** What takes a refusal's line (policy/denials.ts DenialLog). */
@@ -116,6 +122,14 @@ export class JournalService {
         });
         mirror = opened.mirror;
         if (opened.pulled.segments > 0) notes.push(`imported ${opened.pulled.bytes} bytes of journal (${opened.pulled.segments} segment(s)) other hosts left in ${mirror.location}`);
+      } else if (o.pullOnly) {
+        const remote = o.pullOnly;
+        const opened = await BucketMirror.open({
+          remote, layout, log: o.log, intervalMs: DEFAULTS.journal.mirrorIntervalMs, retryMs: DEFAULTS.journal.mirrorRetryMs,
+        }).catch((err: unknown) => {
+          throw new Error(`journal: cannot read the journal's mirror in ${remote.location}: ${(err as Error).message}`);
+        });
+        if (opened.pulled.segments > 0) notes.push(`imported ${opened.pulled.bytes} bytes of journal (${opened.pulled.segments} segment(s)) other hosts left in ${opened.mirror.location}`);
       }
       let contents = readJournal(o.stateDir);
       if (contents.tornTail) {

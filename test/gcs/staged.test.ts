@@ -145,4 +145,45 @@ with open('gen/new.txt', 'w') as f: f.write('new from the session\\n')
     const [tmpLog] = await bucket.file('gen/tmp.log').exists();
     expect(tmpLog, 'the rest was applied').toBe(false);
   });
+
+  it('apply of a frozen, still mounted session on GCS: the daemon applies it, the bucket and the mount show what the program saw, rollback after unmount restores it', { timeout: 300_000 }, async () => {
+    const state = path.join(tmp, 'state-live');
+    const m: TestMount = await startMount({
+      gcs: { emulator: g.emulator, bucket: g.bucket },
+      populate: (src) => {
+        fs.mkdirSync(path.join(src, 'live/jones'), { recursive: true });
+        fs.writeFileSync(path.join(src, 'live/index.md'), '# live\n');
+        fs.writeFileSync(path.join(src, 'live/jones/a.txt'), 'jones a\n');
+        fs.writeFileSync(path.join(src, 'live/tmp.log'), 'scratch\n');
+      },
+      args: ['--state', state, '--session', 'gcs-live', '--staged', '--attr-timeout', '30', '--entry-timeout', '30'],
+    });
+    const under = (t: Record<string, unknown>) => Object.fromEntries(Object.entries(t).filter(([k]) => k === 'live' || k.startsWith('live/')));
+    let original: Record<string, unknown>;
+    let seen: Record<string, unknown>;
+    let applySession: string;
+    try {
+      original = under(snapshotTree(m.mnt));
+      py(`
+import os
+os.rename('live/jones', 'live/jones-closed')
+os.remove('live/tmp.log')
+with open('live/index.md', 'a') as f: f.write('- applied live\\n')
+with open('live/new.txt', 'w') as f: f.write('new\\n')
+`, m.mnt);
+      seen = under(snapshotTree(m.mnt));
+      expect(ledgerfs(['freeze', '--state', state]).status).toBe(0);
+      const r = ledgerfs(['apply', '--state', state, '--session', 'gcs-live', '--json']);
+      expect(r.status, r.stderr + r.stdout).toBe(0);
+      applySession = (JSON.parse(r.stdout) as { applySession: string }).applySession;
+      expect(applySession).toMatch(/^apply-/);
+      expect(under(snapshotTree(m.mnt)), 'the mount shows the applied bucket').toEqual(seen);
+      expect(under(await bucketTree()), 'the bucket is what the program saw').toEqual(seen);
+    } finally {
+      await m.stop();
+    }
+    const undo = ledgerfs(['rollback', '--state', state, '--session', applySession]);
+    expect(undo.status, undo.stderr + undo.stdout).toBe(0);
+    expect(under(await bucketTree()), 'rollback of the live apply restores the bucket').toEqual(original);
+  });
 });
