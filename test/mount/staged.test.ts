@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -405,5 +405,46 @@ os.mkdir('cases/fresh')
     expect(snapshotTree(src)).toEqual(original);
     expect(fs.existsSync(path.join(state, 'staged/live-discard/meta.log')) ? fs.readFileSync(path.join(state, 'staged/live-discard/meta.log'), 'utf8') : '').toBe('');
     expect(() => fs.writeFileSync(path.join(mt.mnt, 'cases/x.txt'), 'x'), 'still frozen').toThrow(/EROFS/);
+  });
+
+  it.skipIf(onGcs)('a frozen mount: apply --path through the daemon keeps the rest staged and shown; a file still open for writing refuses apply', { timeout: 240_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const src = path.join(root, 'src');
+    const mt = await mountCached('live-part', populate);
+    const original = snapshotTree(src);
+    // a writer that keeps its file open (written, not closed) until told
+    const writer = spawn('python3', ['-c', "import sys\nf = open('cases/held.txt', 'w'); f.write('held\\n'); f.flush()\nprint('open', flush=True)\nsys.stdin.readline()\nf.close()\nprint('closed', flush=True)\n"], { cwd: mt.mnt });
+    const said = (what: string) => new Promise<void>((r) => writer.stdout.on('data', (d: Buffer) => d.toString().includes(what) && r()));
+    try {
+      await said('open');
+      py(`
+import os
+with open('cases/jones/a.txt', 'a') as f: f.write('more\\n')
+os.remove('cases/smith/notes.txt')
+`, mt.mnt);
+      expect(ledgerfs(['freeze', '--state', state]).status).toBe(0);
+      const busy = ledgerfs(['apply', '--state', state, '--session', 'live-part']);
+      expect(busy.status).toBe(2);
+      expect(busy.stderr).toMatch(/still has 1 file\(s\) open for writing \(\/cases\/held\.txt\); close them, then apply again/);
+      const closed = said('closed');
+      writer.stdin.write('\n');
+      await closed;
+    } finally {
+      writer.kill('SIGKILL');
+    }
+    const seen = snapshotTree(mt.mnt);
+    const part = ledgerfs(['apply', '--state', state, '--session', 'live-part', '--path', '/cases/jones']);
+    expect(part.status, part.stderr + part.stdout).toBe(0);
+    const below = (t: Record<string, unknown>, p: string) => Object.fromEntries(Object.entries(t).filter(([k]) => k === p || k.startsWith(p + '/')));
+    const after = snapshotTree(src);
+    expect(below(after, 'cases/jones'), 'below the prefix: applied').toEqual(below(seen, 'cases/jones'));
+    expect(below(after, 'cases/smith'), 'the rest: not yet').toEqual(below(original, 'cases/smith'));
+    expect(after['cases/held.txt']).toBeUndefined();
+    expect(snapshotTree(mt.mnt), 'the mount still shows the rest staged').toEqual(seen);
+    const rest = ledgerfs(['apply', '--state', state, '--session', 'live-part']);
+    expect(rest.status, rest.stderr + rest.stdout).toBe(0);
+    expect(snapshotTree(src)).toEqual(seen);
+    expect(snapshotTree(mt.mnt)).toEqual(seen);
   });
 });
