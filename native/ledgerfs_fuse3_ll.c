@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <linux/fuse.h>
 #include <node_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -1021,6 +1023,123 @@ static napi_value js_inval_attr(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/*
+ * invalidate(handle, items) -> Promise<number>: the kernel forgets what it cached. `items` is a
+ * flat array of pairs: (ino, null) drops a node's attributes (as invalAttr); (parent, name)
+ * drops the directory entry `name` of `parent` (positive or negative), and with it the dentries
+ * below it. For changes made without a request (a staged mount's overlay applied or dropped by
+ * its daemon). Entry invalidation takes the parent directory's lock in the kernel, which a
+ * lookup waiting for this very thread may hold: so the notifications are written from libuv's
+ * thread pool, never from the JS thread, to a duplicate of the session's descriptor (the
+ * session may end meanwhile: the write then fails, nothing else is touched). Resolves with how
+ * many the kernel took (the rest were not cached, or the mount is gone).
+ */
+struct inval_job {
+  napi_async_work work;
+  napi_deferred deferred;
+  int fd;
+  size_t n;
+  uint64_t *ids;
+  char **names;   /* NULL: an attribute invalidation */
+  int done;
+};
+
+static void inval_execute(napi_env env, void *data) {
+  (void)env;
+  struct inval_job *j = data;
+  for (size_t i = 0; i < j->n; i++) {
+    struct fuse_out_header out = { 0 };
+    struct iovec iov[4];
+    int cnt;
+    struct fuse_notify_inval_inode_out ino;
+    struct fuse_notify_inval_entry_out ent;
+    if (!j->names[i]) {
+      memset(&ino, 0, sizeof ino);
+      ino.ino = j->ids[i];
+      ino.off = -1; /* attributes only: pages are dropped at the next open (no keep_cache) */
+      ino.len = 0;
+      out.error = FUSE_NOTIFY_INVAL_INODE;
+      out.len = sizeof out + sizeof ino;
+      iov[1].iov_base = &ino;
+      iov[1].iov_len = sizeof ino;
+      cnt = 2;
+    } else {
+      memset(&ent, 0, sizeof ent);
+      ent.parent = j->ids[i];
+      ent.namelen = (uint32_t)strlen(j->names[i]);
+      out.error = FUSE_NOTIFY_INVAL_ENTRY;
+      out.len = (uint32_t)(sizeof out + sizeof ent + ent.namelen + 1);
+      iov[1].iov_base = &ent;
+      iov[1].iov_len = sizeof ent;
+      iov[2].iov_base = j->names[i];
+      iov[2].iov_len = ent.namelen + 1; /* with its NUL, as the kernel wants */
+      cnt = 3;
+    }
+    iov[0].iov_base = &out;
+    iov[0].iov_len = sizeof out;
+    if (writev(j->fd, iov, cnt) >= 0) j->done++;
+  }
+}
+
+static void inval_complete(napi_env env, napi_status status, void *data) {
+  (void)status;
+  struct inval_job *j = data;
+  napi_value v;
+  napi_create_int32(env, j->done, &v);
+  napi_resolve_deferred(env, j->deferred, v);
+  napi_delete_async_work(env, j->work);
+  if (j->fd >= 0) close(j->fd);
+  for (size_t i = 0; i < j->n; i++) free(j->names[i]);
+  free(j->names);
+  free(j->ids);
+  free(j);
+}
+
+static napi_value js_invalidate(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2], promise, res_name;
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  struct mnt *m = NULL;
+  uint32_t len = 0;
+  if (argc < 2 || napi_get_value_external(env, argv[0], (void **)&m) != napi_ok || napi_get_array_length(env, argv[1], &len) != napi_ok || len % 2) {
+    napi_throw_type_error(env, NULL, "invalidate(handle, [ino, name|null, ...])");
+    return NULL;
+  }
+  struct inval_job *j = calloc(1, sizeof *j);
+  if (!j) { napi_throw_error(env, NULL, "out of memory"); return NULL; }
+  j->n = len / 2;
+  j->ids = calloc(j->n ? j->n : 1, sizeof *j->ids);
+  j->names = calloc(j->n ? j->n : 1, sizeof *j->names);
+  j->fd = (m && !m->destroyed && !m->closed && m->se) ? fcntl(fuse_session_fd(m->se), F_DUPFD_CLOEXEC, 3) : -1;
+  size_t k = 0; /* items kept: a name that cannot be taken is left out, never sent as another kind */
+  for (size_t i = 0; j->ids && j->names && i < len / 2; i++) {
+    napi_value id, nm;
+    napi_valuetype t;
+    double d = 0;
+    napi_get_element(env, argv[1], (uint32_t)(2 * i), &id);
+    if (napi_get_value_double(env, id, &d) != napi_ok || d < 1) continue;
+    napi_get_element(env, argv[1], (uint32_t)(2 * i + 1), &nm);
+    napi_typeof(env, nm, &t);
+    if (t == napi_string) {
+      char buf[NAME_MAX * 4 + 1];
+      size_t l = 0;
+      if (name_from_js(env, nm, buf, sizeof buf, &l) != napi_ok || l >= sizeof buf || l == 0) continue;
+      char *copy = malloc(l + 1);
+      if (!copy) continue;
+      memcpy(copy, buf, l);
+      copy[l] = 0;
+      j->names[k] = copy;
+    }
+    j->ids[k++] = (uint64_t)d;
+  }
+  j->n = k;
+  CHECK(napi_create_promise(env, &j->deferred, &promise));
+  napi_create_string_utf8(env, "ledgerfs:invalidate", NAPI_AUTO_LENGTH, &res_name);
+  CHECK(napi_create_async_work(env, NULL, res_name, inval_execute, inval_complete, j, &j->work));
+  CHECK(napi_queue_async_work(env, j->work));
+  return promise;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_value names, name;
   napi_create_array_with_length(env, OP_COUNT, &names);
@@ -1032,6 +1151,8 @@ static napi_value init(napi_env env, napi_value exports) {
   napi_value fn;
   napi_create_function(env, "invalAttr", NAPI_AUTO_LENGTH, js_inval_attr, NULL, &fn);
   napi_set_named_property(env, exports, "invalAttr", fn);
+  napi_create_function(env, "invalidate", NAPI_AUTO_LENGTH, js_invalidate, NULL, &fn);
+  napi_set_named_property(env, exports, "invalidate", fn);
   return define_exports(env, exports, js_mount, js_destroy, js_reply, js_unref, js_set_scratch);
 }
 

@@ -22,6 +22,8 @@ import { takeNoWaitRequest } from './upload-spool.js';
 import type { UploadQueueStats } from '../backend/index.js';
 import { bannerWritten, isDaemonChild } from './daemon.js';
 import { mountAnswersStatFromChild } from './readiness.js';
+import { LimitCountsKeeper } from './limit-counts.js';
+import { liveStagedControl } from './staged.js';
 
 export interface MountCommandOptions {
   source?: string;
@@ -146,16 +148,20 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   if (problem) throw new UserError(problem);
   /** after a failure: a state directory this mount made goes (one that was there stays) */
   const forgetJournal = async () => {
+    limitCounts?.stop();
     await journal?.close().catch(() => undefined);
     if (!stateDirExisted && stateDir) fs.rmSync(stateDir, { recursive: true, force: true });
   };
   let journal: MountJournal | null = null;
+  let limitCounts: LimitCountsKeeper | undefined;
   if (o.journal !== false) {
     try {
       const denials = ws.policy?.denials;
       journal = await openJournal({ ...ws, ...(denials ? { denials } : {}), ...(o.staged ? { staged: true } : {}) }, { source: o.source, policy: o.policy, state: o.state, session: o.session, actor: o.actor, mountpoint }, log);
       const stage = journal.stage;
       if (ws.policy) ws.policy.view.session = sessionInfo(journal.session, ws);
+      // limits count per session: a remount of this session goes on from its counts
+      if (ws.policy) limitCounts = LimitCountsKeeper.start(ws.policy.limits, journal.stateDir, journal.session, log);
       const j = journal;
       const uploads = storeStatsOf(ws.store, ws.sourceDir).uploads;
       if (ws.policy) ws.policy.view.usageNotes = () => [j.spaceNote(), uploads ? uploadsNote(uploads) : null].filter((n) => n).join('\n') || null;
@@ -205,7 +211,15 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
     const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);
     const staged = ws.store instanceof StagedBackend ? ws.store : undefined;
-    await journal?.serve(vfs, settleMs, staged ? (frozen) => (staged.frozen = frozen) : undefined);
+    const mounted = running;
+    const live = staged && journal
+      ? liveStagedControl({
+          ws, staged, service: journal.service, mountpoint, log, openWritePaths: () => (journal as MountJournal).stage.openWritePaths(),
+          // fuse-native cannot tell the kernel: its caches have expired after settleMs
+          invalidate: (paths) => (mounted.invalidate ? mounted.invalidate(paths) : new Promise((r) => setTimeout(r, settleMs))),
+        })
+      : undefined;
+    await journal?.serve(vfs, settleMs, live);
   } catch (err) {
     await running?.unmount().catch(() => undefined);
     await metricsServer?.close().catch(() => undefined);
@@ -293,6 +307,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   await drainUploads(store, journal?.stateDir ?? null, log);
   unregister();
   await metricsServer?.close();
+  limitCounts?.stop();
   await journal?.close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);

@@ -1,11 +1,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { dropStaged, hashOf, type PendingChange, pendingChanges, readStagedState, type ReplayOp, type StagedLayout, stagedLayout, StagedState } from '../backend/index.js';
-import { type Backend, isWithin, joinPath, type Logger, replaceFileSync, VfsError } from '../core/index.js';
-import { JournalService, liveDaemon, newSessionId } from '../journal/index.js';
+import { dropStaged, hashOf, type PendingChange, pendingChanges, readStagedState, type ReplayOp, type StagedBackend, type StagedLayout, stagedLayout, StagedState } from '../backend/index.js';
+import { type Backend, isWithin, joinPath, type Logger, parentOf, replaceFileSync, VfsError } from '../core/index.js';
+import { ControlRefusal, JournalService, liveDaemon, newSessionId, type StagedControl } from '../journal/index.js';
+import { UsageTable } from '../policy/index.js';
 import type { Vfs } from '../vfs/index.js';
 import { UserError } from './errors.js';
-import type { OpenedWorkspace } from './workspace.js';
+import { type OpenedWorkspace, workspaceOverStore } from './workspace.js';
 
 /**
  * `ledgerfs apply` and `discard`: a staged session's overlay (backend/layers/staged.ts) brought
@@ -31,6 +32,11 @@ export interface ApplyResult {
   skipped: StagedConflict[];
   /** --force: conflicts overridden */
   forced: StagedConflict[];
+  /**
+   * changed beside the mount after the check, while the apply ran: the store refused the
+   * change (GCS: a pinned generation, ifGenerationMatch), nothing was overwritten; also in `skipped`
+   */
+  late: StagedConflict[];
   /** operations done on the store */
   applied: number;
   /** where the changes left out are kept (with --skip-conflicts), else undefined */
@@ -46,16 +52,25 @@ export interface ApplyOptions {
   actor: string;
 }
 
-/** A staged session's overlay, refused while its mount is up (its daemon holds the journal). */
-export function stagedOf(stateDir: string, session: string): { layout: StagedLayout; state: StagedState } {
+/** Refuses a session without an overlay in this state directory. */
+export function stagedExists(stateDir: string, session: string): StagedLayout {
   const layout = stagedLayout(stateDir, session);
   if (!fs.existsSync(layout.log) && !fs.existsSync(layout.upper)) {
     throw new UserError(`session ${session} has no staged changes in ${stateDir} (never staged, or already applied or discarded); 'ledgerfs log --state ${stateDir}' lists the sessions`);
   }
+  return layout;
+}
+
+/**
+ * A staged session's overlay, for apply or discard without a mount; refused while a mount is
+ * up (its daemon holds the journal: the CLI asks that daemon instead when it serves the session).
+ */
+export function stagedOf(stateDir: string, session: string): { layout: StagedLayout; state: StagedState } {
+  const layout = stagedExists(stateDir, session);
   const live = liveDaemon(stateDir);
   if (live) {
     throw new UserError(
-      `the workspace is mounted at ${live.mountpoint} (session ${live.session}); unmount it first (ledgerfs unmount ${live.mountpoint}): its staged changes must not move while they are applied or dropped (ledgerfs freeze only holds them read-only for review)`,
+      `the workspace is mounted at ${live.mountpoint} (session ${live.session}); apply or discard of session ${session} needs it unmounted (ledgerfs unmount ${live.mountpoint}), or the mount of that session frozen (ledgerfs freeze)`,
     );
   }
   return { layout, state: readStagedState(layout) };
@@ -115,8 +130,28 @@ function touchesConflict(origin: string | null, conflicts: Map<string, StagedCon
   return undefined;
 }
 
+/** Runs the apply's changes as a journaled session of their own (`session`), through `fn`'s Vfs. */
+type ApplyJournal = (session: string, fn: (vfs: Vfs) => Promise<void>) => Promise<void>;
+
+/** `ledgerfs apply` of an unmounted staged session: the workspace's journal opened for the apply. */
 export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session: string, o: ApplyOptions, log: Logger): Promise<ApplyResult> {
-  const { layout, state: whole } = stagedOf(stateDir, session);
+  const { layout, state } = stagedOf(stateDir, session);
+  return applyOverlay(ws, stateDir, session, layout, state, o, async (applySession, fn) => {
+    const svc = await JournalService.open({
+      stateDir, backend: ws.backend, source: ws.store.location, session: applySession, actor: o.actor, role: 'apply', log, remote: ws.journalRemote,
+    });
+    try {
+      await fn(svc.attachDirect(ws.stages));
+    } finally {
+      await svc.close();
+    }
+  });
+}
+
+async function applyOverlay(
+  ws: OpenedWorkspace, stateDir: string, session: string, layout: StagedLayout, whole: StagedState, o: ApplyOptions, journal: ApplyJournal,
+  onProgress?: (done: number, total: number) => void,
+): Promise<ApplyResult> {
   const view = viewPathOf(ws);
   const prefix = o.path === undefined ? undefined : storePathOf(ws, o.path);
   const { state, rest } = prefix === undefined ? { state: whole, rest: undefined } : splitAt(whole, prefix, o.path as string);
@@ -126,7 +161,7 @@ export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session
     .map((c) => (c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) }));
   const conflictMap = await findConflicts(state, layout, ws.store, view, prefix);
   const conflicts = [...conflictMap.values()];
-  const result: ApplyResult = { session, dryRun: o.dryRun, applySession: null, changes, conflicts, skipped: [], forced: [], applied: 0 };
+  const result: ApplyResult = { session, dryRun: o.dryRun, applySession: null, changes, conflicts, skipped: [], forced: [], late: [], applied: 0 };
   if (o.dryRun) return result;
   if (conflicts.length > 0 && !o.force && !o.skipConflicts) return result;
   if (o.force) {
@@ -134,15 +169,14 @@ export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session
     conflictMap.clear();
   }
   const applySession = newSessionId('apply-');
-  const svc = await JournalService.open({
-    stateDir, backend: ws.backend, source: ws.store.location, session: applySession, actor: o.actor, role: 'apply', log, remote: ws.journalRemote,
-  });
   result.applySession = applySession;
+  const total = state.ops.length + countEntries(layout.upper);
+  // what was checked is what gets changed: a change beside the mount after the check fails the write
+  const unpin = ws.store.expectVersions?.(pinsOf(state, layout, new Set(conflicts.map((c) => c.path)), view, prefix));
   try {
-    const vfs = svc.attachDirect(ws.stages);
-    await replay(vfs, state, layout, conflictMap, view, result, prefix);
+    await journal(applySession, (vfs) => replay(vfs, state, layout, conflictMap, view, result, prefix, onProgress ? () => onProgress(result.applied, Math.max(total, result.applied)) : undefined));
   } finally {
-    await svc.close();
+    unpin?.();
   }
   if (rest && result.skipped.length === 0) keepRest(layout, rest, prefix as string);
   else if (result.skipped.length === 0) dropStaged(layout);
@@ -158,7 +192,47 @@ export async function applyStaged(ws: OpenedWorkspace, stateDir: string, session
 
 const WRITE_FLAGS = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC;
 
-async function replay(vfs: Vfs, state: StagedState, layout: StagedLayout, conflicts: Map<string, StagedConflict>, view: (p: string) => string, r: ApplyResult, prefix?: string): Promise<void> {
+/**
+ * What apply pins on the store (Backend.expectVersions, store paths): each base file the session
+ * read, at the version it read, and each file the program made where the base had nothing, as
+ * absent. Conflicts found by the check are left out (skipped, or applied over with --force).
+ */
+function pinsOf(state: StagedState, layout: StagedLayout, conflicted: Set<string>, view: (p: string) => string, prefix?: string): Map<string, string | null> {
+  const pins = new Map<string, string | null>();
+  const wanted = (p: string) => !conflicted.has(view(p)) && (prefix === undefined || isWithin(p, prefix));
+  for (const [p, was] of state.baseStates) if (was.version !== undefined && wanted(p)) pins.set(p, was.version);
+  const covered = (p: string) => [...state.baseStates.keys()].some((b) => isWithin(p, b));
+  const walk = (d: string): void => {
+    let entries: fs.Dirent[];
+    try {
+      entries = fs.readdirSync(path.join(layout.upper, d), { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      const p = joinPath(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (!state.copied.has(p) && !covered(p) && wanted(p)) pins.set(p, null);
+    }
+  };
+  walk('/');
+  return pins;
+}
+
+/** Nodes of the upper tree (what the content pass may write), for progress. */
+function countEntries(dir: string): number {
+  let n = 0;
+  try {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) n += 1 + (e.isDirectory() ? countEntries(path.join(dir, e.name)) : 0);
+  } catch {
+    /* no upper tree */
+  }
+  return n;
+}
+
+async function replay(
+  vfs: Vfs, state: StagedState, layout: StagedLayout, conflicts: Map<string, StagedConflict>, view: (p: string) => string, r: ApplyResult, prefix?: string, progressed?: () => void,
+): Promise<void> {
   // follows the store as the replay changes it: which base node each path now holds
   const sim = new StagedState();
   const skip = (what: string, c: StagedConflict) => r.skipped.push({ path: what, reason: `${c.reason} (${c.path})` });
@@ -171,8 +245,17 @@ async function replay(vfs: Vfs, state: StagedState, layout: StagedLayout, confli
     try {
       await fn();
       r.applied++;
+      progressed?.();
       return true;
     } catch (err) {
+      if (err instanceof VfsError && err.code === 'ESTALE') {
+        // changed beside the mount after the check: the store refused to write over it
+        const c: StagedConflict = { path: what, reason: `changed beside the mount while the apply ran; not overwritten (${err.reason})` };
+        r.late.push(c);
+        r.skipped.push(c);
+        conflicts.set(origin ?? what, c); // what depends on it is left out too
+        return false;
+      }
       if (conflicts.size > 0 && err instanceof VfsError) {
         // after something was left out, a change that needed it cannot be made either
         r.skipped.push({ path: what, reason: `${err.code}: depends on a change left out` });
@@ -263,6 +346,98 @@ async function copyIn(vfs: Vfs, host: string, v: string, mode: number): Promise<
     fs.closeSync(fd);
     await vfs.release(fh);
   }
+}
+
+/** What the daemon of a staged mount hands its review commands. */
+export interface LiveStaged {
+  /** the mount's workspace: its store is `staged` */
+  ws: OpenedWorkspace;
+  staged: StagedBackend;
+  service: JournalService;
+  mountpoint: string;
+  /** paths a program has open and is writing (the mount journal's write sessions) */
+  openWritePaths(): string[];
+  /** the kernel forgets what it cached of these view paths (and their directories' entries) */
+  invalidate(viewPaths: string[]): Promise<void>;
+  log: Logger;
+}
+
+/** Options of `apply` as the CLI sends them to the daemon (ApplyOptions, checked there). */
+export type LiveApplyOptions = ApplyOptions & { session: string };
+
+/**
+ * `freeze`, `apply` and `discard` of a mounted staged session, run by its daemon (which holds
+ * the journal): apply and discard only while the mount is frozen, so the program cannot change
+ * the overlay meanwhile. The mount stays frozen after them (until `freeze --off`) and shows the
+ * workspace as it now is: what the program saw after an apply, the workspace untouched after a
+ * discard; the kernel is told to forget what it cached of the changed paths.
+ */
+export function liveStagedControl(l: LiveStaged): StagedControl {
+  const refuseUnlessQuiet = (what: string, session: string): void => {
+    if (session !== l.service.session) {
+      throw new UserError(`the workspace is mounted at ${l.mountpoint} with staged session ${l.service.session}, not ${session}; ${what} of another session needs the mount unmounted (ledgerfs unmount ${l.mountpoint})`);
+    }
+    if (!l.staged.frozen) {
+      throw new UserError(`the staged session ${session} is still live at ${l.mountpoint}: freeze it first (ledgerfs freeze), so its program cannot change it while it is ${what === 'apply' ? 'applied' : 'dropped'}, or unmount it`);
+    }
+    const open = l.openWritePaths();
+    if (open.length > 0) {
+      throw new UserError(`a program at ${l.mountpoint} still has ${open.length} file(s) open for writing (${open.slice(0, 3).join(', ')}${open.length > 3 ? ', ...' : ''}); close them, then ${what} again`);
+    }
+  };
+  /** the mount's view after its overlay changed: its usage recounted, the kernel told */
+  const settle = async (changes: PendingChange[]) => {
+    const policy = l.ws.policy;
+    if (policy) policy.usage.takeFrom(await UsageTable.count(policy.compiled, l.staged));
+    const paths = new Set<string>();
+    for (const c of changes) {
+      for (const p of c.kind === 'R' ? [c.from, c.path] : [c.path]) {
+        const q = p.length > 1 && p.endsWith('/') ? p.slice(0, -1) : p;
+        paths.add(q);
+        paths.add(parentOf(q));
+      }
+    }
+    await l.invalidate([...paths]);
+  };
+  const refusals = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err) {
+      if (err instanceof UserError) throw new ControlRefusal(err.message);
+      throw err;
+    }
+  };
+  return {
+    freeze: (frozen) => (l.staged.frozen = frozen),
+    apply: (raw, onProgress) =>
+      refusals(async () => {
+        const o = raw as LiveApplyOptions;
+        refuseUnlessQuiet('apply', o.session);
+        const layout = l.staged.layout;
+        const target = await workspaceOverStore(l.ws, l.staged.base, l.log);
+        l.log.info({ session: o.session, dryRun: o.dryRun, path: o.path }, 'apply of the frozen staged session requested');
+        const r = await applyOverlay(target, l.service.stateDir, o.session, layout, readStagedState(layout), o, (applySession, fn) =>
+          l.service.withSession({ session: applySession, actor: o.actor, backend: target.backend, stages: target.stages }, fn), onProgress);
+        if (r.applySession !== null) {
+          l.staged.reopen();
+          await settle(r.changes);
+        }
+        l.log.info({ applied: r.applied, applySession: r.applySession, conflicts: r.conflicts.length, skipped: r.skipped.length }, 'apply of the frozen staged session finished');
+        return r;
+      }),
+    discard: (raw) =>
+      refusals(async () => {
+        const o = raw as { session: string };
+        refuseUnlessQuiet('discard', o.session);
+        const view = viewPathOf(l.ws);
+        const changes = pendingChanges(readStagedState(l.staged.layout), l.staged.layout).map((c) => (c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) }));
+        dropStaged(l.staged.layout);
+        l.staged.reopen();
+        await settle(changes);
+        l.log.info({ session: o.session, dropped: changes.length }, 'staged changes discarded');
+        return { changes };
+      }),
+  };
 }
 
 /** `ledgerfs discard`: drop a staged session's overlay (the journal keeps its records, marked staged). */

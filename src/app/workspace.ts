@@ -315,6 +315,23 @@ export async function openWorkspace(opts: OpenWorkspaceOptions): Promise<OpenedW
   return openPolicyWorkspace(config, opts.policy, opts);
 }
 
+/**
+ * The workspace an apply run by a frozen staged mount's daemon writes through: the store the
+ * overlay reads (so its caches see what the apply wrote), under a policy view of its own (usage
+ * counted on the store, the apply session's own limits), as the unmounted apply opens it.
+ */
+export async function workspaceOverStore(ws: OpenedWorkspace, store: Backend, log?: Logger): Promise<OpenedWorkspace> {
+  const common = { store, demo: false, ...(ws.sourceDir !== undefined ? { sourceDir: ws.sourceDir } : {}), ...(ws.journalRemote ? { journalRemote: ws.journalRemote } : {}) };
+  if (!ws.config) return { ...common, backend: store, stages: [sourcePrivileges(store, log)] };
+  const compiled = new CompiledPolicy(ws.config);
+  const usage = await UsageTable.count(compiled, store);
+  const denials = new DenialLog(POLICY_DEFAULTS.denialRingSize, log);
+  const limits = new ChangeLimits(compiled);
+  const view = new PolicyView(store, compiled, usage, denials, log, limits);
+  const stage = new PolicyStage(compiled, view, usage, denials, limits);
+  return { ...common, backend: view, stages: [stage], config: ws.config, policy: { compiled, usage, denials, view, stage, limits } };
+}
+
 /** The workspace of a compiled policy: its store, the PolicyView over it and the policy stage. */
 async function openPolicyWorkspace(config: MountConfig, label: string, opts: OpenWorkspaceOptions): Promise<OpenedWorkspace> {
   const opened = await openStore(config.backend, label, opts, opts.log);

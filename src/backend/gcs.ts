@@ -520,6 +520,38 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     return { bsize: 4096, blocks: 2 ** 40, bfree: 2 ** 40, bavail: 2 ** 40, files: 2 ** 32, ffree: 2 ** 32, namemax: 255 };
   }
 
+  // ---- pinned versions (apply of a staged session) ----------------------------------------------
+
+  /** path -> the version its next change must find (Backend.expectVersions) */
+  private readonly pins = new Map<string, string | null>();
+
+  expectVersions(pins: ReadonlyMap<string, string | null>): () => void {
+    for (const [p, v] of pins) this.pins.set(p, v);
+    return () => {
+      for (const p of pins.keys()) this.pins.delete(p);
+    };
+  }
+
+  /**
+   * A change of `path` about to be made on what `f` found: when the path is pinned, refused
+   * unless that is the pinned version (the pin is used up: the request that follows is
+   * conditional on this generation). True when it was pinned (a precondition failure is then a
+   * conflict, never a retry on the newer version).
+   */
+  private takePin(path: string, f: Found): boolean {
+    if (!this.pins.has(path)) return false;
+    const want = this.pins.get(path) ?? null;
+    this.pins.delete(path);
+    const have = f.type === 'none' ? null : f.type === 'dir' ? 'a directory' : `${f.object.name}#${f.object.generation}`;
+    if (have !== want) throw this.pinConflict(path, want, have);
+    return true;
+  }
+
+  private pinConflict(path: string, want: string | null, have: string | null): VfsError {
+    const gen = (v: string | null) => (v === null ? 'nothing there' : v.includes('#') ? `generation ${v.slice(v.lastIndexOf('#') + 1)}` : v);
+    return new VfsError('ESTALE', `${path}: changed in the bucket since it was first read (${gen(want)} then, ${have === 'changed again' ? have : gen(have)} now)`);
+  }
+
   // ---- Backend: open files -------------------------------------------------------------------
 
   async open(path: string, mode: OpenMode, createMode = 0o644): Promise<BackendFile> {
@@ -539,7 +571,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     }
     // A writer bases its version on the bucket's generation: the queued ones land first.
     if (this.pendingAt(path)) await this.settle(path);
-    if (mode.create && mode.knownAbsent) {
+    if (mode.create && mode.knownAbsent && !this.pins.has(path)) {
       // The caller's cache says nothing is here and the parent is a directory: skip the
       // lookups; GCS still decides (ifGenerationMatch=0), and if something is there after
       // all, the usual path below finds out what.
@@ -552,6 +584,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     }
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
+      if (mode.write || mode.create || mode.truncate === true) this.takePin(path, f);
       if (f.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
       if (f.type === 'symlink') throw new VfsError('ELOOP', `${path} is a symlink; not following it`);
       // the kernel opens FIFOs and device nodes itself; a socket cannot be opened
@@ -667,6 +700,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     await this.settle(path);
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
+      const pinned = this.takePin(path, f);
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
       if (f.type === 'dir') throw new VfsError('EISDIR', `${path} is a directory`);
       const open = this.filesAt(path);
@@ -681,6 +715,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       try {
         await this.req.remove(f.object.name, f.object.generation);
       } catch (err) {
+        if (isPreconditionFailed(err) && pinned) throw this.pinConflict(path, `${f.object.name}#${f.object.generation}`, 'changed again');
         if (isPreconditionFailed(err)) continue; // replaced meanwhile: unlink the new one
         if (!isNotFound(err)) throw toVfsError(err, `unlink ${path}`);
       }
@@ -743,6 +778,8 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     for (const of of this.filesUnder(from)) if (of.isDirty) await of.sync();
     await this.settle(from, to);
     const [src, dst] = await Promise.all([this.lookup(from), this.lookup(to), this.requireParentDir(to)]);
+    this.takePin(from, src);
+    this.takePin(to, dst);
     if (src.type === 'none') throw new VfsError('ENOENT', `${from} does not exist`);
     if (src.type === 'dir') {
       if (dst.type !== 'none' && dst.type !== 'dir') throw new VfsError('ENOTDIR', `${to} is not a directory`);
@@ -933,11 +970,13 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     }
     // attributes patch the generation a queued version will replace: it lands first
     await this.settle(path);
+    let pinned = false;
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       // the first try trusts the placeholder our own last answer gave (preconditions check it)
       const hinted = attempt === 0 ? this.placeholders.get(path) : undefined;
       this.placeholders.delete(path);
       const f: Found = hinted ? { type: 'dir', placeholder: hinted } : await this.lookup(path);
+      if (f.type !== 'dir' && this.takePin(path, f)) pinned = true;
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
       // Linux cannot chmod a symlink itself (as the local backend).
       if (f.type === 'symlink' && what === 'chmod') throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
@@ -955,10 +994,13 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       try {
         info = await this.req.patchMetadata(obj.name, entries, { ifGenerationMatch: obj.generation, ifMetagenerationMatch: obj.metageneration });
       } catch (err) {
+        if (isNotFound(err) && pinned) throw this.pinConflict(path, `${obj.name}#${obj.generation}`, null);
         if (isNotFound(err)) continue;
         if (!isPreconditionFailed(err)) throw toVfsError(err, `${what} ${path}`);
         const cur = await this.req.head(obj.name).catch(() => undefined);
-        if (!cur || !Object.entries(entries).every(([k, v]) => cur.metadata[k] === v)) continue;
+        const ours = !!cur && Object.entries(entries).every(([k, v]) => cur.metadata[k] === v);
+        if (!ours && pinned) throw this.pinConflict(path, `${obj.name}#${obj.generation}`, 'changed again');
+        if (!cur || !ours) continue;
         // an earlier attempt of this patch landed; only its response was lost. A head is not
         // our response: its generation is taken only if it is the one we patched
         if (cur.generation !== obj.generation) continue;

@@ -136,6 +136,9 @@ export const DEFAULTS = {
   mountRegistryDir: process.env.XDG_RUNTIME_DIR
     ? path.join(process.env.XDG_RUNTIME_DIR, 'ledgerfs', 'mounts')
     : process.getuid?.() === 0 ? '/run/ledgerfs/mounts' : path.join(os.tmpdir(), `ledgerfs-${process.getuid?.() ?? 'user'}`, 'mounts'),
+  /** a session's counts against its `limits:` are written to its state directory this often
+   * when they changed (and at unmount): a remount of the session goes on from them */
+  limitCountsSaveMs: 250,
   /** The journal (src/journal). */
   journal: {
     /** `ledgerfs log --follow` looks at the journal this often */

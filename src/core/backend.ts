@@ -263,6 +263,15 @@ export interface Backend {
    */
   keepCopy?(path: string, size: number): Promise<string | null>;
 
+  /**
+   * Optional (GCS): the next change of each path is made only on the version given (a
+   * `BackendFile.version`; null: nothing there), until the returned function is called: a
+   * lookup that finds another refuses with ESTALE, and the request itself is conditional on it
+   * (ifGenerationMatch), so a change made beside between a check and the write fails instead of
+   * overwriting it. `ledgerfs apply` pins what a staged session first read.
+   */
+  expectVersions?(pins: ReadonlyMap<string, string | null>): () => void;
+
   /** Release resources (file descriptors, connections). */
   close(): Promise<void>;
 }

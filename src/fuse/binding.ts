@@ -80,6 +80,12 @@ export interface MountOptions {
 export interface MountedFs {
   readonly mountpoint: string;
   unmount(): Promise<void>;
+  /**
+   * The store changed under these paths without a request (a staged mount's overlay applied or
+   * dropped by its daemon): the kernel forgets the attributes and directory entries it cached
+   * for them, so the next look asks. Resolves when the kernel has been told.
+   */
+  invalidate?(paths: string[]): Promise<void>;
 }
 
 export interface Binding {

@@ -29,6 +29,8 @@ export interface RunningMount {
   readonly closed: Promise<void>;
   /** `lazy`: detach at once even while busy (open files keep working until closed), no grace */
   unmount(opts?: { lazy?: boolean }): Promise<void>;
+  /** see MountedFs.invalidate; absent when the binding cannot (fuse-native) */
+  invalidate?(paths: string[]): Promise<void>;
 }
 
 export function mountOptions(o: Partial<MountOptions> = {}): MountOptions {
@@ -109,5 +111,6 @@ export async function mountVfs(req: MountRequest): Promise<RunningMount> {
     }
     await finish();
   };
-  return { mountpoint: req.mountpoint, counters, closed, unmount };
+  const invalidate = mounted.invalidate?.bind(mounted);
+  return { mountpoint: req.mountpoint, counters, closed, unmount, ...(invalidate ? { invalidate } : {}) };
 }

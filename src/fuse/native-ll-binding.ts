@@ -27,6 +27,8 @@ interface Addon {
   setScratch(buf: ArrayBuffer): void;
   /** the kernel forgets the node's cached attributes (0, or -errno: e.g. -ENOENT, not cached) */
   invalAttr(handle: object, ino: number): number;
+  /** (ino, null) pairs drop a node's attributes, (parent, name) a directory entry; off the JS thread */
+  invalidate(handle: object, items: Array<number | string | null>): Promise<number>;
   libfuseVersion: string;
   /** its op codes' names, by code (LEDGERFS_OPS) */
   opNames: string[];
@@ -146,10 +148,28 @@ function told(node: Node | undefined, a: Attr): void {
   if (node) { node.toldSize = a.size; node.toldMtimeNs = a.mtimeNs; }
 }
 
-function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: () => object | undefined): Handler {
+function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: () => object | undefined, expose: (invalidate: (paths: string[]) => Promise<void>) => void): Handler {
   const reply = addon.reply;
   // hard links share one kernel node where the store's inode numbers name its nodes (local)
   const nodes = new NodeTable(ops.inodesNameNodes === true);
+  /** MountedFs.invalidate: each path's node forgets its attributes, its parent the entry of its name */
+  expose(async (paths) => {
+    const handle = session();
+    if (!handle) return;
+    const items: Array<number | string | null> = [];
+    for (const p of paths) {
+      const node = nodes.find(p);
+      if (node) {
+        node.toldSize = undefined;
+        node.toldMtimeNs = undefined;
+        items.push(node.id, null);
+      }
+      const slash = p.lastIndexOf('/');
+      const parent = p === '/' ? undefined : nodes.find(slash === 0 ? '/' : p.slice(0, slash));
+      if (parent) items.push(parent.id, p.slice(slash + 1));
+    }
+    if (items.length > 0) await addon.invalidate(handle, items);
+  });
   const identity = (a: Attr): NodeIdentity => ({ ino: a.ino, nlink: a.nlink, dir: a.type === 'dir' });
   /** the node of each open file handle (release closes it there) */
   const fhNode = new Map<number, Node>();
@@ -485,6 +505,10 @@ export class NativeLlBinding implements Binding {
   async mount(mountpoint: string, ops: FsOps, options: MountOptions): Promise<MountedFs> {
     const addon = loadNativeLlAddon();
     if (addon instanceof Error) throw addon;
-    return serveSession(addon, mountpoint, (onClosed, session) => makeHandler(addon, ops, onClosed, session), options, !!ops.xattr);
+    let invalidate: ((paths: string[]) => Promise<void>) | undefined;
+    const mounted = serveSession(addon, mountpoint, (onClosed, session) => makeHandler(addon, ops, onClosed, session, (fn) => (invalidate = fn)), options, !!ops.xattr);
+    // an addon built before `invalidate` existed: the caller waits the kernel's caches out instead
+    if (typeof addon.invalidate !== 'function') return mounted;
+    return { mountpoint: mounted.mountpoint, unmount: () => mounted.unmount(), invalidate: (paths) => invalidate?.(paths) ?? Promise.resolve() };
   }
 }

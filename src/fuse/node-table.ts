@@ -66,6 +66,17 @@ export class NodeTable {
     return this.byId.size;
   }
 
+  /** The node the kernel knows at `path` (by its names from the root), if any. */
+  find(path: string): Node | undefined {
+    let n: Node | undefined = this.root;
+    if (path === '/') return n;
+    for (const part of path.slice(1).split('/')) {
+      n = n.children?.get(part);
+      if (!n) return undefined;
+    }
+    return n;
+  }
+
   get(id: number): Node | undefined {
     return this.byId.get(id);
   }

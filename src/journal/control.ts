@@ -32,7 +32,9 @@ export type ControlRequest =
   | { cmd: 'tag'; request: TagRequest }
   | { cmd: 'sync' }
   | { cmd: 'status' }
-  | { cmd: 'freeze'; frozen: boolean };
+  | { cmd: 'freeze'; frozen: boolean }
+  | { cmd: 'apply'; options: unknown }
+  | { cmd: 'discard'; options: unknown };
 
 type Reply = { type: 'progress'; done: number; total: number } | { type: 'result'; result: unknown } | { type: 'error'; message: string };
 
@@ -49,11 +51,19 @@ export interface ControlServerOptions {
    * (which the daemon cannot invalidate through fuse-native) have expired by then */
   settleMs: number;
   log: Logger;
-  /**
-   * `ledgerfs freeze`: make a staged mount read-only (true) or writable again (false); absent
-   * on a live mount, which has nothing to hold for review
-   */
-  freeze?: (frozen: boolean) => void;
+  /** a staged mount's review commands; absent on a live mount, which has nothing to hold for review */
+  staged?: StagedControl;
+}
+
+/**
+ * What a staged mount's daemon does for `ledgerfs freeze`, `apply` and `discard` (app/staged.ts:
+ * the journal layer only carries the request and the answer). A refusal is a ControlRefusal.
+ */
+export interface StagedControl {
+  /** read-only (true) or writable again (false) */
+  freeze(frozen: boolean): void;
+  apply(options: unknown, onProgress: (done: number, total: number) => void): Promise<unknown>;
+  discard(options: unknown): Promise<unknown>;
 }
 
 /** A control request the daemon refuses with a sentence (not a failure of the daemon). */
@@ -122,6 +132,8 @@ function handle(conn: net.Socket, service: JournalService, o: ControlServerOptio
 async function serve(req: ControlRequest, service: JournalService, o: ControlServerOptions, send: (r: Reply) => void): Promise<void> {
   switch (req.cmd) {
     case 'rollback': {
+      // the daemon's Vfs is the overlay: an undo through it would land there, not in the workspace
+      if (o.staged) throw new ControlRefusal(`the workspace is mounted at ${o.mountpoint} as a staged session (${service.session}), whose view is its overlay; rollback needs it unmounted (ledgerfs unmount ${o.mountpoint})`);
       let last = 0;
       o.log.info({ request: req.request }, 'rollback requested');
       const result = await service.rollback(req.request, (done, total) => {
@@ -156,12 +168,31 @@ async function serve(req: ControlRequest, service: JournalService, o: ControlSer
       send({ type: 'result', result: { session: service.session, lastSeq: service.writer.lastSeq, mountpoint: o.mountpoint, pid: process.pid } });
       return;
     case 'freeze':
-      if (!o.freeze) throw new ControlRefusal(`the mount at ${o.mountpoint} is not staged (mount --staged): its changes reach the workspace at once, there is nothing to hold for review`);
-      o.freeze(req.frozen);
+      stagedOf(o).freeze(req.frozen);
       o.log.info({ frozen: req.frozen }, req.frozen ? 'staged session frozen for review' : 'staged session writable again');
       send({ type: 'result', result: { session: service.session, mountpoint: o.mountpoint, frozen: req.frozen } });
       return;
+    case 'apply': {
+      let last = 0;
+      const result = await stagedOf(o).apply(req.options, (done, total) => {
+        const now = Date.now();
+        if (now - last >= 100 || done === total) {
+          last = now;
+          send({ type: 'progress', done, total });
+        }
+      });
+      send({ type: 'result', result });
+      return;
+    }
+    case 'discard':
+      send({ type: 'result', result: await stagedOf(o).discard(req.options) });
+      return;
   }
+}
+
+function stagedOf(o: ControlServerOptions): StagedControl {
+  if (!o.staged) throw new ControlRefusal(`the mount at ${o.mountpoint} is not staged (mount --staged): its changes reach the workspace at once, there is nothing to hold for review`);
+  return o.staged;
 }
 
 // ---- client ----------------------------------------------------------------------------------
@@ -180,6 +211,9 @@ export function liveDaemon(stateDir: string): DaemonInfo | null {
 }
 
 export class DaemonUnreachableError extends Error {}
+
+/** The daemon answered the request with an error (a refusal, or what went wrong), in its words. */
+export class DaemonRefusal extends RollbackError {}
 
 export function daemonRequest<T>(info: DaemonInfo, req: ControlRequest, onProgress?: (done: number, total: number) => void): Promise<T> {
   return new Promise<T>((resolve, reject) => {
@@ -205,7 +239,7 @@ export function daemonRequest<T>(info: DaemonInfo, req: ControlRequest, onProgre
         const r = JSON.parse(line) as Reply;
         if (r.type === 'progress') onProgress?.(r.done, r.total);
         else if (r.type === 'result') finish(() => resolve(r.result as T));
-        else finish(() => reject(new RollbackError(r.message)));
+        else finish(() => reject(new DaemonRefusal(r.message)));
       }
     });
     conn.on('close', () => finish(() => reject(new DaemonUnreachableError(`the daemon (pid ${info.pid}) closed the connection without an answer`))));

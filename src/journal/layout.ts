@@ -20,6 +20,9 @@ import path from 'node:path';
  *                            <id>.data + <id>.json, fsynced before close(2) returns
  *   conflicts/               (GCS) local versions another writer's change kept out of the
  *                            bucket (or whose upload failed), each with a .json note
+ *   limit-counts/<session>.json  what a session has counted against its `limits:` so far, so a
+ *                            remount of the session goes on from there (app/limit-counts.ts)
+ *   staged/<session>/        a staged session's overlay (backend/layers/staged.ts)
  */
 
 export const SEGMENT_RE = /^(\d{6,})\.log$/;
@@ -36,6 +39,7 @@ export interface StateLayout {
   stagingDir: string;
   conflictsDir: string;
   uploadSpool: string;
+  limitCountsDir: string;
 }
 
 export function stateLayout(root: string): StateLayout {
@@ -51,6 +55,7 @@ export function stateLayout(root: string): StateLayout {
     stagingDir: path.join(root, 'staging'),
     conflictsDir: path.join(root, 'conflicts'),
     uploadSpool: path.join(root, 'upload-spool'),
+    limitCountsDir: path.join(root, 'limit-counts'),
   };
 }
 

@@ -1,7 +1,7 @@
 import type { Backend, Logger } from '../core/index.js';
 import { DEFAULTS, type JournalRetention, type WorkspaceFlags } from '../config/index.js';
 import type { Vfs } from '../vfs/index.js';
-import { ControlServer } from './control.js';
+import { ControlServer, type StagedControl } from './control.js';
 import { type DenialSink, JournalService } from './service.js';
 import { StateSpaceWatch } from './state-space.js';
 import type { JournalRemote } from './remote.js';
@@ -46,8 +46,8 @@ export interface MountJournal {
   readonly startNote: string | undefined;
   /** a line for /.ledgerfs/usage when the state directory runs low on space, else null */
   spaceNote(): string | null;
-  /** Start answering `ledgerfs rollback`/`gc` for this mount through its Vfs (and `freeze`, for a staged mount). */
-  serve(vfs: Vfs, settleMs: number, freeze?: (frozen: boolean) => void): Promise<void>;
+  /** Start answering `ledgerfs rollback`/`gc` for this mount through its Vfs (and `freeze`/`apply`/`discard`, for a staged mount). */
+  serve(vfs: Vfs, settleMs: number, staged?: StagedControl): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -63,7 +63,7 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
   const service = await JournalService.open({
     stateDir, backend: ws.backend, source: (ws.store ?? ws.backend).location, session,
     actor: flags.actor ?? DEFAULTS.journal.mountActor, role: `mount ${flags.mountpoint}`, log, // a staged session writes nothing to the bucket, not even its journal, until apply
-    remote: ws.staged ? undefined : ws.journalRemote, denials: ws.denials, ...(ws.staged ? { staged: true } : {}),
+    remote: ws.staged ? undefined : ws.journalRemote, denials: ws.denials, ...(ws.staged ? { staged: true, pullOnly: ws.journalRemote } : {}),
   });
   rememberWorkspace(stateDir, flags);
   let control: ControlServer | null = null;
@@ -77,9 +77,9 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
     service,
     startNote: service.startNote,
     spaceNote: () => space.note(),
-    async serve(vfs: Vfs, settleMs: number, freeze?: (frozen: boolean) => void) {
+    async serve(vfs: Vfs, settleMs: number, staged?: StagedControl) {
       service.attach(vfs);
-      control = await ControlServer.start(service, { mountpoint: flags.mountpoint, settleMs, log, ...(freeze ? { freeze } : {}) });
+      control = await ControlServer.start(service, { mountpoint: flags.mountpoint, settleMs, log, ...(staged ? { staged } : {}) });
       retention?.start(DEFAULTS.journal.retentionFirstMs, DEFAULTS.journal.retentionIntervalMs);
       space.start(DEFAULTS.journal.spaceCheckMs);
     },

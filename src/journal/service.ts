@@ -39,6 +39,12 @@ export interface OpenJournalOptions {
   denials?: DenialSink | undefined;
   /** mount --staged: the start record says so (rollback refuses such a session; see discard) */
   staged?: boolean;
+  /**
+   * GCS, staged: import what other writers left in the bucket's journal first (reads only),
+   * mirror nothing: this writer's seq numbers then go on after theirs, so the session's records
+   * (and an apply its daemon journals) cannot share numbers with them
+   */
+  pullOnly?: JournalRemote | undefined;
 }
 
 /** What takes a refusal's line (policy/denials.ts DenialLog). */
@@ -116,6 +122,14 @@ export class JournalService {
         });
         mirror = opened.mirror;
         if (opened.pulled.segments > 0) notes.push(`imported ${opened.pulled.bytes} bytes of journal (${opened.pulled.segments} segment(s)) other hosts left in ${mirror.location}`);
+      } else if (o.pullOnly) {
+        const remote = o.pullOnly;
+        const opened = await BucketMirror.open({
+          remote, layout, log: o.log, intervalMs: DEFAULTS.journal.mirrorIntervalMs, retryMs: DEFAULTS.journal.mirrorRetryMs,
+        }).catch((err: unknown) => {
+          throw new Error(`journal: cannot read the journal's mirror in ${remote.location}: ${(err as Error).message}`);
+        });
+        if (opened.pulled.segments > 0) notes.push(`imported ${opened.pulled.bytes} bytes of journal (${opened.pulled.segments} segment(s)) other hosts left in ${opened.mirror.location}`);
       }
       let contents = readJournal(o.stateDir);
       if (contents.tornTail) {
@@ -238,6 +252,28 @@ export class JournalService {
         ...base, dryRun: false, session: r.undone > 0 ? session : null, undone: r.undone, conflicts: r.conflicts,
         complete: r.undone === ops.length, forced: r.forced, ...(req.skipConflicts ? { skipped: r.skipped } : {}),
       };
+    });
+  }
+
+  /**
+   * Journal a session of its own through this writer, over `backend` with `stages` before the
+   * journal's: a frozen staged mount's daemon applies its overlay to the store this way (an
+   * `apply-...` session, which rollback undoes like any). Its start record comes first; it runs
+   * serially with rollback, gc and tag, and is durable when this returns.
+   */
+  withSession<T>(o: { session: string; actor: string; backend: Backend; stages: MutationStage[] }, fn: (vfs: Vfs) => Promise<T>): Promise<T> {
+    return this.serial(async () => {
+      this.writer.appendNow({
+        kind: 'start', time: Date.now(), session: o.session, actor: o.actor, pid: process.pid, source: this.o.source,
+        version: RECORD_VERSION, lastSeq: this.writer.lastSeq, note: `run by the daemon of session ${this.o.session}`,
+      });
+      const stage = new JournalStage({ backend: o.backend, writer: this.writer, blobs: this.blobs, session: o.session, actor: o.actor, log: this.o.log });
+      try {
+        return await fn(new Vfs(o.backend, { pipeline: new MutationPipeline([...o.stages, stage]) }));
+      } finally {
+        await stage.finishAll();
+        await this.writer.sync();
+      }
     });
   }
 

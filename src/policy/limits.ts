@@ -33,6 +33,14 @@ const ERRNO: Record<LimitName, 'EPERM' | 'EDQUOT'> = {
   bytesWritten: 'EDQUOT',
 };
 
+/** A session's counts as kept between its mounts (app/limit-counts.ts): per root by the root's path. */
+export interface LimitCountsSnapshot {
+  session: Counts;
+  byRoot: Record<string, Counts>;
+  /** the view paths counted as written (a file written again counts once) */
+  files: string[];
+}
+
 /** A reservation: give it back when the change failed. */
 export type Release = () => void;
 const NOTHING: Release = () => undefined;
@@ -51,6 +59,27 @@ export class ChangeLimits {
   private readonly writtenFiles = new WeakSet<OpenFileState>();
   constructor(private readonly policy: CompiledPolicy) {
     this.byRoot = policy.roots.map(() => zero());
+  }
+
+  /** The counts so far, to be kept for a later mount of the same session. */
+  snapshot(): LimitCountsSnapshot {
+    const byRoot: Record<string, Counts> = {};
+    this.policy.roots.forEach((r, i) => (byRoot[r.path] = { ...(this.byRoot[i] as Counts) }));
+    return { session: { ...this.session }, byRoot, files: [...this.writtenPaths] };
+  }
+
+  /**
+   * Go on from what an earlier mount of this session counted (a remount must not hand the
+   * session a fresh allowance). Roots are matched by path; a root the policy no longer has is
+   * counted in the session's total only.
+   */
+  restore(s: LimitCountsSnapshot): void {
+    for (const n of LIMIT_NAMES) this.session[n] += s.session[n] ?? 0;
+    this.policy.roots.forEach((r, i) => {
+      const was = s.byRoot[r.path];
+      if (was) for (const n of LIMIT_NAMES) (this.byRoot[i] as Counts)[n] += was[n] ?? 0;
+    });
+    for (const f of s.files) this.writtenPaths.add(f);
   }
 
   get sessionLimits(): Limits {

@@ -122,6 +122,15 @@ export class UsageTable {
     return this.byRoot[root.index] ?? null;
   }
 
+  /** Take a new count's numbers: a staged mount's view after its overlay was applied or dropped. */
+  takeFrom(o: UsageTable): void {
+    this.byRoot.splice(0, this.byRoot.length, ...o.byRoot);
+    this.hiddenByRoot.splice(0, this.hiddenByRoot.length, ...o.hiddenByRoot);
+    this.reserved.clear();
+    for (const [k, v] of o.reserved) this.reserved.set(k, v);
+    this.kept = o.kept;
+  }
+
   hiddenOf(root: CompiledRoot): Usage | null {
     return this.hiddenByRoot[root.index] ?? null;
   }

@@ -91,6 +91,8 @@ export class PolicyView implements Backend {
   readonly readdirPlus: undefined = undefined;
   readonly readdirTree: undefined = undefined;
   readonly dirChange: undefined = undefined;
+  /** store paths: apply pins them on the store beneath the view (app/staged.ts) */
+  readonly expectVersions: undefined = undefined;
 
   // ---- synthesized nodes ---------------------------------------------------------------------
 

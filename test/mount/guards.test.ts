@@ -125,3 +125,39 @@ describe('limits on a mounted session', () => {
     expect(await readMeta(m.mnt, 'session')).toMatch(/\nsession deletes=500 limit_deletes=500 renames=6 bytes_written=65536 limit_bytes_written=65536\n/);
   });
 });
+
+describe('limits count per session, across remounts', () => {
+  it('a session remounted with --session goes on from its counts: rm -rf stops at 10 deletes in all (6 before a clean unmount, 2 before a SIGKILL, 2 after)', async () => {
+    const d = makeTemp('guards-remount');
+    const src = path.join(d, 'workspace');
+    const files: Record<string, string> = {};
+    for (let i = 0; i < 30; i++) files[`case/f${String(i).padStart(2, '0')}.txt`] = `${i}\n`;
+    putFiles(src, files);
+    fs.writeFileSync(path.join(d, 'case.yaml'), 'backend: { type: local, path: ./workspace }\nroots:\n  - path: /case\n    mode: rw\nlimits: { deletes: 10 }\n');
+    const args = ['--policy', path.join(d, 'case.yaml'), '--session', 'remount-limits', '--state', path.join(d, 'state')];
+    const left = () => fs.readdirSync(path.join(src, 'case')).length;
+    let m: TestMount | undefined;
+    try {
+      m = await startMount({ src, omitSource: true, args });
+      sh('rm case/f00.txt case/f01.txt case/f02.txt case/f03.txt case/f04.txt case/f05.txt', m.mnt);
+      await m.stop();
+      m = await startMount({ src, omitSource: true, args });
+      sh('rm case/f06.txt case/f07.txt', m.mnt);
+      // killed outright once the counts had their moment to be written
+      await new Promise((r) => setTimeout(r, 1000));
+      m.daemon.kill('SIGKILL');
+      await m.stop().catch(() => undefined);
+      m = await startMount({ src, omitSource: true, args });
+      expect(left()).toBe(22);
+      const r = await runAsync('rm -rf case', m.mnt);
+      expect(r.status).not.toBe(0);
+      expect(r.stderr).toMatch(/Operation not permitted/);
+      expect(left(), 'the session deleted 10 files in all, over three mounts').toBe(20);
+      expect((await readMeta(m.mnt, 'denials')).trimEnd().split('\n').at(-1)).toMatch(/refused: this session has 10 deleted files and directories, its limit \(limits\.deletes: 10\)/);
+      expect(await readMeta(m.mnt, 'session')).toMatch(/\nsession deletes=10 limit_deletes=10 /);
+    } finally {
+      await m?.stop().catch(() => undefined);
+      rmTemp(d);
+    }
+  }, 180_000);
+});

@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -161,8 +161,8 @@ describe('staged mode', () => {
     const original = snapshotTree(mt.src);
     py(REORG, mt.mnt);
     const busy = ledgerfs(['discard', '--state', state, '--session', 'reorg-3']);
-    expect(busy.status, 'refused while mounted').toBe(2);
-    expect(busy.stderr).toMatch(/unmount it first/);
+    expect(busy.status, 'refused while mounted and live').toBe(2);
+    expect(busy.stderr).toMatch(/still live at .*: freeze it first \(ledgerfs freeze\), so its program cannot change it while it is dropped, or unmount it/);
     await unmount();
     const r = ledgerfs(['discard', '--state', state, '--session', 'reorg-3']);
     expect(r.status, r.stderr).toBe(0);
@@ -288,5 +288,163 @@ os.rename('cases/tmp.log', 'cases/smith/tmp.log')
     const restApplied = ledgerfs(['apply', '--state', state, '--session', 'part-1']);
     expect(restApplied.status, restApplied.stderr + restApplied.stdout).toBe(0);
     expect(snapshotTree(src)).toEqual(seen);
+  });
+
+  /** a staged mount whose kernel caches hold for a minute: only an invalidation shows a change at once */
+  const mountCached = async (session: string, fill?: (src: string) => void) => {
+    m = await startMount({
+      src: path.join(root, 'src'),
+      ...(fill ? { populate: fill } : {}),
+      args: ['--state', path.join(root, 'state'), '--session', session, '--staged', '--preset', 'sandboxed', '--attr-timeout', '60', '--entry-timeout', '60'],
+    });
+    Object.assign(env, m.env);
+    return m;
+  };
+
+  it.skipIf(onGcs)('apply of a frozen, still mounted session: refused while live, through the daemon once frozen; the mount stays frozen and shows the applied workspace', { timeout: 240_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const src = path.join(root, 'src');
+    const mt = await mountCached('live-apply', populate);
+    const original = snapshotTree(src);
+    py(REORG, mt.mnt);
+    const seen = snapshotTree(mt.mnt);
+
+    const live = ledgerfs(['apply', '--state', state, '--session', 'live-apply']);
+    expect(live.status, live.stdout).toBe(2);
+    expect(live.stderr).toMatch(/the staged session live-apply is still live at .*: freeze it first \(ledgerfs freeze\)/);
+    expect(snapshotTree(src)).toEqual(original);
+
+    expect(ledgerfs(['freeze', '--state', state]).status).toBe(0);
+    const dry = ledgerfs(['apply', '--state', state, '--session', 'live-apply', '--dry-run', '--json']);
+    expect(dry.status, dry.stderr).toBe(0);
+    const planned = JSON.parse(dry.stdout) as { dryRun: boolean; changes: Array<{ kind: string; path: string; from?: string }> };
+    expect(planned.dryRun).toBe(true);
+    expect(planned.changes).toContainEqual({ kind: 'R', from: '/cases/jones', path: '/archive/2025/jones' });
+    expect(snapshotTree(src)).toEqual(original);
+
+    // a change beside the mount: refused before any change, naming it (exit 1)
+    fs.writeFileSync(path.join(src, 'cases/index.md'), '# cases, edited beside\n');
+    const conflict = ledgerfs(['apply', '--state', state, '--session', 'live-apply']);
+    expect(conflict.status, conflict.stderr).toBe(1);
+    expect(conflict.stdout).toMatch(/Refused before any change: conflicts[^\n]*\n {2}\/cases\/index\.md: changed since the session first read it/);
+    expect(fs.existsSync(path.join(src, 'archive')), 'nothing applied').toBe(false);
+    fs.writeFileSync(path.join(src, 'cases/index.md'), '# cases\n'); // as the session read it
+
+    const r = ledgerfs(['apply', '--state', state, '--session', 'live-apply', '--json']);
+    expect(r.status, r.stderr + r.stdout).toBe(0);
+    const applied = JSON.parse(r.stdout) as { applySession: string; applied: number; conflicts: unknown[] };
+    expect(applied.applySession).toMatch(/^apply-/);
+    expect(applied.conflicts).toEqual([]);
+    expect(snapshotTree(src), 'the backend is what the program saw').toEqual(seen);
+    expect(snapshotTree(mt.mnt), 'the mount shows it too').toEqual(seen);
+    expect(fs.readFileSync(path.join(mt.mnt, '.ledgerfs/session'), 'utf8')).toMatch(/frozen: yes/);
+    expect(() => fs.writeFileSync(path.join(mt.mnt, 'cases/more.txt'), 'x'), 'still frozen').toThrow(/EROFS/);
+    expect(ledgerfs(['apply', '--state', state, '--session', 'live-apply', '--dry-run', '--json']).stdout).toMatch(/"changes": \[\]/);
+
+    // rollback through a staged daemon would undo into its overlay: refused until unmounted
+    const rbLive = ledgerfs(['rollback', '--state', state, '--session', applied.applySession]);
+    expect(rbLive.status).toBe(2);
+    expect(rbLive.stderr).toMatch(/staged session \(live-apply\), whose view is its overlay; rollback needs it unmounted/);
+    expect(snapshotTree(src)).toEqual(seen);
+
+    // writable again: the session goes on over the applied workspace
+    expect(ledgerfs(['freeze', '--state', state, '--off']).status).toBe(0);
+    fs.writeFileSync(path.join(mt.mnt, 'cases/more.txt'), 'after the apply\n');
+    expect(fs.existsSync(path.join(src, 'cases/more.txt')), 'staged again').toBe(false);
+    await unmount();
+    const rb = ledgerfs(['rollback', '--state', state, '--session', applied.applySession]);
+    expect(rb.status, rb.stderr + rb.stdout).toBe(0);
+    expect(snapshotTree(src), 'rollback of the live apply restores the backend').toEqual(original);
+  });
+
+  it.skipIf(onGcs)('discard of a frozen, still mounted session: the mount shows the workspace as it is at once, kernel caches and all', { timeout: 240_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const src = path.join(root, 'src');
+    const mt = await mountCached('live-discard', populate);
+    const original = snapshotTree(src);
+    py(`
+import os
+with open('cases/new.txt', 'w') as f: f.write('made in the session\\n')
+with open('cases/index.md', 'a') as f: f.write('- a much longer index than before\\n')
+os.remove('cases/tmp.log')
+os.rename('cases/jones', 'cases/jones-2')
+os.mkdir('cases/fresh')
+`, mt.mnt);
+    // the kernel caches what a program looks at (for 60 s here)
+    const look = () => ({
+      tree: snapshotTree(mt.mnt),
+      newTxt: fs.existsSync(path.join(mt.mnt, 'cases/new.txt')),
+      jones2: fs.existsSync(path.join(mt.mnt, 'cases/jones-2/a.txt')),
+      fresh: fs.existsSync(path.join(mt.mnt, 'cases/fresh')),
+      tmpLog: fs.existsSync(path.join(mt.mnt, 'cases/tmp.log')),
+      indexSize: fs.statSync(path.join(mt.mnt, 'cases/index.md')).size,
+      cases: fs.readdirSync(path.join(mt.mnt, 'cases')).sort(),
+    });
+    const during = look();
+    expect(during).toMatchObject({ newTxt: true, jones2: true, fresh: true, tmpLog: false });
+
+    const live = ledgerfs(['discard', '--state', state, '--session', 'live-discard']);
+    expect(live.status).toBe(2);
+    expect(live.stderr).toMatch(/still live .*freeze it first/);
+    expect(look().newTxt, 'nothing dropped while live').toBe(true);
+
+    expect(ledgerfs(['freeze', '--state', state]).status).toBe(0);
+    const t0 = Date.now();
+    const d = ledgerfs(['discard', '--state', state, '--session', 'live-discard', '--json']);
+    expect(d.status, d.stderr).toBe(0);
+    expect((JSON.parse(d.stdout) as { discarded: unknown[] }).discarded.length).toBeGreaterThanOrEqual(5);
+    const after = look();
+    const took = Date.now() - t0;
+    console.log(`live discard: the mount showed the workspace ${took} ms after the command began (kernel caches: 60 s)`);
+    expect(after.tree, 'the mount shows the workspace as it is').toEqual(original);
+    expect(took, 'at once: the kernel was told, not waited out (its caches hold 60 s)').toBeLessThan(20_000);
+    expect(after).toMatchObject({ newTxt: false, jones2: false, fresh: false, tmpLog: true, indexSize: Buffer.byteLength('# cases\n') });
+    expect(after.cases).toEqual(['index.md', 'jones', 'smith', 'tmp.log']);
+    expect(snapshotTree(src)).toEqual(original);
+    expect(fs.existsSync(path.join(state, 'staged/live-discard/meta.log')) ? fs.readFileSync(path.join(state, 'staged/live-discard/meta.log'), 'utf8') : '').toBe('');
+    expect(() => fs.writeFileSync(path.join(mt.mnt, 'cases/x.txt'), 'x'), 'still frozen').toThrow(/EROFS/);
+  });
+
+  it.skipIf(onGcs)('a frozen mount: apply --path through the daemon keeps the rest staged and shown; a file still open for writing refuses apply', { timeout: 240_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const src = path.join(root, 'src');
+    const mt = await mountCached('live-part', populate);
+    const original = snapshotTree(src);
+    // a writer that keeps its file open (written, not closed) until told
+    const writer = spawn('python3', ['-c', "import sys\nf = open('cases/held.txt', 'w'); f.write('held\\n'); f.flush()\nprint('open', flush=True)\nsys.stdin.readline()\nf.close()\nprint('closed', flush=True)\n"], { cwd: mt.mnt });
+    const said = (what: string) => new Promise<void>((r) => writer.stdout.on('data', (d: Buffer) => d.toString().includes(what) && r()));
+    try {
+      await said('open');
+      py(`
+import os
+with open('cases/jones/a.txt', 'a') as f: f.write('more\\n')
+os.remove('cases/smith/notes.txt')
+`, mt.mnt);
+      expect(ledgerfs(['freeze', '--state', state]).status).toBe(0);
+      const busy = ledgerfs(['apply', '--state', state, '--session', 'live-part']);
+      expect(busy.status).toBe(2);
+      expect(busy.stderr).toMatch(/still has 1 file\(s\) open for writing \(\/cases\/held\.txt\); close them, then apply again/);
+      const closed = said('closed');
+      writer.stdin.write('\n');
+      await closed;
+    } finally {
+      writer.kill('SIGKILL');
+    }
+    const seen = snapshotTree(mt.mnt);
+    const part = ledgerfs(['apply', '--state', state, '--session', 'live-part', '--path', '/cases/jones']);
+    expect(part.status, part.stderr + part.stdout).toBe(0);
+    const below = (t: Record<string, unknown>, p: string) => Object.fromEntries(Object.entries(t).filter(([k]) => k === p || k.startsWith(p + '/')));
+    const after = snapshotTree(src);
+    expect(below(after, 'cases/jones'), 'below the prefix: applied').toEqual(below(seen, 'cases/jones'));
+    expect(below(after, 'cases/smith'), 'the rest: not yet').toEqual(below(original, 'cases/smith'));
+    expect(after['cases/held.txt']).toBeUndefined();
+    expect(snapshotTree(mt.mnt), 'the mount still shows the rest staged').toEqual(seen);
+    const rest = ledgerfs(['apply', '--state', state, '--session', 'live-part']);
+    expect(rest.status, rest.stderr + rest.stdout).toBe(0);
+    expect(snapshotTree(src)).toEqual(seen);
+    expect(snapshotTree(mt.mnt)).toEqual(seen);
   });
 });

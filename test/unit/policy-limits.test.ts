@@ -138,3 +138,29 @@ describe('limits through the core', () => {
     expect(policy).toContain('a session may change here at most: 4 deletes\n');
   });
 });
+
+describe('limit counts kept for a later mount of the session', () => {
+  it('a snapshot restored into a fresh guard goes on from its counts, per session, per root and per written file', async () => {
+    const { CompiledPolicy } = await import('../../src/policy/compile.js');
+    const { ChangeLimits } = await import('../../src/policy/limits.js');
+    const config = parseMountFile('backend: { type: local, path: . }\nroots: [{ path: /w, mode: rw, limits: { renames: 2 } }]\nlimits: { deletes: 3, filesWritten: 2 }\n', 'case.yaml', '/tmp');
+    const policy = new CompiledPolicy(config);
+    const root = policy.roots[0] as (typeof policy.roots)[number];
+    const m = (op: string, p: string) => ({ op, path: p, caller: {} }) as unknown as Parameters<InstanceType<typeof ChangeLimits>['take']>[0];
+    const first = new ChangeLimits(policy);
+    first.take(m('unlink', '/w/a'), root);
+    first.take(m('unlink', '/w/b'), root);
+    first.take(m('rename', '/w/c'), root);
+    first.take(m('create', '/w/new'), root);
+    const later = new ChangeLimits(policy);
+    later.restore(JSON.parse(JSON.stringify(first.snapshot())) as ReturnType<InstanceType<typeof ChangeLimits>['snapshot']>);
+    expect(later.session).toEqual({ deletes: 2, renames: 1, filesWritten: 1, bytesWritten: 0 });
+    later.take(m('unlink', '/w/x'), root);
+    expect(() => later.take(m('unlink', '/w/y'), root)).toThrow(/this session has 3 deleted files and directories, its limit \(limits\.deletes: 3\)/);
+    later.take(m('rename', '/w/d'), root);
+    expect(() => later.take(m('rename', '/w/e'), root)).toThrow(/this session in \/w has 2 renames, its limit \(roots\[0\]\.limits\.renames: 2\)/);
+    later.take(m('create', '/w/new'), root); // counted once, in the earlier mount
+    later.take(m('create', '/w/other'), root);
+    expect(() => later.take(m('create', '/w/third'), root)).toThrow(/limits\.filesWritten: 2/);
+  });
+});

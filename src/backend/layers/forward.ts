@@ -18,7 +18,7 @@ export class ForwardingLayer implements Backend {
     // concrete layer implements one itself.
     const base = ForwardingLayer.prototype as unknown as Record<string, unknown>;
     const self = this as unknown as Record<string, unknown>;
-    for (const m of ['tryStat', 'readdirPlus', 'readdirTree', 'mknod', 'dirChange', 'copyOut', 'keepCopy', 'getxattr', 'setxattr', 'listxattr', 'removexattr'] as const) {
+    for (const m of ['tryStat', 'readdirPlus', 'readdirTree', 'mknod', 'dirChange', 'copyOut', 'keepCopy', 'expectVersions', 'getxattr', 'setxattr', 'listxattr', 'removexattr'] as const) {
       if (!inner[m] && self[m] === base[m]) self[m] = undefined;
     }
   }
@@ -100,6 +100,9 @@ export class ForwardingLayer implements Backend {
   }
   keepCopy?(path: string, size: number): Promise<string | null> {
     return (this.inner.keepCopy as NonNullable<Backend['keepCopy']>).call(this.inner, path, size);
+  }
+  expectVersions?(pins: ReadonlyMap<string, string | null>): () => void {
+    return (this.inner.expectVersions as NonNullable<Backend['expectVersions']>).call(this.inner, pins);
   }
   close(): Promise<void> {
     return this.inner.close();

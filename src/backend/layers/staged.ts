@@ -27,6 +27,8 @@ export interface BaseState {
   /** decimal nanoseconds */
   mtimeNs?: string;
   sha256?: string;
+  /** the store's identity of the content read (GCS: object and generation); apply pins it */
+  version?: string;
 }
 
 export type ReplayOp =
@@ -192,9 +194,10 @@ export function dropStaged(layout: StagedLayout): void {
   fs.rmSync(layout.dir, { recursive: true, force: true });
 }
 
-/** Read file `p` of `store` from start to end, handing each piece to `onPiece` with its offset. */
-async function readThrough(store: Backend, p: string, onPiece: (piece: Buffer, pos: number) => void): Promise<void> {
+/** Read file `p` of `store` from start to end, handing each piece to `onPiece` with its offset; resolves the version read (BackendFile.version). */
+async function readThrough(store: Backend, p: string, onPiece: (piece: Buffer, pos: number) => void): Promise<string | undefined> {
   const f = await store.open(p, { write: false });
+  const version = f.version;
   try {
     const buf = Buffer.allocUnsafe(1 << 20);
     for (let pos = 0; ; ) {
@@ -206,17 +209,23 @@ async function readThrough(store: Backend, p: string, onPiece: (piece: Buffer, p
   } finally {
     await f.close();
   }
+  return version;
 }
 
 export async function hashOf(store: Backend, p: string): Promise<string> {
+  return (await hashAndVersionOf(store, p)).sha256;
+}
+
+async function hashAndVersionOf(store: Backend, p: string): Promise<{ sha256: string; version: string | undefined }> {
   const h = crypto.createHash('sha256');
-  await readThrough(store, p, (piece) => h.update(piece));
-  return h.digest('hex');
+  const version = await readThrough(store, p, (piece) => h.update(piece));
+  return { sha256: h.digest('hex'), version };
 }
 
 export async function baseStateOf(store: Backend, p: string, a: Attr): Promise<BaseState> {
   if (a.type !== 'file') return { type: a.type };
-  return { type: 'file', size: a.size, mtimeNs: a.mtimeNs.toString(), sha256: await hashOf(store, p) };
+  const { sha256, version } = await hashAndVersionOf(store, p);
+  return { type: 'file', size: a.size, mtimeNs: a.mtimeNs.toString(), sha256, ...(version !== undefined ? { version } : {}) };
 }
 
 export type PendingChange = { kind: 'A' | 'M' | 'D'; path: string } | { kind: 'R'; path: string; from: string };
@@ -225,9 +234,11 @@ export class StagedBackend implements Backend {
   readonly kind: string;
   readonly location: string;
   readonly capabilities: BackendCapabilities;
-  readonly state: StagedState;
-  private readonly upper: LocalBackend;
-  private readonly logFd: number;
+  state: StagedState;
+  private upper: LocalBackend;
+  private logFd: number;
+  /** upper stores replaced by reopen(): files a program still has open read through them */
+  private readonly retired: LocalBackend[] = [];
   private readonly inos = new PathMap<number>().set('/', 1);
   private nextIno = 2;
   private readonly copyUps = new Map<string, Promise<void>>();
@@ -243,6 +254,22 @@ export class StagedBackend implements Backend {
     this.kind = base.kind;
     this.location = base.location;
     this.capabilities = { ...base.capabilities, hardLinks: false, xattrs: false, posixNewNodes: true };
+  }
+
+  /**
+   * Take up the overlay as the state directory holds it now: after an apply or discard run by
+   * this daemon (a frozen mount), which dropped, cut or set aside the session's overlay. The
+   * upper tree may be a new directory, so a new upper store; the old one stays open for the
+   * files programs still hold (it closes with this backend).
+   */
+  reopen(): void {
+    fs.mkdirSync(this.layout.upper, { recursive: true });
+    fs.mkdirSync(this.layout.tmp, { recursive: true });
+    fs.closeSync(this.logFd);
+    this.logFd = fs.openSync(this.layout.log, 'a');
+    this.state = readStagedState(this.layout);
+    this.retired.push(this.upper);
+    this.upper = new LocalBackend(this.layout.upper);
   }
 
   /** Append one mutation's bookkeeping and make it durable before the mutation answers. */
@@ -358,13 +385,14 @@ export class StagedBackend implements Backend {
     await this.upperDir(parentOf(p));
     const host = path.join(this.layout.upper, p);
     let sha256: string | undefined;
+    let version: string | undefined;
     if (b.a.type === 'file') {
       // into a temporary file first: a crash never leaves a half-copied upper file
       const tmp = path.join(this.layout.tmp, `copy-${process.pid}-${crypto.randomBytes(6).toString('hex')}`);
       const fd = fs.openSync(tmp, 'w', b.a.mode & 0o7777);
       const h = crypto.createHash('sha256');
       try {
-        await readThrough(this.base, b.b, (piece, pos) => {
+        version = await readThrough(this.base, b.b, (piece, pos) => {
           h.update(piece);
           fs.writeSync(fd, piece, 0, piece.length, pos);
         });
@@ -381,7 +409,7 @@ export class StagedBackend implements Backend {
       throw new VfsError('EPERM', `${p}: a special file cannot be changed in a staged session`);
     }
     if (b.a.type !== 'symlink') await this.upper.utimens(p, { atimeNs: b.a.atimeNs, mtimeNs: b.a.mtimeNs });
-    const state: BaseState = b.a.type === 'file' ? { type: 'file', size: b.a.size, mtimeNs: b.a.mtimeNs.toString(), ...(sha256 ? { sha256 } : {}) } : { type: b.a.type };
+    const state: BaseState = b.a.type === 'file' ? { type: 'file', size: b.a.size, mtimeNs: b.a.mtimeNs.toString(), ...(sha256 ? { sha256 } : {}), ...(version !== undefined ? { version } : {}) } : { type: b.a.type };
     this.record([['copied', p, b.b], ['base', b.b, state]]);
   }
 
@@ -555,6 +583,7 @@ export class StagedBackend implements Backend {
   async close(): Promise<void> {
     fs.closeSync(this.logFd);
     await this.upper.close();
+    for (const u of this.retired) await u.close();
     await this.base.close();
   }
 }
