@@ -1,4 +1,4 @@
-import type { Backend } from '../core/index.js';
+import { type Backend, parentOf } from '../core/index.js';
 import { effective, type History, type Operation } from './history.js';
 import { mismatch, stateOf } from './node-state.js';
 import type { State } from './record.js';
@@ -98,8 +98,10 @@ export async function recoverPending(h: History, backend: Backend, writer: Journ
 const DEFERRABLE_META: ReadonlySet<string> = new Set(['chmod', 'chown', 'utimens']);
 /** What "the store holds the state the journal recorded" compares (content: size and mtime). */
 const SAME: ['content', 'mode', 'owner'] = ['content', 'mode', 'owner'];
-/** stats in flight at once while reconciling (one request each on an object store) */
+/** directories looked at at once while reconciling (a stat is one request each on an object store) */
 const STAT_CONCURRENCY = 16;
+/** files of one directory from which its listing is read first */
+const LIST_FROM = 4;
 
 /** A write session's operation (a `write`, or a `create` its first write session continued). */
 function isSession(op: Operation): boolean {
@@ -172,31 +174,46 @@ export async function reconcileUndurable(h: History, backend: Backend, writer: J
       if (i > 0 || !(isSession(op) || DEFERRABLE_META.has(op.op))) chains.delete(p);
     }
   }
-  const todo = [...chains];
+  // by directory: where several files of one directory are to be looked at (tar), its listing
+  // first, which a metadata cache below fills every entry's attributes from (GCS: one request
+  // for the directory instead of one per file)
+  const byDir = new Map<string, [string, Operation[]][]>();
+  for (const entry of chains) {
+    const dir = parentOf(entry[0]);
+    const list = byDir.get(dir);
+    if (list) list.push(entry);
+    else byDir.set(dir, [entry]);
+  }
+  const todo = [...byDir];
+  const check = async (path: string, chain: Operation[]) => {
+    const last = chain[chain.length - 1] as Operation;
+    const now = await stateOf(backend, path);
+    // (an after-state recoverPending just took from the store proves nothing about the ones before it)
+    if (!last.recovered && mismatch(last.after?.[0] ?? null, now, SAME) === null) return;
+    const v = explain(chain, now);
+    if (!v) return;
+    const time = Date.now();
+    report.files++;
+    if (v.correct) {
+      writer.appendNow({ kind: 'end', of: v.correct.op.seq, time, after: [v.correct.after], reason: 'recovered' });
+      v.correct.op.after = [v.correct.after];
+      v.correct.op.endReason = 'recovered';
+      v.correct.op.recovered = true;
+      report.corrected++;
+    }
+    for (const op of v.lost) {
+      writer.appendNow({ kind: 'failed', of: op.seq, time, errno: LOST, recovered: true });
+      op.status = 'failed';
+      op.errno = LOST;
+      op.recovered = true;
+      report.lost++;
+    }
+  };
   const work = async () => {
     for (let next = todo.shift(); next; next = todo.shift()) {
-      const [path, chain] = next;
-      const last = chain[chain.length - 1] as Operation;
-      const now = await stateOf(backend, path);
-      if (mismatch(last.after?.[0] ?? null, now, SAME) === null) continue;
-      const v = explain(chain, now);
-      if (!v) continue;
-      const time = Date.now();
-      report.files++;
-      if (v.correct) {
-        writer.appendNow({ kind: 'end', of: v.correct.op.seq, time, after: [v.correct.after], reason: 'recovered' });
-        v.correct.op.after = [v.correct.after];
-        v.correct.op.endReason = 'recovered';
-        v.correct.op.recovered = true;
-        report.corrected++;
-      }
-      for (const op of v.lost) {
-        writer.appendNow({ kind: 'failed', of: op.seq, time, errno: LOST, recovered: true });
-        op.status = 'failed';
-        op.errno = LOST;
-        op.recovered = true;
-        report.lost++;
-      }
+      const [dir, entries] = next;
+      if (entries.length >= LIST_FROM) await backend.readdir(dir).catch(() => undefined);
+      for (const [path, chain] of entries) await check(path, chain);
     }
   };
   await Promise.all(Array.from({ length: Math.min(STAT_CONCURRENCY, todo.length) }, work));

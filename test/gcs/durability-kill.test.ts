@@ -41,7 +41,8 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)(`gcs: --durability ${MODE} survives SIGKIL
   });
   afterAll(async () => {
     await g?.stop();
-    if (home) rmTemp(home);
+    if (home && process.env.LEDGERFS_DURABILITY_KILL_KEEP) console.log(`kept ${home}`);
+    else if (home) rmTemp(home);
   });
 
   const mount = () =>
@@ -82,6 +83,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)(`gcs: --durability ${MODE} survives SIGKIL
     for (let round = 0; round < ROUNDS; round++) {
       const m: TestMount = await mount();
       if (round > 0) noteRecovery(m);
+      if (process.env.LEDGERFS_DURABILITY_KILL_KEEP) fs.writeFileSync(path.join(home, `round-${round}.log`), m.logs());
       try {
         fs.mkdirSync(path.join(m.mnt, 'out'), { recursive: true });
         const tar = spawn('tar', ['-xf', tarball(), '-C', path.join(m.mnt, 'out')], { stdio: 'ignore' });

@@ -3,7 +3,7 @@ import type { Attr, Backend } from '../../src/core/index.js';
 import { buildHistory } from '../../src/journal/history.js';
 import type { LocatedRecord } from '../../src/journal/reader.js';
 import type { JournalRecord, NodeState, State } from '../../src/journal/record.js';
-import { LOST, reconcileUndurable } from '../../src/journal/recovery.js';
+import { LOST, reconcileUndurable, recoverPending } from '../../src/journal/recovery.js';
 import type { JournalWriter } from '../../src/journal/writer.js';
 
 /*
@@ -73,6 +73,21 @@ describe('journal recovery: after-states the store never got', () => {
     expect(again.bySeq.get(1)?.after?.[0]?.size).toBe(0);
     expect(again.bySeq.get(2)?.status).toBe('failed');
     expect(h.bySeq.get(2)?.status).toBe('failed');
+  });
+
+  it("killed after tar's fchown was journaled but before its outcome: the pending fchown resolved from the store does not hide the lost write", async () => {
+    // (root's tar: create 0600, write, futimens, fchown, fchmod, close; recoverPending runs first)
+    const records: JournalRecord[] = [...tarRecords(), op(3, 'chown', '/f', timed, { args: { uid: 1000, gid: 1000 } } as Partial<JournalRecord>)];
+    const h = buildHistory(records.map(loc));
+    const { w, written: out } = writer();
+    const files = { '/f': created };
+    const pending = await recoverPending(h, store(files), w);
+    expect(pending.applied).toBe(1);
+    const report = await reconcileUndurable(h, store(files), w);
+    expect(report).toEqual({ files: 1, lost: 2, corrected: 1 });
+    const again = buildHistory([...records, ...out].map(loc));
+    expect([1, 2, 3].map((seq) => again.bySeq.get(seq)?.status)).toEqual(['done', 'failed', 'failed']);
+    expect(again.bySeq.get(1)?.after?.[0]?.size).toBe(0);
   });
 
   it('the object is not there at all: the create is lost too', async () => {
