@@ -1,6 +1,6 @@
-import type { Backend } from '../core/index.js';
-import type { History, Operation } from './history.js';
-import { stateOf } from './node-state.js';
+import { type Backend, parentOf } from '../core/index.js';
+import { effective, type History, type Operation } from './history.js';
+import { mismatch, stateOf } from './node-state.js';
 import type { State } from './record.js';
 import type { JournalWriter } from './writer.js';
 
@@ -11,6 +11,15 @@ export interface RecoveryReport {
   notApplied: number;
   /** write sessions a crash left open, ended with the file as it is now */
   sessionsEnded: number;
+}
+
+export interface UndurableReport {
+  /** files whose journaled state the store never got (their changes were held for an upload the crash prevented) */
+  files: number;
+  /** operations recorded as lost (nothing of them reached the store) */
+  lost: number;
+  /** operations whose after-state was corrected to what the store holds (a create whose first write was lost) */
+  corrected: number;
 }
 
 /**
@@ -84,3 +93,133 @@ export async function recoverPending(h: History, backend: Backend, writer: Journ
   await writer.sync();
   return report;
 }
+
+/** Metadata changes a store may hold back with an open file's pending upload (GCS: they go with it). */
+const DEFERRABLE_META: ReadonlySet<string> = new Set(['chmod', 'chown', 'utimens']);
+/** What "the store holds the state the journal recorded" compares (content: size and mtime). */
+const SAME: ['content', 'mode', 'owner'] = ['content', 'mode', 'owner'];
+/** directories looked at at once while reconciling (a stat is one request each on an object store) */
+const STAT_CONCURRENCY = 16;
+/** files of one directory from which its listing is read first */
+const LIST_FROM = 4;
+
+/** A write session's operation (a `write`, or a `create` its first write session continued). */
+function isSession(op: Operation): boolean {
+  return op.op === 'write' || (op.op === 'create' && op.endReason !== undefined);
+}
+
+/** The after-states of the fsyncs a session reached before its last end (each one was in the store once). */
+function fsyncStates(op: Operation): State[] {
+  const out: State[] = [];
+  for (const l of op.records) if (l.record.kind === 'end' && l.record.reason === 'fsync') out.push(l.record.after[0] ?? null);
+  return out;
+}
+
+type Verdict = { lost: Operation[]; correct?: { op: Operation; after: State } } | null;
+
+/**
+ * How the ops of one file a crash interrupted line up with what the store holds (`chain`: its
+ * operations since its first write session that ended before its close, oldest first). A store
+ * that uploads at close (GCS) held the session's bytes, and the chmod/chown/utimens made while
+ * the file was open, for that upload; a crash before it lost them all, while the journal already
+ * recorded their after-states. Newest first, the first operation whose before-state is exactly
+ * what the store holds marks where the store stopped: it and what follows are lost. A create
+ * whose first write session continued its record made the empty object itself (the open did):
+ * an empty file there is that create's own result. A session that reached an fsync had that
+ * fsync's state in the store: if that is what is there, the session stands with it. Anything
+ * else is not explained, and stays as the journal says (rollback then names the conflict).
+ */
+function explain(chain: Operation[], now: State): Verdict {
+  for (let k = chain.length - 1; k >= 0; k--) {
+    const op = chain[k] as Operation;
+    const lost = chain.slice(k + 1);
+    if (mismatch(op.before[0] ?? null, now, SAME) === null) return { lost: [op, ...lost] };
+    if (!isSession(op)) continue;
+    if (fsyncStates(op).some((s) => mismatch(s, now, SAME) === null)) return { lost, correct: { op, after: now } };
+    if (op.op === 'create' && (op.before[0] ?? null) === null && now?.type === 'file' && now.size === 0) return { lost, correct: { op, after: now } };
+  }
+  return null;
+}
+
+/**
+ * After a crash: reconcile the crashed writer's journaled after-states with what the store
+ * really holds, for the files whose changes the store may have held back until a close that
+ * never came (a write session ended early, by an fsync or by a chmod/utimens/... of the open
+ * file, as tar's futimens before close does). Where the store holds an earlier state the journal
+ * explains (see `explain`), the lost operations get a `failed` record (recovered: "lost") and a
+ * create that stands with other bytes an `end` record with the state found, so a strict rollback
+ * restores exactly what was there before, and never takes bytes the store does not hold for
+ * someone else's change. On a store that writes in place (local) every state matches: nothing
+ * is recorded. Run after recoverPending (which ends the sessions left open with what it finds).
+ */
+export async function reconcileUndurable(h: History, backend: Backend, writer: JournalWriter): Promise<UndurableReport> {
+  const report: UndurableReport = { files: 0, lost: 0, corrected: 0 };
+  const start = h.starts[h.starts.length - 1];
+  const from = start?.lastSeq ?? 0;
+  const crashed = h.ops.filter((op) => op.seq > from && effective(op));
+  // paths whose write session ended before the file's close (the bytes may not have gone up)
+  const chains = new Map<string, Operation[]>();
+  for (const op of crashed) {
+    const p = op.paths[0] as string;
+    const chain = chains.get(p);
+    if (chain) chain.push(op);
+    else if (isSession(op) && (op.endReason === 'split' || op.endReason === 'fsync')) chains.set(p, [op]);
+  }
+  // every later operation naming the path must be one that waits for the close (else: left alone)
+  for (const op of crashed) {
+    for (let i = 0; i < op.paths.length; i++) {
+      const p = op.paths[i] as string;
+      const chain = chains.get(p);
+      if (!chain || op.seq < (chain[0] as Operation).seq) continue;
+      if (i > 0 || !(isSession(op) || DEFERRABLE_META.has(op.op))) chains.delete(p);
+    }
+  }
+  // by directory: where several files of one directory are to be looked at (tar), its listing
+  // first, which a metadata cache below fills every entry's attributes from (GCS: one request
+  // for the directory instead of one per file)
+  const byDir = new Map<string, [string, Operation[]][]>();
+  for (const entry of chains) {
+    const dir = parentOf(entry[0]);
+    const list = byDir.get(dir);
+    if (list) list.push(entry);
+    else byDir.set(dir, [entry]);
+  }
+  const todo = [...byDir];
+  const check = async (path: string, chain: Operation[]) => {
+    const last = chain[chain.length - 1] as Operation;
+    const now = await stateOf(backend, path);
+    // (an after-state recoverPending just took from the store proves nothing about the ones before it)
+    if (!last.recovered && mismatch(last.after?.[0] ?? null, now, SAME) === null) return;
+    const v = explain(chain, now);
+    if (!v) return;
+    const time = Date.now();
+    report.files++;
+    if (v.correct) {
+      writer.appendNow({ kind: 'end', of: v.correct.op.seq, time, after: [v.correct.after], reason: 'recovered' });
+      v.correct.op.after = [v.correct.after];
+      v.correct.op.endReason = 'recovered';
+      v.correct.op.recovered = true;
+      report.corrected++;
+    }
+    for (const op of v.lost) {
+      writer.appendNow({ kind: 'failed', of: op.seq, time, errno: LOST, recovered: true });
+      op.status = 'failed';
+      op.errno = LOST;
+      op.recovered = true;
+      report.lost++;
+    }
+  };
+  const work = async () => {
+    for (let next = todo.shift(); next; next = todo.shift()) {
+      const [dir, entries] = next;
+      if (entries.length >= LIST_FROM) await backend.readdir(dir).catch(() => undefined);
+      for (const [path, chain] of entries) await check(path, chain);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(STAT_CONCURRENCY, todo.length) }, work));
+  if (report.files > 0) await writer.sync();
+  return report;
+}
+
+/** the `failed` record's reason for a change the crash took before it reached the store */
+export const LOST = 'lost: held for the upload at close, which the crash prevented (the store never got it)';

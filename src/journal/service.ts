@@ -13,7 +13,7 @@ import { describeProblem, readIntactJournal, readJournal } from './reader.js';
 import { readJournalFor, rollbackQuery } from './segment-index.js';
 import { encodeRecord } from './codec.js';
 import { RECORD_VERSION, type TagRecord } from './record.js';
-import { recoverPending } from './recovery.js';
+import { reconcileUndurable, recoverPending } from './recovery.js';
 import type { JournalRemote } from './remote.js';
 import { damagedImages, describeDamage } from './before-images.js';
 import { applyRollback, describeSelection, partialWork, planRollback, RollbackError, type RollbackResult, type RollbackSelection } from './rollback.js';
@@ -145,6 +145,8 @@ export class JournalService {
         closeRecovered(u.path, u.index, u.end, contents.tornTail?.path === u.path ? contents.tornTail.bytes : 0);
         notes.push(`closed ${u.path}, which its writer left open (a crash)`);
       }
+      // its writer was gone without closing it: a crash (what it journaled may not all be in the store)
+      const crashed = contents.unclosed !== null;
       if (contents.tornTail || contents.unclosed) contents = readJournal(o.stateDir);
       if (contents.problems.length > 0) {
         o.log.error({ problems: contents.problems.slice(0, 10).map(describeProblem) }, `journal: ${contents.problems.length} problem(s) (damaged records, missing or cut segments); rollback, log and diff refuse until it is repaired; run 'ledgerfs verify'`);
@@ -178,6 +180,15 @@ export class JournalService {
         const msg = `recovered after a crash: ${rec.applied} operation(s) had reached the backend, ${rec.notApplied} had not, ${rec.sessionsEnded} write session(s) ended as found`;
         o.log.warn(rec, `journal: ${msg}`);
         notes.push(msg);
+      }
+      if (crashed) {
+        // the writer that crashed may have journaled changes its store held for a close that never came
+        const lost = await reconcileUndurable(history, o.backend, writer);
+        if (lost.files > 0) {
+          const msg = `recovered after a crash: ${lost.files} file(s) never got what the journal recorded (held for an upload at close that the crash prevented): ${lost.lost} operation(s) recorded as lost, ${lost.corrected} after-state(s) corrected to what the store holds`;
+          o.log.warn(lost, `journal: ${msg}`);
+          notes.push(msg);
+        }
       }
       const note = notes.length ? notes.join('; ') : undefined;
       writer.appendNow({
