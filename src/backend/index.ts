@@ -1,7 +1,9 @@
 /** The backend layer's public surface: other layers import backend/ only through this file (.dependency-cruiser.cjs). */
-export * from './gcs-stack.js';
-export * from './gcs.js';
-export * from './gcs/journal-remote.js';
+// GCS: types here, the code behind the async doors of gcs-open.ts (loaded on first use)
+export type { GcsStack, GcsStackOptions } from './gcs-stack.js';
+export type * from './gcs.js';
+export type * from './gcs/journal-remote.js';
+export * from './gcs-open.js';
 export * from './local.js';
 export * from './fd-limit.js';
 export * from './sd-notify.js';

@@ -1,5 +1,4 @@
 import type { Command } from 'commander';
-import { startGcsEmulator } from '../dev/index.js';
 import { UserError } from '../app/index.js';
 
 /**
@@ -28,6 +27,8 @@ Example:
     .action(async (o: { port: string; bucket?: string[]; verbose: boolean }) => {
       const port = Number(o.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UserError(`--port must be 0..65535, got ${JSON.stringify(o.port)}`);
+      // the emulator's modules load only for this command, not on every start of the CLI
+      const { startGcsEmulator } = await import('../dev/index.js');
       let emu;
       try {
         emu = await startGcsEmulator({ port, ...(o.verbose ? { log: (l: string) => process.stderr.write(l + '\n') } : {}) });

@@ -1,10 +1,19 @@
 import fs from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
-import YAML from 'yaml';
 import type * as z from 'zod';
 import { LIMIT_NAMES, type Limits, POLICY_DEFAULTS, POLICY_PRESETS, type PolicyPreset, type PresetName, type Privileges } from './defaults.js';
 import { mountFileSchema, type MountFile, type RootFile } from './schema.js';
 import { describeValue } from './sizes.js';
+
+/**
+ * The YAML parser, loaded when a mount file is first read: most CLI commands read none, and
+ * every CLI process would pay for it at start (the tests start hundreds).
+ */
+let yamlModule: typeof import('yaml') | undefined;
+function yaml(): typeof import('yaml') {
+  return (yamlModule ??= createRequire(import.meta.url)('yaml') as typeof import('yaml'));
+}
 
 /** A mount file problem, already phrased for a person: `case.yaml: roots[0].mode: ...`. */
 export class ConfigError extends Error {}
@@ -275,7 +284,7 @@ function effectiveHide(file: MountFile, preset: PolicyPreset | undefined, label:
 export function parseMountFile(text: string, label: string, baseDir: string): MountConfig {
   let data: unknown;
   try {
-    data = YAML.parse(text, { prettyErrors: true });
+    data = yaml().parse(text, { prettyErrors: true });
   } catch (err) {
     const e = err as Error & { linePos?: { line: number; col: number }[] };
     const pos = e.linePos?.[0];

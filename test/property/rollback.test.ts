@@ -6,8 +6,9 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULTS } from '../../src/config/defaults.js';
 import { daemonRequest, liveDaemon } from '../../src/journal/control.js';
-import { buildHistory } from '../../src/journal/history.js';
-import { readJournal } from '../../src/journal/reader.js';
+import { JournalFollower } from '../../src/journal/follow.js';
+import { buildHistory, type History } from '../../src/journal/history.js';
+import { type LocatedRecord, readJournal } from '../../src/journal/reader.js';
 import type { RollbackResult } from '../../src/journal/rollback.js';
 import { PUNCHES_HOLES, startMount, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
@@ -137,14 +138,38 @@ function apply(root: string, o: Op): void {
   }
 }
 
+/**
+ * The history of the journal at `state` as it grows, read incrementally (what `log --follow`
+ * reads): each case runs on the same mount and looks at the history at every snapshot, and
+ * reading the whole journal each time made the run quadratic in its length.
+ */
+function journalHistory(state: string): () => History {
+  const follower = new JournalFollower(state);
+  const records: LocatedRecord[] = [];
+  return () => {
+    // the history uses only the records; where they sit matters to readers of damage alone
+    for (const record of follower.poll()) records.push({ record, segment: 0, offset: 0 });
+    return buildHistory(records);
+  };
+}
+
+/** The incremental history saw what a whole read of the journal sees (checked once, at the end). */
+function expectSameAsWholeRead(h: History, state: string): void {
+  const whole = buildHistory(readJournal(state).records);
+  expect(h.lastSeq).toBe(whole.lastSeq);
+  expect(h.ops.map((o) => [o.seq, o.status])).toEqual(whole.ops.map((o) => [o.seq, o.status]));
+}
+
 describe('property: rollback to any point restores it exactly, and is itself undoable', () => {
   let m: TestMount;
   let stateRoot: string;
   let state: string;
+  let history: () => History;
   let run = 0;
   beforeAll(async () => {
     stateRoot = makeTemp('state');
     state = path.join(stateRoot, 'state');
+    history = journalHistory(state);
     // no kernel caching: a snapshot taken through the mount is the truth at once (hard links
     // otherwise show a sibling's old mode for attr_timeout); rollback waits out the timeouts
     m = await startMount({ args: ['--state', state, '--attr-timeout', '0', '--entry-timeout', '0'] });
@@ -156,7 +181,7 @@ describe('property: rollback to any point restores it exactly, and is itself und
     expect(errors, 'the daemon logged errors').toEqual([]);
   });
 
-  const lastSeq = () => buildHistory(readJournal(state).records).lastSeq;
+  const lastSeq = () => history().lastSeq;
   const rollback = async (req: Record<string, unknown>): Promise<RollbackResult> => {
     const d = liveDaemon(state);
     if (!d) throw new Error('no live daemon');
@@ -199,6 +224,7 @@ describe('property: rollback to any point restores it exactly, and is itself und
       { numRuns: RUNS, seed: SEED, endOnFailure: !process.env.LEDGERFS_PROP_SHRINK, verbose: 1 },
     );
     if (process.env.LEDGERFS_PROP_STATS) console.log(JSON.stringify({ ...applied, runs: run, ops: lastSeq() }));
+    expectSameAsWholeRead(history(), state);
   }, 240_000);
 });
 
@@ -243,10 +269,12 @@ describe('property: rollback of in-place changes to large files is byte-exact at
   let m: TestMount;
   let stateRoot: string;
   let state: string;
+  let history: () => History;
   let run = 0;
   beforeAll(async () => {
     stateRoot = makeTemp('state');
     state = path.join(stateRoot, 'state');
+    history = journalHistory(state);
     m = await startMount({ args: ['--state', state, '--attr-timeout', '0', '--entry-timeout', '0'] });
   });
   afterAll(async () => {
@@ -256,7 +284,7 @@ describe('property: rollback of in-place changes to large files is byte-exact at
     expect(errors, 'the daemon logged errors').toEqual([]);
   });
 
-  const lastSeq = () => buildHistory(readJournal(state).records).lastSeq;
+  const lastSeq = () => history().lastSeq;
   const rollback = async (req: Record<string, unknown>): Promise<RollbackResult> => {
     const d = liveDaemon(state);
     if (!d) throw new Error('no live daemon');
@@ -302,7 +330,7 @@ describe('property: rollback of in-place changes to large files is byte-exact at
         if (fd !== null) fs.closeSync(fd);
         const final = fileSig(file);
         if (process.env.LEDGERFS_PROP_STATS) {
-          const ops = buildHistory(readJournal(state).records).ops.filter((o) => o.paths[0] === `/${path.basename(file)}`);
+          const ops = history().ops.filter((o) => o.paths[0] === `/${path.basename(file)}`);
           const ranges = ops.flatMap((o) => o.ranges ?? []);
           console.log(JSON.stringify({ points: points.length, ops: ops.length, ranges: ranges.length, holes: ranges.filter((r) => !r.blob).length, whole: ops.filter((o) => o.capture).length }));
         }
@@ -319,5 +347,6 @@ describe('property: rollback of in-place changes to large files is byte-exact at
       }),
       { numRuns: Math.ceil(RUNS / 2), seed: SEED + 17, endOnFailure: !process.env.LEDGERFS_PROP_SHRINK, verbose: 1 },
     );
+    expectSameAsWholeRead(history(), state);
   }, 600_000);
 });

@@ -15,6 +15,21 @@ beforeEach(() => {
 interface Logged { seq: number; method: string; path: string; query: string }
 const log = async (since: number): Promise<Logged[]> => ((await (await fetch(`${ctx.fx.emu.url}/_emulator/requests?since=${since}`)).json()) as { requests: Logged[] }).requests;
 const requests = async () => (await ctx.fx.stats()).requests;
+/** A promise and whether it has settled yet (a held request keeps it open). */
+function settles<T>(p: Promise<T>): { p: Promise<T>; settled: boolean } {
+  const s = { p, settled: false };
+  p.then(() => (s.settled = true), () => (s.settled = true));
+  return s;
+}
+/** The emulator's requests since `since`, once `enough` holds of them or `op` has settled (polled, not slept on). */
+async function logUntil(since: number, enough: (rs: Logged[]) => boolean, op: { settled: boolean }): Promise<Logged[]> {
+  let rs = await log(since);
+  for (let i = 0; i < 400 && !enough(rs) && !op.settled; i++) {
+    await sleep(10);
+    rs = await log(since);
+  }
+  return rs;
+}
 async function write(p: string) {
   const f = await b.open(p, { write: true, create: true }, 0o644);
   await f.write(Buffer.from('x'), 1, 0);
@@ -28,18 +43,13 @@ describe('GCS unlink', () => {
     await write('/d/b');
     await ctx.fx.fault({ status: 0, delayMs: 1500, count: 1, method: 'DELETE' });
     const r0 = await requests();
-    const done = b.unlink('/d/a');
-    // the delete is held for 1.5 s: what reached the emulator meanwhile
-    let during: Logged[] = [];
-    for (let i = 0; i < 40 && !during.some((r) => r.method === 'DELETE'); i++) {
-      await sleep(25);
-      during = await log(r0);
-    }
-    await sleep(300);
-    during = await log(r0);
     const parentList = (r: Logged) => r.method === 'GET' && decodeURIComponent(r.query).includes(`prefix=${ctx.prefix}/d/&`);
+    const done = settles(b.unlink('/d/a'));
+    // the delete is held for 1.5 s: the parent's listing reaches the emulator meanwhile
+    const during = await logUntil(r0, (rs) => rs.some((r) => r.method === 'DELETE') && rs.some(parentList), done);
     expect(during.some(parentList), JSON.stringify(during)).toBe(true);
-    await done;
+    expect(done.settled, 'the unlink finished before its parent was listed').toBe(false);
+    await done.p;
     const all = await log(r0);
     // the lookup (object + probe), the delete, the parent's listing: no second listing after
     expect(all.filter(parentList).length, JSON.stringify(all)).toBe(1);
@@ -69,13 +79,13 @@ describe('GCS unlink', () => {
     const r0 = await requests();
     // hold the lookup's object GET: the listings must not wait for it
     await ctx.fx.fault({ status: 0, delayMs: 1500, count: 1, method: 'GET', pathPrefix: `/storage/v1/b/unlink-test/o/${ctx.prefix}/p/d` });
-    const done = b.rmdir('/p/d');
-    await sleep(700);
-    const during = await log(r0);
     const listOf = (key: string) => (r: Logged) => r.method === 'GET' && decodeURIComponent(r.query).includes(`prefix=${key}&`);
+    const done = settles(b.rmdir('/p/d'));
+    const during = await logUntil(r0, (rs) => rs.filter(listOf(`${ctx.prefix}/p/d/`)).length >= 2, done);
     expect(during.filter(listOf(`${ctx.prefix}/p/d/`)).length, JSON.stringify(during)).toBe(2); // the probe and the emptiness check
+    expect(done.settled, 'the rmdir finished before its listings were seen').toBe(false);
     await ctx.fx.fault({ status: 0, delayMs: 1500, count: 1, method: 'DELETE' });
-    await done;
+    await done.p;
     const all = await log(r0);
     expect(all.filter(listOf(`${ctx.prefix}/p/`)).length, JSON.stringify(all)).toBe(1);
     expect(all.length, JSON.stringify(all)).toBe(5);

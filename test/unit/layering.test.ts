@@ -23,10 +23,23 @@ function cruise(cwd: string): { ok: boolean; out: string } {
 
 describe('layering', () => {
   let dir: string;
+  /** one run of the checker over a copy of src/ with every planted violation below (a run takes seconds) */
+  let planted: { ok: boolean; out: string };
   beforeAll(() => {
     dir = makeTemp('layering');
     fs.cpSync(path.join(ROOT, 'src'), path.join(dir, 'src'), { recursive: true });
     for (const f of ['.dependency-cruiser.cjs', 'tsconfig.json', 'package.json']) fs.copyFileSync(path.join(ROOT, f), path.join(dir, f));
+    const plant = (file: string, text: string) => fs.writeFileSync(path.join(dir, 'src', file), text);
+    // an upward import (backend -> cli)
+    plant('backend/planted.ts', "import { buildProgram } from '../cli/main.js';\nexport const p = buildProgram;\n");
+    // an upward import made with import() (the CLI loads GCS, metrics and the emulator that way)
+    plant('backend/planted-dynamic.ts', "export const p = async () => (await import('../app/index.js')).UserError;\n");
+    // a cycle
+    plant('core/planted-a.ts', "import { b } from './planted-b.js';\nexport const a = () => b;\n");
+    plant('core/planted-b.ts', "import { a } from './planted-a.js';\nexport const b = () => a;\n");
+    // an import past a layer's index.ts
+    plant('vfs/planted-c.ts', "import { VfsError } from '../core/errors.js';\nexport const c = VfsError;\n");
+    planted = cruise(dir);
   });
   afterAll(() => rmTemp(dir));
 
@@ -37,31 +50,18 @@ describe('layering', () => {
   });
 
   it('fails on a planted upward import (backend -> cli)', () => {
-    const planted = path.join(dir, 'src/backend/planted.ts');
-    fs.writeFileSync(planted, "import { buildProgram } from '../cli/main.js';\nexport const p = buildProgram;\n");
-    try {
-      const r = cruise(dir);
-      expect(r.ok).toBe(false);
-      expect(r.out).toMatch(/upward-from-backend: src\/backend\/planted\.ts → src\/cli\/main\.ts/);
-    } finally {
-      fs.rmSync(planted);
-    }
+    expect(planted.ok).toBe(false);
+    expect(planted.out).toMatch(/upward-from-backend: src\/backend\/planted\.ts → src\/cli\/main\.ts/);
+  });
+
+  it('fails on a planted upward import made with import()', () => {
+    expect(planted.ok).toBe(false);
+    expect(planted.out).toMatch(/upward-from-backend: src\/backend\/planted-dynamic\.ts → src\/app\/index\.ts/);
   });
 
   it('fails on a planted cycle and on an import past a layer index', () => {
-    const a = path.join(dir, 'src/core/planted-a.ts');
-    const b = path.join(dir, 'src/core/planted-b.ts');
-    const c = path.join(dir, 'src/vfs/planted-c.ts');
-    fs.writeFileSync(a, "import { b } from './planted-b.js';\nexport const a = () => b;\n");
-    fs.writeFileSync(b, "import { a } from './planted-a.js';\nexport const b = () => a;\n");
-    fs.writeFileSync(c, "import { VfsError } from '../core/errors.js';\nexport const c = VfsError;\n");
-    try {
-      const r = cruise(dir);
-      expect(r.ok).toBe(false);
-      expect(r.out).toMatch(/no-circular: src\/core\/planted-a\.ts/);
-      expect(r.out).toMatch(/through-the-index: src\/vfs\/planted-c\.ts → src\/core\/errors\.ts/);
-    } finally {
-      for (const f of [a, b, c]) fs.rmSync(f);
-    }
+    expect(planted.ok).toBe(false);
+    expect(planted.out).toMatch(/no-circular: src\/core\/planted-a\.ts/);
+    expect(planted.out).toMatch(/through-the-index: src\/vfs\/planted-c\.ts → src\/core\/errors\.ts/);
   });
 });

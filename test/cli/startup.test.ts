@@ -1,0 +1,46 @@
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLI } from '../helpers/mount.js';
+import { makeTemp, rmTemp } from '../helpers/tmp.js';
+
+/*
+ * Every CLI process (and the tests start hundreds) would pay for the GCS client (about half a
+ * second), prom-client, the YAML parser and the GCS emulator if they were imported at start;
+ * they load on first use instead. A module resolve hook in the child lists every module the CLI
+ * loads (its `import`s; a require() made later, as of the YAML parser, it does not see).
+ */
+describe('CLI start-up', () => {
+  let dir: string;
+  let register: string;
+  beforeAll(() => {
+    dir = makeTemp('startup');
+    const hook = path.join(dir, 'hook.mjs');
+    fs.writeFileSync(hook, `import fs from 'node:fs';
+export async function resolve(spec, ctx, next) {
+  const r = await next(spec, ctx);
+  fs.appendFileSync(${JSON.stringify(path.join(dir, 'loaded.txt'))}, r.url + '\\n');
+  return r;
+}
+`);
+    register = path.join(dir, 'register.mjs');
+    fs.writeFileSync(register, `import { register } from 'node:module';\nregister(${JSON.stringify(pathToFileURL(hook).href)});\n`);
+  });
+  afterAll(() => rmTemp(dir));
+
+  function loadedBy(args: string[]): string[] {
+    const out = path.join(dir, 'loaded.txt');
+    fs.rmSync(out, { force: true });
+    execFileSync(process.execPath, ['--import', register, CLI, ...args], { stdio: 'pipe', encoding: 'utf8' });
+    return fs.readFileSync(out, 'utf8').split('\n').filter(Boolean);
+  }
+
+  it('`ledgerfs log --help` loads neither the GCS client, prom-client, the YAML parser nor the emulator', () => {
+    const loaded = loadedBy(['log', '--help']);
+    // the hook sees the CLI's own modules: it works
+    expect(loaded.some((u) => u.endsWith('/dist/cli/log-command.js'))).toBe(true);
+    expect(loaded.filter((u) => /node_modules\/(@google-cloud\/storage|prom-client|yaml)\//.test(u) || u.includes('/dist/dev/') || /\/dist\/backend\/(gcs\/|gcs\.js|gcs-stack\.js)/.test(u))).toEqual([]);
+  });
+});
