@@ -82,6 +82,37 @@ describe('metrics and health', () => {
     expect(text).toMatch(/^ledgerfs_fuse_request_duration_seconds_bucket\{le="0.001",op="create"\} \d+$/m);
   });
 
+  it('serves the process metrics, the event-loop lag measured at scrape time, without waking an idle daemon', async () => {
+    m = await startMount({ args: ['--no-journal', '--metrics', '127.0.0.1:0'] });
+    const url = metricsUrl(m);
+    const pid = m.daemon.pid as number;
+    // wake-ups of the daemon's JS thread: each time it slept and was woken
+    const wakeups = () => Number(/^voluntary_ctxt_switches:\s+(\d+)$/m.exec(fs.readFileSync(`/proc/${pid}/task/${pid}/status`, 'utf8'))?.[1]);
+    await new Promise((res) => setTimeout(res, 1000));
+    const before = wakeups();
+    await new Promise((res) => setTimeout(res, 3000));
+    const woken = wakeups() - before;
+    // prom-client's default event-loop monitor woke it every 10 ms (about 300 times here);
+    // without it an idle mount wakes a few times a second at most
+    expect(woken).toBeLessThan(90);
+
+    run('echo hi > a.txt && cat a.txt', m.mnt);
+    const text = (await get(`${url}/metrics`)).text;
+    const lag = sample(text, 'ledgerfs_process_nodejs_eventloop_lag_seconds');
+    expect(text).toMatch(/^ledgerfs_process_nodejs_eventloop_lag_seconds \d/m);
+    expect(lag).toBeGreaterThan(0);
+    expect(lag).toBeLessThan(5);
+    // the monitor's histogram gauges are gone, not left at zero
+    expect(text).not.toMatch(/nodejs_eventloop_lag_(min|max|mean|stddev|p50|p90|p99)_seconds/);
+    // CPU and memory: read when scraped
+    expect(sample(text, 'ledgerfs_process_process_cpu_seconds_total')).toBeGreaterThan(0);
+    expect(sample(text, 'ledgerfs_process_process_resident_memory_bytes')).toBeGreaterThan(1024 * 1024);
+    expect(sample(text, 'ledgerfs_process_nodejs_heap_size_used_bytes')).toBeGreaterThan(0);
+    expect(sample(text, 'ledgerfs_fuse_requests_total', { op: 'create', errno: 'OK' })).toBe(1);
+    // a second scrape measures again (not a value left from the first)
+    expect((await get(`${url}/metrics`)).text).toMatch(/^ledgerfs_process_nodejs_eventloop_lag_seconds \d/m);
+  });
+
   it('/healthz answers 503 with the reason while the GCS backend fails, 200 again after', async () => {
     emulator = await startTestEmulator(['ledgerfs-health']);
     m = await startMount({ gcs: { emulator, bucket: 'ledgerfs-health' }, args: ['--no-journal', '--metrics', ':0'] });
