@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
@@ -191,6 +192,21 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   let running;
   let metricsServer: MetricsServer | undefined;
   let mounted = false;
+  // From the moment the kernel has the mount, a signal must unmount it: by default SIGTERM
+  // would end the process in the few milliseconds before the real handlers below are set
+  // (journal control socket, banner), leaving a dead mount (ENOTCONN) behind. Signals that come
+  // meanwhile wait here; a second one exits as the default would.
+  let earlySignal: NodeJS.Signals | undefined;
+  const onEarlySignal = (sig: NodeJS.Signals) => {
+    if (earlySignal) process.exit(128 + (os.constants.signals[sig] ?? 15));
+    earlySignal = sig;
+    log.info({ sig }, 'signal received while mounting: unmounting once mounted');
+  };
+  const earlySignals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+  for (const sig of earlySignals) process.on(sig, onEarlySignal);
+  const dropEarlySignals = () => {
+    for (const sig of earlySignals) process.off(sig, onEarlySignal);
+  };
   try {
     if (metrics && o.metrics !== undefined) {
       // what the daemon knows, never a look at its own mount point (see serveMetrics)
@@ -222,6 +238,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
       : undefined;
     await journal?.serve(vfs, settleMs, live);
   } catch (err) {
+    dropEarlySignals();
     await running?.unmount().catch(() => undefined);
     await metricsServer?.close().catch(() => undefined);
     await forgetJournal();
@@ -296,6 +313,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   process.on('SIGHUP', onSignal);
+  dropEarlySignals();
+  if (earlySignal) onSignal(earlySignal);
   if (o.parentLink) {
     const linked = serveParent(
       { type: 'mounted', mountpoint, session: journal?.session ?? null, stateDir: journal?.stateDir ?? null, ...(journal?.startNote ? { note: journal.startNote } : {}) },

@@ -178,9 +178,15 @@ describe('staged mode', () => {
     const state = path.join(root, 'state');
     const mt = await mountStaged('review-1', populate);
     fs.writeFileSync(path.join(mt.mnt, 'cases/new.txt'), 'draft\n');
+    // a file opened for writing before the freeze must not change what is reviewed either
+    const held = fs.openSync(path.join(mt.mnt, 'cases/held.txt'), 'w');
+    fs.writeSync(held, 'before\n');
     const frozen = ledgerfs(['freeze', '--state', state]);
     expect(frozen.status, frozen.stderr).toBe(0);
     expect(frozen.stdout).toMatch(/frozen/);
+    expect(() => fs.writeSync(held, 'during\n')).toThrow(/EROFS/);
+    expect(() => fs.ftruncateSync(held, 0)).toThrow(/EROFS/);
+    expect(fs.readFileSync(path.join(mt.mnt, 'cases/held.txt'), 'utf8')).toBe('before\n');
     const write = (p: string) => {
       try {
         fs.writeFileSync(path.join(mt.mnt, p), 'more\n');
@@ -197,6 +203,9 @@ describe('staged mode', () => {
     const off = ledgerfs(['freeze', '--state', state, '--off']);
     expect(off.status, off.stderr).toBe(0);
     expect(write('cases/new.txt')).toBe('ok');
+    fs.writeSync(held, 'after\n');
+    fs.closeSync(held);
+    expect(fs.readFileSync(path.join(mt.mnt, 'cases/held.txt'), 'utf8')).toBe('before\nafter\n');
   });
 
   it.skipIf(onGcs)('the policy judges the staged view: limits and quotas refuse there, /.ledgerfs/session names view paths', { timeout: 120_000 }, async () => {

@@ -6,6 +6,7 @@ import {
   isWithin, joinPath, parentOf, rebase, VfsError,
 } from '../../core/index.js';
 import { LocalBackend } from '../local.js';
+import { ForwardingFile } from './forward.js';
 
 /**
  * Staged mode (`mount --staged`): an overlay. The program sees its own changes, the base store
@@ -434,12 +435,12 @@ export class StagedBackend implements Backend {
       if (exists.type === 'dir') throw new VfsError('EISDIR', `${p}: is a directory`);
       await this.copyUp(p);
       const { knownAbsent: _k, ...m } = mode;
-      return this.upper.open(p, m, createMode);
+      return new FreezableFile(await this.upper.open(p, m, createMode), () => this.guard());
     }
     if (!mode.create) throw new VfsError('ENOENT', `${p}: no such file`);
     await this.upperDir(parentOf(p));
     const { knownAbsent: _k, ...m } = mode;
-    return this.upper.open(p, m, createMode);
+    return new FreezableFile(await this.upper.open(p, m, createMode), () => this.guard());
   }
 
   async mkdir(p: string, mode: number, _hint?: MkdirHint): Promise<Attr | void> {
@@ -628,4 +629,48 @@ export function pendingChanges(s: StagedState, layout: StagedLayout): PendingCha
   };
   walk('/');
   return out;
+}
+
+/**
+ * A staged file open for writing: `ledgerfs freeze` stops its changes too (EROFS), not only new
+ * opens, so a program holding a descriptor from before the freeze cannot change what is being
+ * reviewed. The upper store's own copy between its files is kept for the source side; a frozen
+ * or wrapped destination goes through the guarded write.
+ */
+class FreezableFile extends ForwardingFile {
+  readonly allocate?: BackendFile['allocate'];
+  readonly copyRangeTo?: BackendFile['copyRangeTo'];
+  readonly seekData?: BackendFile['seekData'];
+  readonly allocatedEnd?: BackendFile['allocatedEnd'];
+  readonly readParts?: BackendFile['readParts'];
+
+  constructor(f: BackendFile, private readonly guard: () => void) {
+    super(f);
+    const { allocate, copyRangeTo, seekData, allocatedEnd, readParts } = f;
+    if (allocate) {
+      this.allocate = async (mode, offset, length) => {
+        guard();
+        return allocate.call(f, mode, offset, length);
+      };
+    }
+    if (copyRangeTo) {
+      this.copyRangeTo = async (dst, srcPos, dstPos, length) => {
+        if (dst instanceof FreezableFile) dst.guard();
+        return copyRangeTo.call(f, dst instanceof FreezableFile ? dst.f : dst, srcPos, dstPos, length);
+      };
+    }
+    if (seekData) this.seekData = (offset, what) => seekData.call(f, offset, what);
+    if (allocatedEnd) this.allocatedEnd = () => allocatedEnd.call(f);
+    if (readParts) this.readParts = (position, length, onData) => readParts.call(f, position, length, onData);
+  }
+
+  override async write(buf: Buffer, length: number, position: number): Promise<number> {
+    this.guard();
+    return super.write(buf, length, position);
+  }
+
+  override async truncate(size: number): Promise<void> {
+    this.guard();
+    return super.truncate(size);
+  }
 }
