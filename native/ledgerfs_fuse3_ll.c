@@ -1140,6 +1140,29 @@ static napi_value js_invalidate(napi_env env, napi_callback_info info) {
   return promise;
 }
 
+/*
+ * stats(handle) -> [requests, JS wake-ups, requests the busy-poll caught, spins that caught one,
+ * spins that ran out, spins given up on a contended CPU], the counts LEDGERFS_NATIVE_STATS prints
+ * at the end, for metrics while mounted. Plain reads of this thread's own counters.
+ */
+static napi_value js_stats(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1], result, v;
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  struct mnt *m = NULL;
+  if (argc < 1 || napi_get_value_external(env, argv[0], (void **)&m) != napi_ok || !m || m->destroyed) {
+    napi_get_undefined(env, &result);
+    return result;
+  }
+  const uint64_t counts[] = { m->requests, m->batches, m->spin_requests, m->spin_hits, m->spin_misses, m->spin_contended };
+  CHECK(napi_create_array_with_length(env, sizeof counts / sizeof counts[0], &result));
+  for (uint32_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+    napi_create_double(env, (double)counts[k], &v);
+    napi_set_element(env, result, k, v);
+  }
+  return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_value names, name;
   napi_create_array_with_length(env, OP_COUNT, &names);
@@ -1153,6 +1176,8 @@ static napi_value init(napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "invalAttr", fn);
   napi_create_function(env, "invalidate", NAPI_AUTO_LENGTH, js_invalidate, NULL, &fn);
   napi_set_named_property(env, exports, "invalidate", fn);
+  napi_create_function(env, "stats", NAPI_AUTO_LENGTH, js_stats, NULL, &fn);
+  napi_set_named_property(env, exports, "stats", fn);
   return define_exports(env, exports, js_mount, js_destroy, js_reply, js_unref, js_set_scratch);
 }
 

@@ -1,8 +1,8 @@
 import { performance } from 'node:perf_hooks';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { DEFAULTS } from '../config/index.js';
-import { errnoName, kernelErrno } from '../core/index.js';
-import type { OpMeter, RequestMeters } from '../fuse/index.js';
+import { errnoName, kernelErrno, LatencyCounts } from '../core/index.js';
+import type { BindingStats, OpMeter, RequestMeters } from '../fuse/index.js';
 import type { MountJournal } from '../journal/index.js';
 import type { Denial } from '../policy/index.js';
 import type { Vfs } from '../vfs/index.js';
@@ -66,21 +66,14 @@ function processMetrics(registry: Registry): void {
 }
 
 /** One op's request counts, kept in plain numbers: the hot path touches nothing else. */
-class OpStats {
+class OpStats extends LatencyCounts {
   ok = 0;
   /** errno number -> failures */
   readonly failed = new Map<number, number>();
-  /** per latency bucket (not cumulative), the last one past every bound */
-  readonly buckets = new Float64Array(LATENCY_BUCKETS.length + 1);
-  count = 0;
-  sum = 0;
-  constructor(readonly op: string) {}
-  observe(seconds: number): void {
-    this.count++;
-    this.sum += seconds;
-    let i = 0;
-    while (i < LATENCY_BUCKETS.length && seconds > (LATENCY_BUCKETS[i] as number)) i++;
-    this.buckets[i] = (this.buckets[i] as number) + 1;
+  /** bytes read or written (read and write only) */
+  bytes = 0;
+  constructor(readonly op: string) {
+    super(LATENCY_BUCKETS);
   }
 }
 
@@ -122,21 +115,11 @@ export class DaemonMetrics implements RequestMeters {
       }
       return out;
     });
-    scrapedMetric(this.registry, 'ledgerfs_fuse_request_duration_seconds', 'time from a FUSE request reaching the core to its answer, by op', 'histogram', () => {
-      const out: MetricValue[] = [];
-      const name = 'ledgerfs_fuse_request_duration_seconds';
-      for (const s of ops) {
-        let acc = 0;
-        LATENCY_BUCKETS.forEach((le, i) => {
-          acc += s.buckets[i] as number;
-          out.push({ metricName: `${name}_bucket`, labels: { le: String(le), op: s.op }, value: acc });
-        });
-        out.push({ metricName: `${name}_bucket`, labels: { le: '+Inf', op: s.op }, value: s.count });
-        out.push({ metricName: `${name}_sum`, labels: { op: s.op }, value: s.sum });
-        out.push({ metricName: `${name}_count`, labels: { op: s.op }, value: s.count });
-      }
-      return out;
-    });
+    const latency = 'ledgerfs_fuse_request_duration_seconds';
+    scrapedMetric(this.registry, latency, 'time from a FUSE request reaching the core to its answer, by op', 'histogram', () =>
+      ops.flatMap((s) => histogramSamples(latency, { op: s.op }, s)));
+    scrapedMetric(this.registry, 'ledgerfs_fuse_bytes_total', 'bytes programs read and wrote through the mount, by op (read, write)', 'counter', () =>
+      ops.filter((s) => s.op === 'read' || s.op === 'write').map((s) => ({ value: s.bytes, labels: { op: s.op } })));
     this.denials = new Counter({ name: 'ledgerfs_policy_denials_total', help: 'changes the policy refused, by rule and root', labelNames: ['rule', 'root'], registers: [this.registry] });
   }
 
@@ -147,9 +130,11 @@ export class DaemonMetrics implements RequestMeters {
   forOp(op: string): OpMeter {
     const s = new OpStats(op);
     this.ops.push(s);
+    const moves = op === 'read' || op === 'write';
     return {
-      ok: (t0) => {
+      ok: (t0, result) => {
         s.ok++;
+        if (moves && typeof result === 'number') s.bytes += result;
         s.observe((performance.now() - t0) / 1000);
       },
       failed: (t0, err) => {
@@ -158,6 +143,24 @@ export class DaemonMetrics implements RequestMeters {
         s.observe((performance.now() - t0) / 1000);
       },
     };
+  }
+
+  /**
+   * The kernel session's own counts (native-ll), read at scrape time: requests, wake-ups of the
+   * JS thread, and what the busy-poll caught (each catch is a wake-up saved).
+   */
+  attachMount(mount: { stats?(): BindingStats | undefined }): void {
+    const stats = mount.stats?.bind(mount);
+    if (!stats) return;
+    const r = this.registry;
+    const read = (pick: (b: BindingStats) => number) => (): Array<[Record<string, string>, number]> => {
+      const b = stats();
+      return b ? [[{}, pick(b)]] : [];
+    };
+    pulledCounter(r, 'ledgerfs_fuse_kernel_requests_total', 'requests the kernel sent, those answered without the core too (FORGET, security.capability; native-ll)', [], read((b) => b.requests));
+    pulledCounter(r, 'ledgerfs_fuse_wakeups_total', 'times the daemon\'s JS thread was entered to serve FUSE requests (native-ll)', [], read((b) => b.wakeups));
+    pulledCounter(r, 'ledgerfs_busy_poll_caught_requests_total', 'FUSE requests the busy-poll caught after an answer, each a wake-up saved (native-ll, --busy-poll)', [], read((b) => b.busyPollCaught));
+    pulledCounter(r, 'ledgerfs_busy_poll_contended_total', 'busy-polls given up because another task held the CPU (native-ll)', [], read((b) => b.busyPollContended));
   }
 
   /** Read the layers at scrape time from now on. */
@@ -193,11 +196,20 @@ export class DaemonMetrics implements RequestMeters {
       pulledCounter(r, 'ledgerfs_journal_records_total', 'records written to the journal by this mount', [], () => [[{}, w.recordsWritten]]);
       pulledCounter(r, 'ledgerfs_journal_bytes_total', 'bytes written to the journal by this mount', [], () => [[{}, w.bytesWritten]]);
       pulledCounter(r, 'ledgerfs_journal_before_image_bytes_total', 'bytes of before-images kept by this mount (for rollback)', [], () => [[{}, journal.service.blobs.capturedBytes]]);
+      const fsync = 'ledgerfs_journal_fsync_duration_seconds';
+      scrapedMetric(r, fsync, 'time each fsync of the journal took (group commit, and before a program\'s fsync is answered)', 'histogram', () => histogramSamples(fsync, {}, w.fsyncLatency));
     }
     const caches = s.store.caches;
     pulledCounter(r, 'ledgerfs_cache_hits_total', 'lookups a cache layer answered itself, by layer', ['layer'], () => caches.map((c) => [{ layer: c.layer }, c.hits()]));
     pulledCounter(r, 'ledgerfs_cache_misses_total', 'lookups a cache layer passed on, by layer', ['layer'], () => caches.map((c) => [{ layer: c.layer }, c.misses()]));
     pulledCounter(r, 'ledgerfs_backend_retries_total', 'backend requests retried after a transient failure (GCS)', [], () => [[{}, s.store.retries()]]);
+    const traffic = s.store.traffic;
+    if (traffic) {
+      pulledCounter(r, 'ledgerfs_gcs_bytes_total', 'object bytes received from the bucket (in) and sent to it (out; each upload attempt)', ['direction'], () => {
+        const t = traffic();
+        return [[{ direction: 'in' }, t.bytesIn], [{ direction: 'out' }, t.bytesOut]];
+      });
+    }
     pulledCounter(r, 'ledgerfs_gcs_requests_total', 'requests to the bucket (each attempt), by HTTP method and status (ok, the HTTP code, or network)', ['method', 'status'], () =>
       s.store.requests().map((q) => [{ method: q.method, status: q.status }, q.count]));
     const vfs = s.vfs;
@@ -208,4 +220,18 @@ export class DaemonMetrics implements RequestMeters {
       },
     });
   }
+}
+
+/** A histogram's samples (buckets cumulative, +Inf, sum, count) from counts kept in plain numbers. */
+function histogramSamples(name: string, labels: Record<string, string>, h: LatencyCounts): MetricValue[] {
+  const out: MetricValue[] = [];
+  let acc = 0;
+  h.bounds.forEach((le, i) => {
+    acc += h.buckets[i] as number;
+    out.push({ metricName: `${name}_bucket`, labels: { le: String(le), ...labels }, value: acc });
+  });
+  out.push({ metricName: `${name}_bucket`, labels: { le: '+Inf', ...labels }, value: h.count });
+  out.push({ metricName: `${name}_sum`, labels, value: h.sum });
+  out.push({ metricName: `${name}_count`, labels, value: h.count });
+  return out;
 }

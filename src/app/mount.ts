@@ -225,6 +225,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
       display: { uid: o.uid, gid: o.gid, fileMode: o.fileMode, dirMode: o.dirMode },
       options: { fsName, allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
     });
+    metrics?.attachMount(running);
     // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
     const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);
     const staged = ws.store instanceof StagedBackend ? ws.store : undefined;

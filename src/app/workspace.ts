@@ -25,6 +25,8 @@ export interface StoreStats {
   retries(): number;
   /** backend requests so far by HTTP method and status (GCS; empty for local) */
   requests(): Array<{ method: string; status: string; count: number }>;
+  /** object bytes received from and sent to the store (GCS) */
+  traffic?(): { bytesIn: number; bytesOut: number };
   /** (GCS) the upload queue: durability journal's background uploads, and what a crash left */
   uploads?: UploadsHandle;
 }
@@ -221,6 +223,7 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
           ...(content ? [{ layer: 'content', hits: () => content.hits, misses: () => content.misses }] : []),
         ],
         retries: () => gcs.req.counters.retries,
+        traffic: () => gcs.req.traffic,
         ...(gcs.uploads
           ? {
               uploads: {

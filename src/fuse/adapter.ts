@@ -22,8 +22,9 @@ export class OpCounters {
 
 /** What one op's requests report when they end (made once per op at mount: nothing per request). */
 export interface OpMeter {
-  /** `startMs`: RequestMeters.now() when the request arrived */
-  ok(startMs: number): void;
+  /** `startMs`: RequestMeters.now() when the request arrived; `result`: what the core answered
+   * (a read's or write's byte count) */
+  ok(startMs: number, result: unknown): void;
   failed(startMs: number, err: unknown): void;
 }
 
@@ -71,7 +72,7 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
     if (debug) counters.bump(slot.op);
     const meter = slot.meter;
     if (meter === undefined) return p.catch((err: unknown) => failed(slot, c, path, t0, err, fh));
-    return p.then((v) => (meter.ok(t0), v), (err: unknown) => failed(slot, c, path, t0, err, fh));
+    return p.then((v) => (meter.ok(t0, v), v), (err: unknown) => failed(slot, c, path, t0, err, fh));
   };
 
   const S = {

@@ -86,6 +86,24 @@ export interface MountedFs {
    * for them, so the next look asks. Resolves when the kernel has been told.
    */
   invalidate?(paths: string[]): Promise<void>;
+  /** the kernel session's counters (native-ll); undefined once it ended */
+  stats?(): BindingStats | undefined;
+}
+
+/** What native-ll counts as it serves (LEDGERFS_NATIVE_STATS prints the same at the end). */
+export interface BindingStats {
+  /** FUSE requests read */
+  requests: number;
+  /** times the JS thread was entered to serve them */
+  wakeups: number;
+  /** requests the busy-poll caught (no wake-up of the thread) */
+  busyPollCaught: number;
+  /** spins that caught a request */
+  busyPollSpins: number;
+  /** spins that ran out of their window */
+  busyPollRanOut: number;
+  /** spins given up because another task held the CPU */
+  busyPollContended: number;
 }
 
 export interface Binding {

@@ -3,7 +3,7 @@ import type { Vfs } from '../vfs/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { vfsOps, OpCounters, type RequestMeters } from './adapter.js';
 import { FailureLog } from './failure-log.js';
-import type { Binding, MountedFs, MountOptions } from './binding.js';
+import type { Binding, BindingStats, MountedFs, MountOptions } from './binding.js';
 import { FuseNativeBinding } from './fuse-native-binding.js';
 import { mountAt, mountpointProblem, unmountPath } from './mounts.js';
 import { type DisplayOverrides, displayOps, hasOverrides } from './display.js';
@@ -31,6 +31,8 @@ export interface RunningMount {
   unmount(opts?: { lazy?: boolean }): Promise<void>;
   /** see MountedFs.invalidate; absent when the binding cannot (fuse-native) */
   invalidate?(paths: string[]): Promise<void>;
+  /** see MountedFs.stats; absent when the binding counts nothing (fuse-native) */
+  stats?(): BindingStats | undefined;
 }
 
 export function mountOptions(o: Partial<MountOptions> = {}): MountOptions {
@@ -112,5 +114,6 @@ export async function mountVfs(req: MountRequest): Promise<RunningMount> {
     await finish();
   };
   const invalidate = mounted.invalidate?.bind(mounted);
-  return { mountpoint: req.mountpoint, counters, closed, unmount, ...(invalidate ? { invalidate } : {}) };
+  const stats = mounted.stats?.bind(mounted);
+  return { mountpoint: req.mountpoint, counters, closed, unmount, ...(invalidate ? { invalidate } : {}), ...(stats ? { stats } : {}) };
 }

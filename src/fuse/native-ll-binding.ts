@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { type Attr, type Caller, errnoOf, kernelErrno, type TimeSpec, VfsError } from '../core/index.js';
-import type { Binding, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
+import type { Binding, BindingStats, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
 import { loadAddon, readTime, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-session.js';
 import { NodeTable, type Node, type NodeIdentity } from './node-table.js';
 
@@ -29,6 +29,8 @@ interface Addon {
   invalAttr(handle: object, ino: number): number;
   /** (ino, null) pairs drop a node's attributes, (parent, name) a directory entry; off the JS thread */
   invalidate(handle: object, items: Array<number | string | null>): Promise<number>;
+  /** the session's counters (see BindingStats), undefined once it ended; absent in an older build */
+  stats?(handle: object): number[] | undefined;
   libfuseVersion: string;
   /** its op codes' names, by code (LEDGERFS_OPS) */
   opNames: string[];
@@ -506,9 +508,24 @@ export class NativeLlBinding implements Binding {
     const addon = loadNativeLlAddon();
     if (addon instanceof Error) throw addon;
     let invalidate: ((paths: string[]) => Promise<void>) | undefined;
-    const mounted = serveSession(addon, mountpoint, (onClosed, session) => makeHandler(addon, ops, onClosed, session, (fn) => (invalidate = fn)), options, !!ops.xattr);
-    // an addon built before `invalidate` existed: the caller waits the kernel's caches out instead
-    if (typeof addon.invalidate !== 'function') return mounted;
-    return { mountpoint: mounted.mountpoint, unmount: () => mounted.unmount(), invalidate: (paths) => invalidate?.(paths) ?? Promise.resolve() };
+    let sessionOf: () => object | undefined = () => undefined;
+    const mounted = serveSession(addon, mountpoint, (onClosed, session) => {
+      sessionOf = session;
+      return makeHandler(addon, ops, onClosed, session, (fn) => (invalidate = fn));
+    }, options, !!ops.xattr);
+    const stats = (): BindingStats | undefined => {
+      const h = sessionOf();
+      const c = h && typeof addon.stats === 'function' ? addon.stats(h) : undefined;
+      if (!c) return undefined;
+      const [requests = 0, wakeups = 0, busyPollCaught = 0, busyPollSpins = 0, busyPollRanOut = 0, busyPollContended = 0] = c;
+      return { requests, wakeups, busyPollCaught, busyPollSpins, busyPollRanOut, busyPollContended };
+    };
+    return {
+      mountpoint: mounted.mountpoint,
+      unmount: () => mounted.unmount(),
+      stats,
+      // an addon built before `invalidate` existed: the caller waits the kernel's caches out instead
+      ...(typeof addon.invalidate === 'function' ? { invalidate: (paths: string[]) => invalidate?.(paths) ?? Promise.resolve() } : {}),
+    };
   }
 }

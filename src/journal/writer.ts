@@ -1,6 +1,8 @@
 import fs from 'node:fs';
+import { performance } from 'node:perf_hooks';
 import { promisify } from 'node:util';
-import { type Logger, VfsError } from '../core/index.js';
+import { DEFAULTS } from '../config/index.js';
+import { LatencyCounts, type Logger, VfsError } from '../core/index.js';
 import { encodeRecord } from './codec.js';
 import { listSegments, segmentName, syncDir, writingMarker } from './layout.js';
 import type { JournalRecord } from './record.js';
@@ -46,6 +48,8 @@ export class JournalWriter {
   private written = 0;
   /** records written to the file by this writer (metrics) */
   recordsWritten = 0;
+  /** how long each fsync of the journal took (metrics) */
+  readonly fsyncLatency = new LatencyCounts(DEFAULTS.metricsLatencyBuckets);
   private durable = 0;
   private syncing: Promise<void> | null = null;
   private closed = false;
@@ -241,7 +245,9 @@ export class JournalWriter {
         this.syncing = (async () => {
           try {
             if (this.o.beforeSync) await this.o.beforeSync();
+            const t0 = performance.now();
             await fsyncAsync(fd);
+            this.fsyncLatency.observe((performance.now() - t0) / 1000);
             if (upTo > this.durable) this.durable = upTo;
           } finally {
             this.syncing = null;

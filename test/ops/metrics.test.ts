@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { run, startMount, startTestEmulator, type TestEmulator, type TestMount } from '../helpers/mount.js';
+import { RUNNING_BINDING, run, startMount, startTestEmulator, type TestEmulator, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { listSegments } from '../../src/journal/layout.js';
 
@@ -113,6 +113,46 @@ describe('metrics and health', () => {
     expect((await get(`${url}/metrics`)).text).toMatch(/^ledgerfs_process_nodejs_eventloop_lag_seconds \d/m);
   });
 
+  it('counts the bytes programs read and write, the journal\'s fsyncs, and (native-ll) wake-ups and busy-poll catches', async () => {
+    dir = makeTemp('metrics-bytes');
+    const ws = path.join(dir, 'ws');
+    fs.mkdirSync(ws);
+    // a file the kernel has not cached: its read reaches the daemon whole
+    fs.writeFileSync(path.join(ws, 'old.bin'), Buffer.alloc(10_000, 7));
+    m = await startMount({ src: ws, args: ['--state', path.join(dir, 'state'), '--metrics', '127.0.0.1:0'] });
+    const url = metricsUrl(m);
+    // 3 x 4,096 + 100 bytes written, fsynced (a program's fsync waits for the journal's), 10,000 read
+    run(`python3 -c "
+import os
+fd = os.open('new.bin', os.O_WRONLY | os.O_CREAT, 0o644)
+for n in (4096, 4096, 4096, 100): os.write(fd, b'x' * n)
+os.fsync(fd); os.close(fd)
+assert len(open('old.bin', 'rb').read()) == 10000
+"`, m.mnt);
+    const text = (await get(`${url}/metrics`)).text;
+    expect(sample(text, 'ledgerfs_fuse_bytes_total', { op: 'write' })).toBe(3 * 4096 + 100);
+    expect(sample(text, 'ledgerfs_fuse_bytes_total', { op: 'read' })).toBe(10_000);
+    expect(sample(text, 'ledgerfs_journal_fsync_duration_seconds_count')).toBeGreaterThanOrEqual(1);
+    expect(sample(text, 'ledgerfs_journal_fsync_duration_seconds_bucket', { le: '+Inf' })).toBe(sample(text, 'ledgerfs_journal_fsync_duration_seconds_count'));
+    expect(sample(text, 'ledgerfs_journal_fsync_duration_seconds_sum')).toBeGreaterThan(0);
+    if (RUNNING_BINDING === 'native-ll') {
+      const answered = [...text.matchAll(/^ledgerfs_fuse_requests_total\{[^}]*\} (\d+)$/gm)].reduce((n, x) => n + Number(x[1]), 0);
+      const kernel = sample(text, 'ledgerfs_fuse_kernel_requests_total');
+      const wakeups = sample(text, 'ledgerfs_fuse_wakeups_total');
+      const caught = sample(text, 'ledgerfs_busy_poll_caught_requests_total');
+      expect(answered).toBeGreaterThan(5);
+      // the kernel's requests include those answered without the core (FORGET, security.capability)
+      expect(kernel).toBeGreaterThanOrEqual(answered);
+      expect(wakeups).toBeGreaterThan(0);
+      expect(wakeups).toBeLessThanOrEqual(kernel);
+      expect(caught).toBeLessThanOrEqual(kernel);
+      expect(text).toMatch(/^ledgerfs_busy_poll_caught_requests_total \d+$/m);
+      expect(text).toMatch(/^ledgerfs_busy_poll_contended_total \d+$/m);
+    } else {
+      expect(text).not.toMatch(/ledgerfs_fuse_wakeups_total/);
+    }
+  });
+
   it('/healthz answers 503 with the reason while the GCS backend fails, 200 again after', async () => {
     emulator = await startTestEmulator(['ledgerfs-health']);
     m = await startMount({ gcs: { emulator, bucket: 'ledgerfs-health' }, args: ['--no-journal', '--metrics', ':0'] });
@@ -124,6 +164,10 @@ describe('metrics and health', () => {
     expect(sample(text, 'ledgerfs_gcs_requests_total', { method: 'POST', status: 'ok' })).toBeGreaterThanOrEqual(1);
     expect(sample(text, 'ledgerfs_gcs_requests_total', { method: 'GET', status: 'ok' })).toBeGreaterThanOrEqual(1);
     expect(sample(text, 'ledgerfs_fuse_requests_total', { op: 'create', errno: 'OK' })).toBe(1);
+    // "hi\n" went up in the create's upload or the close's (at least once), and came back for cat
+    // unless a cache kept it
+    expect(sample(text, 'ledgerfs_gcs_bytes_total', { direction: 'out' })).toBeGreaterThanOrEqual(3);
+    expect(text).toMatch(/^ledgerfs_gcs_bytes_total\{direction="in"\} \d+$/m);
     const r = await fetch(`${emulator.url}/_emulator/faults`, { method: 'POST', body: JSON.stringify({ status: 503, count: -1 }) });
     expect(r.ok).toBe(true);
     const down = await get(`${url}/healthz`);

@@ -59,6 +59,8 @@ const int64 = (g: bigint) => g.toString() as unknown as number;
 export class GcsRequests {
   readonly bucket: Bucket;
   readonly counters: RetryCounters = { retries: 0, attempts: new Map() };
+  /** object bytes received (downloads) and sent (uploads, each attempt), for metrics */
+  readonly traffic = { bytesIn: 0, bytesOut: 0 };
   /** small uploads, sent without the client's per-call machinery (see json-api.ts) */
   private readonly json: JsonApi;
 
@@ -164,6 +166,7 @@ export class GcsRequests {
             }
             onData(d, start + got);
             got += d.length;
+            this.traffic.bytesIn += d.length;
           });
           rs.on('end', resolve);
         }),
@@ -174,11 +177,15 @@ export class GcsRequests {
   /** One generation, whole, into a local file (checked against the object's crc32c). */
   async downloadTo(key: string, generation: bigint, hostFile: string): Promise<void> {
     await this.retry(() => this.file(key, generation).download({ destination: hostFile, validation: 'crc32c' }));
+    this.traffic.bytesIn += fs.statSync(hostFile).size;
   }
 
   /** Create a new generation from a buffer (a multipart upload). */
   async uploadBuffer(key: string, data: Buffer, spec: UploadSpec): Promise<ObjectInfo> {
-    return this.retry(async () => objectInfo((await this.json.multipartUpload(key, data, spec)) as unknown as RawObjectMetadata), 'POST');
+    return this.retry(async () => {
+      this.traffic.bytesOut += data.length;
+      return objectInfo((await this.json.multipartUpload(key, data, spec)) as unknown as RawObjectMetadata);
+    }, 'POST');
   }
 
   /**
@@ -193,9 +200,15 @@ export class GcsRequests {
       // read per attempt: what is uploaded is what the file holds when the request is made;
       // synchronously, as file.ts stages: a local file under the threshold, where the promise
       // API's four thread-pool trips (open, fstat, read, close) cost more than the read
-      return this.retry(async () => objectInfo((await this.json.multipartUpload(key, fs.readFileSync(localPath), spec)) as unknown as RawObjectMetadata), 'POST');
+      return this.retry(async () => {
+        const data = fs.readFileSync(localPath);
+        this.traffic.bytesOut += data.length;
+        return objectInfo((await this.json.multipartUpload(key, data, spec)) as unknown as RawObjectMetadata);
+      }, 'POST');
     }
     let uri: string | undefined;
+    // (a resumable upload counts the file once: a retry resumes where the server stopped)
+    this.traffic.bytesOut += size;
     return this.retry(async () => {
       try {
         return await this.uploadOnce(key, source, { ...spec, resumable: true, ...(uri ? { uri } : {}) }, (u) => (uri = u));
