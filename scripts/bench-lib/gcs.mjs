@@ -162,19 +162,10 @@ async function measured(cmd, h, emuUrl) {
   return { seconds, requests: (await requests()) - r0, cpu: cpuSeconds(h.pid) - c0 };
 }
 
-/** Wait until the state directory's upload spool of a --durability journal mount is empty. */
-async function spoolDrained(stateDir) {
-  const dir = path.join(stateDir, 'upload-spool');
-  for (;;) {
-    let left = 0;
-    try {
-      left = fs.readdirSync(dir).filter((n) => n.endsWith('.json')).length;
-    } catch {
-      /* none */
-    }
-    if (left === 0) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
+/** Wait until the state directory's upload spool of a --durability journal mount is empty (read as `ledgerfs status` reads it). */
+async function spoolDrained(repo, stateDir) {
+  const { spoolSummary } = await import(path.join(repo, 'dist/app/upload-spool.js'));
+  while (spoolSummary(stateDir).files > 0) await new Promise((r) => setTimeout(r, 100));
 }
 
 export async function mainGcs(argv) {
@@ -256,14 +247,14 @@ export async function mainGcs(argv) {
           if (want('write')) add('seq write to close (MB/s)', t.name, o.large / MB / (await timed(`dd if=${large} of=w-${tag}.bin bs=1M status=none`, h.path)));
           if (want('tar')) {
             const stateDir = path.join(work, 'state', path.basename(mnt + 'b'));
-            if (t.name === 'ledgerfs-journal') await spoolDrained(stateDir);
+            if (t.name === 'ledgerfs-journal') await spoolDrained(repo, stateDir);
             const reqs = async () => (await (await fetch(`${emu.url}/_emulator/stats`)).json()).requests;
             const q0 = await reqs();
             const seconds = await timed(`mkdir x-${tag} && tar -xf ${tarball} -C x-${tag}`, h.path);
             add('tar -x 3k (s)', t.name, seconds);
             if (t.name === 'ledgerfs-journal') {
               const t0 = Date.now();
-              await spoolDrained(stateDir);
+              await spoolDrained(repo, stateDir);
               add('  tar -x 3k + upload (s)', t.name, seconds + (Date.now() - t0) / 1000);
             }
             // the journal's mirror uploads count too (a part a second)

@@ -19,6 +19,7 @@ import { UploadQueue, type PendingVersion, type UploadQueueHost } from './gcs/up
 export type { GcsBackendOptions, GcsConflict } from './gcs/options.js';
 export type { RenameRecovery } from './gcs/rename-intent.js';
 export type { UploadQueueStats } from './gcs/upload-queue.js';
+export { readSpool } from './gcs/spool-log.js';
 
 /** Thrown by createGcsBackend when the bucket cannot be used; the message says why and what to do. */
 export class GcsSetupError extends Error {}
@@ -466,7 +467,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     }
     const pending = this.pendingAt(path);
     if (pending) {
-      fs.copyFileSync(pending.data, hostFile);
+      copyRange(pending.bytes.file, pending.bytes.offset, pending.size, hostFile);
       return;
     }
     const f = await this.lookup(path);
@@ -1014,13 +1015,34 @@ class DirContents {
 }
 
 
+/** `size` bytes of `file` from `offset` into a new `hostFile`. */
+function copyRange(file: string, offset: number, size: number, hostFile: string): void {
+  if (offset === 0) {
+    fs.copyFileSync(file, hostFile);
+    return;
+  }
+  const fd = fs.openSync(file, 'r');
+  try {
+    const b = Buffer.alloc(size);
+    let done = 0;
+    while (done < size) {
+      const n = fs.readSync(fd, b, done, size - done, offset + done);
+      if (n === 0) break;
+      done += n;
+    }
+    fs.writeFileSync(hostFile, b.subarray(0, done));
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 /** The attributes of a version waiting in the upload queue. */
 function pendingAttr(p: PendingVersion, defaults: AttrDefaults, ino: number): Attr {
   const info: ObjectInfo = { name: p.key, generation: 0n, metageneration: 0n, size: p.size, updatedNs: BigInt(p.enqueuedAt) * 1_000_000n, metadata: p.metadata, ...(p.contentType ? { contentType: p.contentType } : {}) };
   return attrOf('file', p.path, info, defaults, ino);
 }
 
-/** A read-only handle on a version waiting in the upload queue: its spool file, held open (it may land and leave meanwhile). */
+/** A read-only handle on a version waiting in the upload queue: its bytes in the spool, the file held open (it may land and leave meanwhile). */
 class PendingReader implements BackendFile {
   readonly writable = false;
   private constructor(
@@ -1032,13 +1054,14 @@ class PendingReader implements BackendFile {
   /** undefined when the version landed (and left the spool) meanwhile: the bucket has it */
   static open(p: PendingVersion, defaults: AttrDefaults, ino: number): PendingReader | undefined {
     try {
-      return new PendingReader(p, defaults, ino, fs.openSync(p.data, 'r'));
+      return new PendingReader(p, defaults, ino, fs.openSync(p.bytes.file, 'r'));
     } catch {
       return undefined;
     }
   }
   async read(buf: Buffer, length: number, position: number): Promise<number> {
-    return fs.readSync(this.fd, buf, 0, length, position);
+    const n = Math.max(0, Math.min(length, this.p.size - position));
+    return n ? fs.readSync(this.fd, buf, 0, n, this.p.bytes.offset + position) : 0;
   }
   async write(): Promise<number> {
     throw new VfsError('EBADF', `${this.p.path} is open read-only`);

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CLI, py, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { spooledVersions } from '../helpers/spool.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { NEEDS_OWN_EMULATOR } from '../helpers/gcs-external.js';
 import { startGcsFixture, type GcsFixture } from './fixture.js';
@@ -58,7 +59,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: --durability journal', () => {
       await new Promise((r) => setTimeout(r, 100));
     }
   };
-  const spooled = () => (fs.existsSync(spool()) ? fs.readdirSync(spool()).filter((n) => n.endsWith('.json')).length : 0);
+  const spooled = () => spooledVersions(spool());
   const slowUploads = (delayMs: number, count = -1) => g.fault({ status: 0, delayMs, count, method: 'POST', pathPrefix: '/upload/' });
 
   it('close returns before the upload, reads see the queued version, fsync waits for the bucket', async () => {
