@@ -932,8 +932,11 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       dirty.addPendingMeta(entries, fields.mtimeNs);
       return DEFERRED;
     }
-    // attributes patch the generation a queued version will replace: it lands first
-    await this.settle(path);
+    // attributes patch the generation a queued version of this file will replace: it lands
+    // first. Only this path's own versions: a directory's placeholder is no queued version's
+    // base, so tar's fix-ups of directory times at its end do not wait for the uploads under
+    // them (they did: tar's exit waited for the whole queue).
+    if (this.pendingAt(path)) await this.uploads?.waitPath(path).catch(() => undefined);
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       // the first try trusts the placeholder our own last answer gave (preconditions check it)
       const hinted = attempt === 0 ? this.placeholders.get(path) : undefined;
