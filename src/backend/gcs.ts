@@ -363,6 +363,15 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     } catch (err) {
       throw toVfsError(err, `list ${path}`);
     }
+    // versions not uploaded yet: a new file is in the bucket only once its upload lands
+    for (const p of this.uploads && !this.uploads.isEmpty ? this.uploads.pendingIn(dirKey) : []) {
+      const rest = p.key.slice(dirKey.length);
+      const slash = rest.indexOf('/');
+      sawAnything = true;
+      if (slash >= 0) {
+        if (isPosixName(rest.slice(0, slash))) c.dirs.add(rest.slice(0, slash));
+      } else if (isPosixName(rest) && !c.files.has(rest)) c.files.set(rest, pendingInfo(p));
+    }
     if (!sawAnything && path !== '/') {
       // Nothing under the prefix: a file, or nothing at all (or a placeholder-less dir with implicit dirs off).
       const f = await this.lookup(path);
@@ -419,6 +428,15 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
         const cut = rel.lastIndexOf('/');
         contents(cut < 0 ? '' : rel.slice(0, cut)).placeholders.set(rel.slice(cut + 1), o);
       }
+    }
+    // versions not uploaded yet, in the directories the page holds
+    for (const p of this.uploads && !this.uploads.isEmpty ? this.uploads.pendingIn(dirKey) : []) {
+      const rest = p.key.slice(dirKey.length);
+      const cut = rest.lastIndexOf('/');
+      const rel = cut < 0 ? '' : rest.slice(0, cut);
+      const name = rest.slice(cut + 1);
+      const c = dirs.get(rel);
+      if (c && isPosixName(name) && !c.files.has(name)) c.files.set(name, pendingInfo(p));
     }
     // A directory is complete when every name under it lies within the page: after its first
     // name (or this is the first page) and before its last (or this is the last page). GCS
@@ -540,6 +558,8 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     }
     // A writer bases its version on the bucket's generation: the queued ones land first.
     if (this.pendingAt(path)) await this.settle(path);
+    const q = this.writeBack;
+    if (mode.create && mode.knownAbsent && mode.write && q) return this.createQueued(path, key, createMode, q);
     if (mode.create && mode.knownAbsent) {
       // The caller's cache says nothing is here and the parent is a directory: skip the
       // lookups; GCS still decides (ifGenerationMatch=0), and if something is there after
@@ -576,6 +596,22 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       return this.opened(path, key, obj, mode);
     }
     throw new VfsError('ESTALE', `${path} kept changing in the bucket while being opened`);
+  }
+
+  /**
+   * durability journal, a create the caches know is new: no request on the program's path.
+   * The create is durable in the spool (GcsFile.startNew) and goes up with the close's version,
+   * as one upload with ifGenerationMatch=0; this mount shows the file meanwhile (stat, listings).
+   * Another host that creates the same name first is found then: a late conflict (local
+   * version kept in conflicts/), so O_EXCL against other hosts is decided at upload.
+   */
+  private async createQueued(path: string, key: string, createMode: number, q: UploadQueue): Promise<GcsFile> {
+    const base: ObjectInfo = { name: key, generation: 0n, metageneration: 0n, size: 0, updatedNs: nowNs(), metadata: this.newNodeMeta({ perm: createMode & 0o7777 }) };
+    const file = new GcsFile(this, path, key, base, true);
+    await file.startNew(q);
+    this.track(file);
+    this.entriesChanged(path);
+    return file;
   }
 
   private async opened(path: string, key: string, obj: ObjectInfo, mode: OpenMode): Promise<GcsFile> {
@@ -1039,10 +1075,14 @@ function copyRange(file: string, offset: number, size: number, hostFile: string)
   }
 }
 
+/** A version waiting in the upload queue as the object it will be. */
+function pendingInfo(p: PendingVersion): ObjectInfo {
+  return { name: p.key, generation: 0n, metageneration: 0n, size: p.size, updatedNs: BigInt(p.enqueuedAt) * 1_000_000n, metadata: p.metadata, ...(p.contentType ? { contentType: p.contentType } : {}) };
+}
+
 /** The attributes of a version waiting in the upload queue. */
 function pendingAttr(p: PendingVersion, defaults: AttrDefaults, ino: number): Attr {
-  const info: ObjectInfo = { name: p.key, generation: 0n, metageneration: 0n, size: p.size, updatedNs: BigInt(p.enqueuedAt) * 1_000_000n, metadata: p.metadata, ...(p.contentType ? { contentType: p.contentType } : {}) };
-  return attrOf('file', p.path, info, defaults, ino);
+  return attrOf('file', p.path, pendingInfo(p), defaults, ino);
 }
 
 /** A read-only handle on a version waiting in the upload queue: its bytes in the spool, the file held open (it may land and leave meanwhile). */

@@ -234,6 +234,8 @@ export const DEFAULTS = {
     spoolSegmentBytes: 16 * 1024 * 1024,
     /** durability journal: queued versions' bytes kept in memory for their upload, at most (past it they are read back from the spool) */
     spoolMemoryBytes: 64 * 1024 * 1024,
+    /** durability journal: a new file's create waits this long in the spool for its close's version to replace it before it is uploaded alone (a file held open) */
+    spoolHoldMs: 2000,
     /** name, below the workspace prefix, of the reserved area holding the journal's mirror
      * (journal/<writer>/..., blobs/..) and rename intents: the view never shows it, and refuses to make it */
     reservedName: GCS_RESERVED,

@@ -34,6 +34,8 @@ interface Queued {
   /** the bytes, kept from the close for the upload (within spoolMemoryBytes) */
   buf?: Buffer;
   running: boolean;
+  /** a new file's create, held back from upload until its handle's close replaces it (or someone waits for it, or spoolHoldMs passed) */
+  hold?: NodeJS.Timeout;
   /** settled when the version is in the bucket (or set aside: rejected with the ESTALE) */
   done: Promise<void>;
   resolve: () => void;
@@ -85,8 +87,8 @@ export class UploadQueue {
   private pumpQueued = false;
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly log: SpoolLog;
-  /** bytes of queued versions held in memory */
-  private held = 0;
+  /** bytes of queued versions kept in memory */
+  private memBytes = 0;
 
   constructor(
     private readonly host: UploadQueueHost,
@@ -113,7 +115,7 @@ export class UploadQueue {
    * holds the bytes still); `base` is what the caller's handle was based on, used when no
    * earlier version of the object is queued.
    */
-  async add(v: { key: string; path: string; source: string; size: number; metadata: Record<string, string>; contentType?: string; baseGeneration: bigint; baseMetageneration: bigint }): Promise<void> {
+  async add(v: { key: string; path: string; source: string; size: number; metadata: Record<string, string>; contentType?: string; baseGeneration: bigint; baseMetageneration: bigint; hold?: boolean }): Promise<void> {
     if (this.closed) throw new VfsError('EIO', `${v.path}: the upload queue is closed (unmounting)`);
     const id = `${Date.now().toString().padStart(14, '0')}-${(this.seq++).toString().padStart(9, '0')}-${randomUUID().slice(0, 8)}`;
     const entry: SpoolEntry = {
@@ -143,14 +145,17 @@ export class UploadQueue {
         fsyncFileSync(this.dir);
         at = this.log.appendVersion(id, entry, undefined, ownFile);
       }
-      await this.log.durable();
+      // a new file's create (held) is written to the log, which a daemon's death keeps, and
+      // synced with the close that replaces it (or the next one): the durability promise is
+      // close's, and the create's record is older in the same log
+      if (!v.hold) await this.log.durable();
     } catch (err) {
       if (ownFile) fs.rmSync(ownFile, { force: true });
       throw new VfsError('EIO', `${v.path}: the version could not be made durable in the upload spool ${this.dir}: ${(err as Error).message}`);
     }
     const chain = this.chains.get(v.key);
     const prev = chain?.[chain.length - 1];
-    const q = this.push(id, entry, at.bytes, at.segment, ownFile, buf);
+    const q = this.push(id, entry, at.bytes, at.segment, ownFile, buf, v.hold);
     // A version not started yet that this one replaces whole is not uploaded at all (bash's
     // `echo x > f` closes twice: once empty, once written): the newer one takes its place.
     if (prev && chain && !prev.running && prev.failures === 0) this.supersede(chain, prev, q);
@@ -168,6 +173,8 @@ export class UploadQueue {
   }
 
   private supersede(chain: Queued[], prev: Queued, q: Queued): void {
+    clearTimeout(prev.hold);
+    delete prev.hold;
     const at = chain.indexOf(prev);
     chain.splice(at, 1);
     const r = this.ready.indexOf(prev);
@@ -208,7 +215,7 @@ export class UploadQueue {
   /** Wait until every version of `path` queued now is uploaded; rejects with a conflict's ESTALE. */
   async waitPath(path: string): Promise<void> {
     const waits: Promise<void>[] = [];
-    for (const chain of this.chains.values()) for (const q of chain) if (q.entry.path === path) waits.push(q.done);
+    for (const chain of this.chains.values()) for (const q of chain) if (q.entry.path === path) waits.push(this.waitFor(q));
     await Promise.all(waits);
   }
 
@@ -216,7 +223,7 @@ export class UploadQueue {
   async settleUnder(path: string): Promise<void> {
     if (this.chains.size === 0) return;
     const waits: Promise<void>[] = [];
-    for (const chain of this.chains.values()) for (const q of chain) if (isWithin(q.entry.path, path)) waits.push(q.done);
+    for (const chain of this.chains.values()) for (const q of chain) if (isWithin(q.entry.path, path)) waits.push(this.waitFor(q));
     await Promise.allSettled(waits);
   }
 
@@ -231,10 +238,23 @@ export class UploadQueue {
         last = Date.now();
       }
       const all: Promise<void>[] = [];
-      for (const chain of this.chains.values()) for (const q of chain) all.push(q.done);
+      for (const chain of this.chains.values()) for (const q of chain) all.push(this.waitFor(q));
       await Promise.race([Promise.allSettled(all), sleep(Math.min(everyMs, Math.max(0, until - Date.now())))]);
     }
     return true;
+  }
+
+  /**
+   * The queued versions with object names under `prefix` (a directory's `dir/`): listings show
+   * them, as a new file's create is not in the bucket until its upload.
+   */
+  pendingIn(prefix: string): PendingVersion[] {
+    const out: PendingVersion[] = [];
+    for (const [key, chain] of this.chains) {
+      const last = chain[chain.length - 1];
+      if (last && key.startsWith(prefix)) out.push(this.view(last));
+    }
+    return out;
   }
 
   stats(): UploadQueueStats {
@@ -270,17 +290,35 @@ export class UploadQueue {
     this.closed = true;
     this.log.close();
     for (const t of this.timers) clearTimeout(t);
+    for (const chain of this.chains.values()) for (const q of chain) clearTimeout(q.hold);
     this.timers.clear();
   }
 
   // ---- internals -----------------------------------------------------------------------------
+
+  /** Someone waits for `q` (fsync, a namespace change, unmount): a held create goes now. */
+  private waitFor(q: Queued): Promise<void> {
+    if (q.hold) this.unhold(q);
+    return q.done;
+  }
+
+  private unhold(q: Queued): void {
+    if (!q.hold) return;
+    clearTimeout(q.hold);
+    delete q.hold;
+    const chain = this.chains.get(q.entry.key);
+    if (chain?.[0] === q && !q.running && !this.ready.includes(q)) {
+      this.ready.push(q);
+      this.pumpSoon();
+    }
+  }
 
   private view(q: Queued): PendingVersion {
     const e = q.entry;
     return { path: e.path, key: e.key, size: e.size, metadata: e.metadata, ...(e.contentType ? { contentType: e.contentType } : {}), bytes: q.bytes, enqueuedAt: e.enqueuedAt };
   }
 
-  private push(id: string, entry: SpoolEntry, bytes: SpoolBytes, segment: number, ownFile?: string, buf?: Buffer): Queued {
+  private push(id: string, entry: SpoolEntry, bytes: SpoolBytes, segment: number, ownFile?: string, buf?: Buffer, hold = false): Queued {
     let resolve!: () => void;
     let reject!: (e: VfsError) => void;
     const done = new Promise<void>((res, rej) => {
@@ -288,8 +326,8 @@ export class UploadQueue {
       reject = rej;
     });
     done.catch(() => undefined); // a conflict is reported where it matters (fsync); never unhandled
-    const keep = buf && this.held + buf.length <= DEFAULTS.gcs.spoolMemoryBytes ? buf : undefined;
-    if (keep) this.held += keep.length;
+    const keep = buf && this.memBytes + buf.length <= DEFAULTS.gcs.spoolMemoryBytes ? buf : undefined;
+    if (keep) this.memBytes += keep.length;
     const q: Queued = { id, entry, bytes, segment, ...(ownFile ? { ownFile } : {}), ...(keep ? { buf: keep } : {}), running: false, done, resolve, reject, failures: 0 };
     let chain = this.chains.get(entry.key);
     if (!chain) this.chains.set(entry.key, (chain = []));
@@ -299,7 +337,10 @@ export class UploadQueue {
       delete entry.baseMetageneration;
     }
     chain.push(q);
-    if (chain.length === 1) this.ready.push(q);
+    if (hold) {
+      q.hold = setTimeout(() => this.unhold(q), DEFAULTS.gcs.spoolHoldMs);
+      q.hold.unref();
+    } else if (chain.length === 1) this.ready.push(q);
     return q;
   }
 
@@ -428,14 +469,14 @@ export class UploadQueue {
         next.entry.baseGeneration = q.entry.baseGeneration ?? '0';
         if (q.entry.baseMetageneration !== undefined) next.entry.baseMetageneration = q.entry.baseMetageneration;
       }
-      this.ready.push(next);
+      if (!next.hold) this.ready.push(next);
     }
   }
 
   /** The version leaves the spool: a done record (no sync of its own), its memory and data file. */
   private release(q: Queued, keepData = false): void {
     if (this.log.isOpen) this.log.appendDone(q.id, q.segment);
-    if (q.buf) this.held -= q.buf.length;
+    if (q.buf) this.memBytes -= q.buf.length;
     delete q.buf;
     if (q.ownFile && !keepData) fs.rm(q.ownFile, { force: true }, () => undefined);
   }
