@@ -776,7 +776,6 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     // (a stale hint would only cost a failed precondition; dropped to keep the map honest)
     for (const k of [...this.placeholders.keys()]) if (isWithin(k, from) || isWithin(k, to)) this.placeholders.delete(k);
     if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
-    if (await this.renameQueued(from, to)) return;
     // Local changes of open files go first, so the copy carries them; so do queued versions.
     for (const of of this.filesUnder(from)) if (of.isDirty) await of.sync();
     await this.settle(from, to);
@@ -794,32 +793,6 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     this.entriesChanged(from);
     this.entriesChanged(to);
     await this.keepDir(parentOf(from));
-  }
-
-  /**
-   * durability journal: a file that exists only as queued versions (created here, never
-   * uploaded) is renamed in the queue: the destination is looked up (what it replaces), the
-   * versions take its name. The bucket never held the source, so its directory keeps what it
-   * had. False when that does not hold (open handles, versions running, a directory...): the
-   * usual copy + delete after the uploads.
-   */
-  private async renameQueued(from: string, to: string): Promise<boolean> {
-    const q = this.uploads;
-    if (!q || !this.pendingAt(from) || this.pendingAt(to) || this.filesAt(to).length) return false;
-    const [dst] = await Promise.all([this.lookup(to), this.requireParentDir(to)]);
-    if (dst.type !== 'none' && dst.type !== 'file') return false;
-    const toKey = this.names.key(to);
-    if (!(await q.move(this.names.key(from), toKey, to, dst.type === 'file' ? dst.object : undefined))) return false;
-    this.inodes.renamed(from, to);
-    // handles still open there (a release not in yet) follow: their next version is the new name's
-    for (const of of this.filesAt(from)) {
-      this.forget(of);
-      of.moveQueued(to, toKey);
-      this.track(of);
-    }
-    this.entriesChanged(from);
-    this.entriesChanged(to);
-    return true;
   }
 
   private async renameObject(from: string, to: string, src: ObjectInfo, replaced: ObjectInfo | undefined): Promise<void> {
@@ -994,16 +967,6 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     if (dirty) {
       dirty.addPendingMeta(entries, fields.mtimeNs);
       return DEFERRED;
-    }
-    // a queued version not started yet takes the change along (git's chmod of its new objects)
-    // (a handle still open is clean here, its close already queued: its base takes the change
-    // too, or its next version would put the old attributes back)
-    if (this.uploads && this.pendingAt(path)) {
-      const amended = await this.uploads.amendMetadata(this.names.key(path), entries);
-      if (amended) {
-        for (const of of this.filesAt(path)) of.noteAmended(entries);
-        return pendingAttr(amended, this.attrDefaults, this.inodes.of(path));
-      }
     }
     // attributes patch the generation a queued version of this file will replace: it lands
     // first. Only this path's own versions: a directory's placeholder is no queued version's

@@ -86,25 +86,4 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: --durability journal, the request pa
     expect(sh('stat -c %s:%a d/held', b.mnt)).toBe('0:600\n');
     await eventually('d/held uploaded', async () => (await inBucket('d/held')) === '');
   });
-
-  it("git's object write (create, write, close, chmod 0444, rename into place) stays in the queue: no wait, no copy, delete or patch; a crash keeps the new name", { timeout: 180_000 }, async () => {
-    const a = await mount();
-    sh('mkdir d', a.mnt);
-    await slowUploads(60_000); // nothing reaches the bucket before the kill
-    const r0 = await g.requests();
-    expect(ms("open('d/tmp_obj', 'w').write('blob')\nos.chmod('d/tmp_obj', 0o444)\nos.rename('d/tmp_obj', 'd/ab12')", a.mnt)).toBeLessThan(1500);
-    expect(sh('ls d; stat -c %a d/ab12; cat d/ab12', a.mnt)).toBe('ab12\n444\nblob');
-    const log = await g.requestLog(r0);
-    expect(log.filter((r) => r.method !== 'GET' && !r.query.includes('.ledgerfs'))).toEqual([]); // lookups of the destination only
-    process.kill(a.daemon.pid as number, 'SIGKILL');
-    await new Promise<void>((r) => (a.daemon.exitCode !== null || a.daemon.signalCode !== null ? r() : a.daemon.once('exit', () => r())));
-    await a.stop().catch(() => undefined);
-    await g.clearFaults();
-    const b = await mount();
-    await eventually('d/ab12 uploaded', async () => (await inBucket('d/ab12')) === 'blob');
-    expect(await inBucket('d/tmp_obj')).toBeUndefined();
-    const [meta] = await g.storage.bucket(g.bucket).file('d/ab12').getMetadata();
-    expect(meta.metadata).toMatchObject({ 'goog-reserved-posix-mode': '444' });
-    expect(sh('stat -c %a d/ab12', b.mnt)).toBe('444\n');
-  });
 });

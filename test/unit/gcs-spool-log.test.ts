@@ -47,17 +47,6 @@ describe('SpoolLog', () => {
     again.close();
   });
 
-  it("a version's metadata and name changed before its upload (chmod, rename of a file never uploaded) replay as changed", async () => {
-    const log = new SpoolLog(dir, 1 << 20);
-    log.open();
-    log.appendVersion('t1', entry('d/tmp', 4), Buffer.from('blob'));
-    log.appendAmend('t1', { metadata: { mode: '444' } });
-    log.appendAmend('t1', { key: 'd/ab12', path: '/d/ab12', baseGeneration: '9', baseMetageneration: '2' });
-    await log.durable();
-    const vs = new SpoolLog(dir, 1 << 20).open();
-    expect(vs.map((v) => [v.entry.key, v.entry.path, v.entry.metadata, v.entry.baseGeneration, v.entry.baseMetageneration, bytesAt(v)])).toEqual([['d/ab12', '/d/ab12', { mode: '444' }, '9', '2', 'blob']]);
-  });
-
   it('a torn last record (its sync never returned) is dropped and cut off; appends after it replay', async () => {
     const log = new SpoolLog(dir, 1 << 20);
     log.open();

@@ -39,9 +39,7 @@ type Header =
   /** the version's base changed (its predecessor `after` landed, or was replaced by it: done) */
   | { t: 'b'; id: string; baseGeneration: string; baseMetageneration?: string; after?: string }
   /** uploaded, replaced before its upload, or set aside */
-  | { t: 'd'; id: string }
-  /** before its upload: the version's metadata changed (chmod...), or its name (a rename of a file never uploaded) */
-  | { t: 'a'; id: string; metadata?: Record<string, string>; key?: string; path?: string; baseGeneration?: string; baseMetageneration?: string };
+  | { t: 'd'; id: string };
 
 /** Where a version's bytes are: `entry.size` bytes from `offset` of `file`. */
 export interface SpoolBytes {
@@ -137,19 +135,6 @@ export function readSpool(dir: string, opts: { headersOnly?: boolean } = {}): { 
           }
           if (h.after !== undefined) versions.delete(h.after);
         } else if (h.t === 'd') versions.delete(h.id);
-        else if (h.t === 'a') {
-          const v = versions.get(h.id);
-          if (v) {
-            if (h.metadata) v.entry.metadata = h.metadata;
-            if (h.key !== undefined) v.entry.key = h.key;
-            if (h.path !== undefined) v.entry.path = h.path;
-            if (h.baseGeneration !== undefined) {
-              v.entry.baseGeneration = h.baseGeneration;
-              if (h.baseMetageneration !== undefined) v.entry.baseMetageneration = h.baseMetageneration;
-              else delete v.entry.baseMetageneration;
-            }
-          }
-        }
       }
       if (seg === segs[segs.length - 1]) goodEnd = at;
     } finally {
@@ -209,11 +194,6 @@ export class SpoolLog {
 
   appendBase(id: string, baseGeneration: string, baseMetageneration: string | undefined, after?: string): void {
     this.append({ t: 'b', id, baseGeneration, ...(baseMetageneration !== undefined ? { baseMetageneration } : {}), ...(after !== undefined ? { after } : {}) });
-  }
-
-  /** The version's entry changed before its upload (what replay must apply): metadata, name, base. */
-  appendAmend(id: string, e: { metadata?: Record<string, string>; key?: string; path?: string; baseGeneration?: string; baseMetageneration?: string }): void {
-    this.append({ t: 'a', id, ...e });
   }
 
   /** The version `id` (recorded in `segment`) needs no upload any more. */

@@ -155,7 +155,7 @@ export class UploadQueue {
     }
     const chain = this.chains.get(v.key);
     const prev = chain?.[chain.length - 1];
-    const q = this.push(id, entry, at.bytes, at.segment, ownFile, buf, v.hold ? DEFAULTS.gcs.spoolHoldMs : DEFAULTS.gcs.uploadDelayMs);
+    const q = this.push(id, entry, at.bytes, at.segment, ownFile, buf, v.hold);
     // A version not started yet that this one replaces whole is not uploaded at all (bash's
     // `echo x > f` closes twice: once empty, once written): the newer one takes its place.
     if (prev && chain && !prev.running && prev.failures === 0) this.supersede(chain, prev, q);
@@ -186,7 +186,7 @@ export class UploadQueue {
       if (prev.entry.baseMetageneration !== undefined) q.entry.baseMetageneration = prev.entry.baseMetageneration;
       else delete q.entry.baseMetageneration;
       this.log.appendBase(q.id, q.entry.baseGeneration, q.entry.baseMetageneration, prev.id);
-      if (!q.hold) this.ready.push(q);
+      this.ready.push(q);
     }
     this.release(prev);
     q.done.then(prev.resolve, prev.reject);
@@ -241,48 +241,6 @@ export class UploadQueue {
       for (const chain of this.chains.values()) for (const q of chain) all.push(this.waitFor(q));
       await Promise.race([Promise.allSettled(all), sleep(Math.min(everyMs, Math.max(0, until - Date.now())))]);
     }
-    return true;
-  }
-
-  /**
-   * chmod/chown/utimens of a file whose newest version has not started uploading: the change
-   * goes into that version (durable when this resolves) instead of a patch after it lands.
-   * False when it runs already (the caller waits for it and patches).
-   */
-  async amendMetadata(key: string, entries: Record<string, string>): Promise<PendingVersion | undefined> {
-    const chain = this.chains.get(key);
-    const last = chain?.[chain.length - 1];
-    if (!last || last.running) return undefined;
-    last.entry.metadata = { ...last.entry.metadata, ...entries };
-    this.log.appendAmend(last.id, { metadata: last.entry.metadata });
-    await this.log.durable();
-    return this.view(last);
-  }
-
-  /**
-   * rename of a file whose versions are all queued and never reached the bucket (git's
-   * tmp_obj_* -> objects/xx/...): the versions take the new name, on `replaces` (the
-   * destination's generation, or none), durable when this resolves; no copy, no delete, no
-   * wait for the upload. False when any of them runs or ran (the bucket may hold one).
-   */
-  async move(fromKey: string, toKey: string, toPath: string, replaces: { generation: bigint; metageneration: bigint } | undefined): Promise<boolean> {
-    const chain = this.chains.get(fromKey);
-    if (!chain || this.chains.has(toKey) || chain.some((q) => q.running || q.failures > 0)) return false;
-    const head = chain[0] as Queued;
-    if ((head.entry.baseGeneration ?? '0') !== '0') return false;
-    for (const q of chain) {
-      q.entry.key = toKey;
-      q.entry.path = toPath;
-      const base =
-        q === head
-          ? { baseGeneration: (replaces?.generation ?? 0n).toString(), ...(replaces ? { baseMetageneration: replaces.metageneration.toString() } : { baseMetageneration: '0' }) }
-          : {};
-      Object.assign(q.entry, base);
-      this.log.appendAmend(q.id, { key: toKey, path: toPath, ...base });
-    }
-    this.chains.delete(fromKey);
-    this.chains.set(toKey, chain);
-    await this.log.durable();
     return true;
   }
 
@@ -360,7 +318,7 @@ export class UploadQueue {
     return { path: e.path, key: e.key, size: e.size, metadata: e.metadata, ...(e.contentType ? { contentType: e.contentType } : {}), bytes: q.bytes, enqueuedAt: e.enqueuedAt };
   }
 
-  private push(id: string, entry: SpoolEntry, bytes: SpoolBytes, segment: number, ownFile?: string, buf?: Buffer, holdMs = 0): Queued {
+  private push(id: string, entry: SpoolEntry, bytes: SpoolBytes, segment: number, ownFile?: string, buf?: Buffer, hold = false): Queued {
     let resolve!: () => void;
     let reject!: (e: VfsError) => void;
     const done = new Promise<void>((res, rej) => {
@@ -379,8 +337,8 @@ export class UploadQueue {
       delete entry.baseMetageneration;
     }
     chain.push(q);
-    if (holdMs > 0) {
-      q.hold = setTimeout(() => this.unhold(q), holdMs);
+    if (hold) {
+      q.hold = setTimeout(() => this.unhold(q), DEFAULTS.gcs.spoolHoldMs);
       q.hold.unref();
     } else if (chain.length === 1) this.ready.push(q);
     return q;
