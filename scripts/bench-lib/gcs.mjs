@@ -36,7 +36,7 @@ const MB = 1e6;
 const BUCKET = 'bench';
 
 function parseArgs(argv) {
-  const o = { objects: 10_000, files: 3_000, large: 1024 ** 3, rounds: 1, peers: ['ledgerfs', 'ledgerfs-journal', 'local', 'rclone'], only: undefined, keep: false, json: false };
+  const o = { objects: 10_000, files: 3_000, large: 1024 ** 3, rounds: 1, peers: ['ledgerfs', 'ledgerfs-journal', 'local', 'rclone'], only: undefined, keep: false, json: false, builds: {} };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const v = () => {
@@ -52,12 +52,20 @@ function parseArgs(argv) {
     else if (a === '--peers') o.peers = v().split(',');
     else if (a === '--only') o.only = v().split(',');
     else if (a === '--keep') o.keep = true;
+    else if (a === '--add-peer') {
+      // NAME=DIR: ledgerfs --durability journal from another build (an old commit's checkout, built), for before/after in one run
+      const [name, dir] = v().split('=');
+      if (!name || !dir) throw new BenchError('--add-peer wants NAME=DIR (a built ledgerfs checkout)');
+      o.builds[name] = path.resolve(dir);
+      o.peers.push(name);
+    }
     else if (a === '--json') o.json = true;
     else if (a === '--help' || a === '-h') {
       process.stdout.write(
-        'usage: scripts/bench-gcs [--quick] [--objects N] [--files N] [--large SIZE] [--rounds N] [--peers ledgerfs,ledgerfs-journal,local,rclone] [--only ls,stat,read,write,tar,git] [--json] [--keep]\n' +
+        'usage: scripts/bench-gcs [--quick] [--objects N] [--files N] [--large SIZE] [--rounds N] [--peers ledgerfs,ledgerfs-journal,local,rclone] [--add-peer NAME=DIR] [--only ls,stat,read,write,tar,git] [--json] [--keep]\n' +
           '  --quick: a 64 MiB large object instead of 1 GiB (sanity run)\n' +
-          '  --only: just these workloads (tar -x and git add+commit: --only tar,git)\n',
+          '  --only: just these workloads (tar -x and git add+commit: --only tar,git; git alone extracts the tree first, untimed)\n' +
+          '  --add-peer NAME=DIR: one more column, ledgerfs --durability journal from the built checkout DIR (before/after in the same run)\n',
       );
       process.exit(0);
     } else throw new BenchError(`unknown argument ${a}`);
@@ -138,6 +146,14 @@ function targetsFor(o, repo, emulatorUrl, work) {
       argv: (_src, mnt) => ['rclone', 'mount', `emu:${BUCKET}`, mnt, '--vfs-cache-mode', 'writes', '--config', '/dev/null'],
     }),
   };
+  for (const [name, dir] of Object.entries(o.builds)) {
+    all[name] = daemonTarget({
+      name,
+      describe: `${dir}/bin/ledgerfs.js mount --source gs://${BUCKET} --durability journal --state DIR MNT`,
+      env: { LEDGERFS_GCS_ENDPOINT: emulatorUrl },
+      argv: (_src, mnt) => [process.execPath, path.join(dir, 'bin', 'ledgerfs.js'), 'mount', '--source', `gs://${BUCKET}`, '--durability', 'journal', '--state', path.join(work, 'state', path.basename(mnt)), mnt],
+    });
+  }
   return o.peers.map((p) => {
     const t = all[p];
     if (!t) throw new BenchError(`unknown peer ${p} (${Object.keys(all).join(', ')})`);
@@ -162,19 +178,10 @@ async function measured(cmd, h, emuUrl) {
   return { seconds, requests: (await requests()) - r0, cpu: cpuSeconds(h.pid) - c0 };
 }
 
-/** Wait until the state directory's upload spool of a --durability journal mount is empty. */
-async function spoolDrained(stateDir) {
-  const dir = path.join(stateDir, 'upload-spool');
-  for (;;) {
-    let left = 0;
-    try {
-      left = fs.readdirSync(dir).filter((n) => n.endsWith('.json')).length;
-    } catch {
-      /* none */
-    }
-    if (left === 0) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
+/** Wait until the state directory's upload spool of a --durability journal mount is empty (read as `ledgerfs status` reads it). */
+async function spoolDrained(repo, stateDir) {
+  const { spoolSummary } = await import(path.join(repo, 'dist/app/upload-spool.js'));
+  while (spoolSummary(stateDir).files > 0) await new Promise((r) => setTimeout(r, 100));
 }
 
 export async function mainGcs(argv) {
@@ -254,22 +261,36 @@ export async function mainGcs(argv) {
           add('  seq read CPU ms/MiB', t.name, (rd.cpu * 1000) / (o.large / 2 ** 20));
           }
           if (want('write')) add('seq write to close (MB/s)', t.name, o.large / MB / (await timed(`dd if=${large} of=w-${tag}.bin bs=1M status=none`, h.path)));
+          const journal = t.name === 'ledgerfs-journal' || t.name in o.builds;
+          const stateDir = path.join(work, 'state', path.basename(mnt + 'b'));
+          if (!want('tar') && want('git')) await timed(`mkdir x-${tag} && tar -xf ${tarball} -C x-${tag}`, h.path); // the tree git commits, untimed
+          if (journal) await spoolDrained(repo, stateDir);
           if (want('tar')) {
-            const stateDir = path.join(work, 'state', path.basename(mnt + 'b'));
-            if (t.name === 'ledgerfs-journal') await spoolDrained(stateDir);
             const reqs = async () => (await (await fetch(`${emu.url}/_emulator/stats`)).json()).requests;
             const q0 = await reqs();
             const seconds = await timed(`mkdir x-${tag} && tar -xf ${tarball} -C x-${tag}`, h.path);
             add('tar -x 3k (s)', t.name, seconds);
-            if (t.name === 'ledgerfs-journal') {
+            if (journal) {
               const t0 = Date.now();
-              await spoolDrained(stateDir);
+              await spoolDrained(repo, stateDir);
               add('  tar -x 3k + upload (s)', t.name, seconds + (Date.now() - t0) / 1000);
             }
             // the journal's mirror uploads count too (a part a second)
-            if (t.name === 'ledgerfs' || t.name === 'ledgerfs-journal') add('  tar -x requests/file', t.name, ((await reqs()) - q0) / o.files);
+            if (t.name !== 'local' && t.name !== 'rclone') add('  tar -x requests/file', t.name, ((await reqs()) - q0) / o.files);
           }
-          if (want('git')) add('git add+commit 3k (s)', t.name, await timed(`cd x-${tag} && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench`, h.path));
+          if (want('git')) {
+            if (journal) await spoolDrained(repo, stateDir);
+            const reqs = async () => (await (await fetch(`${emu.url}/_emulator/stats`)).json()).requests;
+            const q0 = await reqs();
+            const seconds = await timed(`cd x-${tag} && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench`, h.path);
+            add('git add+commit 3k (s)', t.name, seconds);
+            if (journal) {
+              const t0 = Date.now();
+              await spoolDrained(repo, stateDir);
+              add('  git add+commit + upload (s)', t.name, seconds + (Date.now() - t0) / 1000);
+            }
+            if (t.name !== 'local' && t.name !== 'rclone') add('  git requests/file', t.name, ((await reqs()) - q0) / o.files);
+          }
         } finally {
           await h.stop();
         }
@@ -281,14 +302,20 @@ export async function mainGcs(argv) {
   }
   const med = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
   const rows = Object.entries(results).map(([w, byT]) => ({ workload: w, ...Object.fromEntries(Object.entries(byT).map(([t, v]) => [t, med(v)])) }));
-  if (o.json) process.stdout.write(JSON.stringify({ config: o, results: rows }, null, 2) + '\n');
+  const spread = Object.entries(results).map(([w, byT]) => ({ workload: w, ...Object.fromEntries(Object.entries(byT).map(([t, v]) => [t, [...v].sort((a, b) => a - b)])) }));
+  if (o.json) process.stdout.write(JSON.stringify({ config: o, results: rows, rounds: spread }, null, 2) + '\n');
   const fmt = (v) => (v === undefined ? '-' : v >= 100 ? v.toFixed(0) : v.toFixed(3));
   const cols = [...o.peers];
   const lines = rows.map((r) => {
     const first = r[cols[0]] ?? r.client;
     return `${r.workload.padEnd(28)} ${[fmt(first), ...cols.slice(1).map((c) => fmt(r[c]))].map((x) => x.padStart(16)).join(' ')}`;
   });
-  process.stderr.write(`\n${'workload'.padEnd(28)} ${cols.map((c) => c.padStart(16)).join(' ')}  (one run of each, interleaved per round)\n${lines.join('\n')}\n`);
+  process.stderr.write(`\n${'workload'.padEnd(28)} ${cols.map((c) => c.padStart(16)).join(' ')}  (median of ${o.rounds} round(s), interleaved per round)\n${lines.join('\n')}\n`);
+  if (o.rounds > 1) {
+    // every round's value, low to high: the spread a busy machine puts on the medians
+    const each = spread.map((r) => `${r.workload.padEnd(28)} ${cols.map((c) => (r[c] ? r[c].map((x) => fmt(x)).join('/') : '-').padStart(16)).join(' ')}`);
+    process.stderr.write(`\n${'rounds (low..high)'.padEnd(28)} ${cols.map((c) => c.padStart(16)).join(' ')}\n${each.join('\n')}\n`);
+  }
   const raw = results['raw download (MB/s)']?.client;
   const read = results['seq read (MB/s)']?.ledgerfs;
   if (raw && read) process.stderr.write(`ledgerfs sequential read / raw client download: ${(med(read) / med(raw)).toFixed(2)}\n`);

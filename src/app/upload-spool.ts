@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { readSpool } from '../backend/index.js';
 import { formatSize } from '../config/index.js';
 import { stateLayout } from '../journal/index.js';
 
@@ -23,29 +24,21 @@ export function hasSpool(stateDir: string): boolean {
   return fs.existsSync(stateLayout(stateDir).uploadSpool);
 }
 
-/** What waits in a state directory's upload spool (every `<id>.json` is one closed version). */
+/** What waits in a state directory's upload spool (the versions its log holds that are not done). */
 export function spoolSummary(stateDir: string): SpoolSummary {
-  const dir = stateLayout(stateDir).uploadSpool;
-  let names: string[];
+  let versions;
   try {
-    names = fs.readdirSync(dir);
+    versions = readSpool(stateLayout(stateDir).uploadSpool, { headersOnly: true }).versions;
   } catch {
-    return { files: 0, bytes: 0, oldestAgeSec: 0 };
+    return { files: 0, bytes: 0, oldestAgeSec: 0 }; // read while the daemon removed a segment: empty enough
   }
-  let files = 0;
   let bytes = 0;
   let oldest = Infinity;
-  for (const n of names) {
-    if (!n.endsWith('.json')) continue;
-    try {
-      const e = JSON.parse(fs.readFileSync(path.join(dir, n), 'utf8')) as { size?: number; enqueuedAt?: number };
-      files++;
-      bytes += e.size ?? 0;
-      if (e.enqueuedAt !== undefined) oldest = Math.min(oldest, e.enqueuedAt);
-    } catch {
-      /* uploaded and removed meanwhile */
-    }
+  for (const v of versions) {
+    bytes += v.entry.size;
+    oldest = Math.min(oldest, v.entry.enqueuedAt);
   }
+  const files = versions.length;
   return { files, bytes, oldestAgeSec: files && oldest !== Infinity ? Math.max(0, (Date.now() - oldest) / 1000) : 0 };
 }
 

@@ -19,6 +19,7 @@ import { UploadQueue, type PendingVersion, type UploadQueueHost } from './gcs/up
 export type { GcsBackendOptions, GcsConflict } from './gcs/options.js';
 export type { RenameRecovery } from './gcs/rename-intent.js';
 export type { UploadQueueStats } from './gcs/upload-queue.js';
+export { readSpool } from './gcs/spool-log.js';
 
 /** Thrown by createGcsBackend when the bucket cannot be used; the message says why and what to do. */
 export class GcsSetupError extends Error {}
@@ -362,6 +363,15 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     } catch (err) {
       throw toVfsError(err, `list ${path}`);
     }
+    // versions not uploaded yet: a new file is in the bucket only once its upload lands
+    for (const p of this.uploads && !this.uploads.isEmpty ? this.uploads.pendingIn(dirKey) : []) {
+      const rest = p.key.slice(dirKey.length);
+      const slash = rest.indexOf('/');
+      sawAnything = true;
+      if (slash >= 0) {
+        if (isPosixName(rest.slice(0, slash))) c.dirs.add(rest.slice(0, slash));
+      } else if (isPosixName(rest) && !c.files.has(rest)) c.files.set(rest, pendingInfo(p));
+    }
     if (!sawAnything && path !== '/') {
       // Nothing under the prefix: a file, or nothing at all (or a placeholder-less dir with implicit dirs off).
       const f = await this.lookup(path);
@@ -419,6 +429,15 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
         contents(cut < 0 ? '' : rel.slice(0, cut)).placeholders.set(rel.slice(cut + 1), o);
       }
     }
+    // versions not uploaded yet, in the directories the page holds
+    for (const p of this.uploads && !this.uploads.isEmpty ? this.uploads.pendingIn(dirKey) : []) {
+      const rest = p.key.slice(dirKey.length);
+      const cut = rest.lastIndexOf('/');
+      const rel = cut < 0 ? '' : rest.slice(0, cut);
+      const name = rest.slice(cut + 1);
+      const c = dirs.get(rel);
+      if (c && isPosixName(name) && !c.files.has(name)) c.files.set(name, pendingInfo(p));
+    }
     // A directory is complete when every name under it lies within the page: after its first
     // name (or this is the first page) and before its last (or this is the last page). GCS
     // orders names by their UTF-8 bytes.
@@ -466,7 +485,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     }
     const pending = this.pendingAt(path);
     if (pending) {
-      fs.copyFileSync(pending.data, hostFile);
+      copyRange(pending.bytes.file, pending.bytes.offset, pending.size, hostFile);
       return;
     }
     const f = await this.lookup(path);
@@ -571,6 +590,9 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     }
     // A writer bases its version on the bucket's generation: the queued ones land first.
     if (this.pendingAt(path)) await this.settle(path);
+    const q = this.writeBack;
+    // (a path the staged apply pinned to a generation goes the usual way, which checks it)
+    if (mode.create && mode.knownAbsent && mode.write && q && !this.pins.has(path)) return this.createQueued(path, key, createMode, q);
     if (mode.create && mode.knownAbsent && !this.pins.has(path)) {
       // The caller's cache says nothing is here and the parent is a directory: skip the
       // lookups; GCS still decides (ifGenerationMatch=0), and if something is there after
@@ -608,6 +630,22 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       return this.opened(path, key, obj, mode);
     }
     throw new VfsError('ESTALE', `${path} kept changing in the bucket while being opened`);
+  }
+
+  /**
+   * durability journal, a create the caches know is new: no request on the program's path.
+   * The create is durable in the spool (GcsFile.startNew) and goes up with the close's version,
+   * as one upload with ifGenerationMatch=0; this mount shows the file meanwhile (stat, listings).
+   * Another host that creates the same name first is found then: a late conflict (local
+   * version kept in conflicts/), so O_EXCL against other hosts is decided at upload.
+   */
+  private async createQueued(path: string, key: string, createMode: number, q: UploadQueue): Promise<GcsFile> {
+    const base: ObjectInfo = { name: key, generation: 0n, metageneration: 0n, size: 0, updatedNs: nowNs(), metadata: this.newNodeMeta({ perm: createMode & 0o7777 }) };
+    const file = new GcsFile(this, path, key, base, true);
+    await file.startNew(q);
+    this.track(file);
+    this.entriesChanged(path);
+    return file;
   }
 
   private async opened(path: string, key: string, obj: ObjectInfo, mode: OpenMode): Promise<GcsFile> {
@@ -968,8 +1006,11 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       dirty.addPendingMeta(entries, fields.mtimeNs);
       return DEFERRED;
     }
-    // attributes patch the generation a queued version will replace: it lands first
-    await this.settle(path);
+    // attributes patch the generation a queued version of this file will replace: it lands
+    // first. Only this path's own versions: a directory's placeholder is no queued version's
+    // base, so tar's fix-ups of directory times at its end do not wait for the uploads under
+    // them (they did: tar's exit waited for the whole queue).
+    if (this.pendingAt(path)) await this.uploads?.waitPath(path).catch(() => undefined);
     let pinned = false;
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       // the first try trusts the placeholder our own last answer gave (preconditions check it)
@@ -1056,13 +1097,38 @@ class DirContents {
 }
 
 
-/** The attributes of a version waiting in the upload queue. */
-function pendingAttr(p: PendingVersion, defaults: AttrDefaults, ino: number): Attr {
-  const info: ObjectInfo = { name: p.key, generation: 0n, metageneration: 0n, size: p.size, updatedNs: BigInt(p.enqueuedAt) * 1_000_000n, metadata: p.metadata, ...(p.contentType ? { contentType: p.contentType } : {}) };
-  return attrOf('file', p.path, info, defaults, ino);
+/** `size` bytes of `file` from `offset` into a new `hostFile`. */
+function copyRange(file: string, offset: number, size: number, hostFile: string): void {
+  if (offset === 0) {
+    fs.copyFileSync(file, hostFile);
+    return;
+  }
+  const fd = fs.openSync(file, 'r');
+  try {
+    const b = Buffer.alloc(size);
+    let done = 0;
+    while (done < size) {
+      const n = fs.readSync(fd, b, done, size - done, offset + done);
+      if (n === 0) break;
+      done += n;
+    }
+    fs.writeFileSync(hostFile, b.subarray(0, done));
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
-/** A read-only handle on a version waiting in the upload queue: its spool file, held open (it may land and leave meanwhile). */
+/** A version waiting in the upload queue as the object it will be. */
+function pendingInfo(p: PendingVersion): ObjectInfo {
+  return { name: p.key, generation: 0n, metageneration: 0n, size: p.size, updatedNs: BigInt(p.enqueuedAt) * 1_000_000n, metadata: p.metadata, ...(p.contentType ? { contentType: p.contentType } : {}) };
+}
+
+/** The attributes of a version waiting in the upload queue. */
+function pendingAttr(p: PendingVersion, defaults: AttrDefaults, ino: number): Attr {
+  return attrOf('file', p.path, pendingInfo(p), defaults, ino);
+}
+
+/** A read-only handle on a version waiting in the upload queue: its bytes in the spool, the file held open (it may land and leave meanwhile). */
 class PendingReader implements BackendFile {
   readonly writable = false;
   private constructor(
@@ -1074,13 +1140,14 @@ class PendingReader implements BackendFile {
   /** undefined when the version landed (and left the spool) meanwhile: the bucket has it */
   static open(p: PendingVersion, defaults: AttrDefaults, ino: number): PendingReader | undefined {
     try {
-      return new PendingReader(p, defaults, ino, fs.openSync(p.data, 'r'));
+      return new PendingReader(p, defaults, ino, fs.openSync(p.bytes.file, 'r'));
     } catch {
       return undefined;
     }
   }
   async read(buf: Buffer, length: number, position: number): Promise<number> {
-    return fs.readSync(this.fd, buf, 0, length, position);
+    const n = Math.max(0, Math.min(length, this.p.size - position));
+    return n ? fs.readSync(this.fd, buf, 0, n, this.p.bytes.offset + position) : 0;
   }
   async write(): Promise<number> {
     throw new VfsError('EBADF', `${this.p.path} is open read-only`);

@@ -230,6 +230,15 @@ export const DEFAULTS = {
     /** durability journal: a failed background upload is tried again after this, doubling up to the max */
     uploadRetryMs: 1000,
     uploadRetryMaxMs: 30_000,
+    /** durability journal: versions up to this size are written into the spool's log itself (one
+     * fdatasync per close); bigger ones get a data file of their own (src/backend/gcs/spool-log.ts) */
+    spoolInlineBytes: 1024 * 1024,
+    /** durability journal: a spool log segment is closed past this size (removed whole once its versions landed) */
+    spoolSegmentBytes: 16 * 1024 * 1024,
+    /** durability journal: queued versions' bytes kept in memory for their upload, at most (past it they are read back from the spool) */
+    spoolMemoryBytes: 64 * 1024 * 1024,
+    /** durability journal: a new file's create waits this long in the spool for its close's version to replace it before it is uploaded alone (a file held open) */
+    spoolHoldMs: 2000,
     /** name, below the workspace prefix, of the reserved area holding the journal's mirror
      * (journal/<writer>/..., blobs/..) and rename intents: the view never shows it, and refuses to make it */
     reservedName: GCS_RESERVED,

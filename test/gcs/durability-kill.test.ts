@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { CLI, startMount, type TestMount } from '../helpers/mount.js';
+import { spooledVersions } from '../helpers/spool.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { NEEDS_OWN_EMULATOR } from '../helpers/gcs-external.js';
 import { startGcsFixture, type GcsFixture } from './fixture.js';
@@ -95,7 +96,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)(`gcs: --durability ${MODE} survives SIGKIL
         process.kill(m.daemon.pid as number, 'SIGKILL');
         await tarDone;
         const spoolDir = path.join(state(), 'upload-spool');
-        kills.push({ afterMs, spooled: fs.existsSync(spoolDir) ? fs.readdirSync(spoolDir).filter((n) => n.endsWith('.json')).length : 0 });
+        kills.push({ afterMs, spooled: spooledVersions(spoolDir) });
       } finally {
         await m.stop().catch(() => undefined); // reports the death it was dealt
       }
@@ -110,7 +111,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)(`gcs: --durability ${MODE} survives SIGKIL
       await last.stop(); // a clean unmount: waits for the queue
     }
     if (process.env.LEDGERFS_DURABILITY_KILL_STATS) console.log(JSON.stringify({ mode: MODE, rounds: ROUNDS, files: FILES, kills, reconciled }));
-    expect(fs.readdirSync(path.join(state(), 'upload-spool')).filter((n) => n.endsWith('.json'))).toEqual([]);
+    expect(spooledVersions(path.join(state(), 'upload-spool'))).toBe(0);
 
     const want = new Map<string, Buffer>();
     const walk = (dir: string, rel: string) => {

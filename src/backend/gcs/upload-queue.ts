@@ -2,44 +2,40 @@ import fs from 'node:fs';
 import nodePath from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { CRC32C } from '@google-cloud/storage';
-import { isWithin, replaceFile, replaceFileSync, VfsError } from '../../core/index.js';
+import { DEFAULTS } from '../../config/index.js';
+import { isWithin, VfsError } from '../../core/index.js';
 import type { GcsRequests } from './client.js';
 import { isPreconditionFailed, toVfsError } from './errors.js';
 import { META, type ObjectInfo } from './metadata.js';
 import type { GcsConflict } from './options.js';
+import { SpoolLog, type SpoolBytes, type SpoolEntry } from './spool-log.js';
 
 /*
  * The upload queue of `durability: journal` (src/backend/gcs/README.md, "Durability").
  *
- * A version is durable once it is in the spool: `<id>.data` (the bytes) and `<id>.json` (what
- * to upload, and on what generation), both fsynced, and the directory fsynced; close(2) returns
+ * A version is durable once its record is in the spool's log (spool-log.ts: its description
+ * and bytes, one fdatasync shared by the closes of one turn of the event loop); close(2) returns
  * then. Uploads run in the background, `concurrency` at a time. The versions of one object form
  * a chain: only its oldest is uploaded, on the generation the one before it produced, so
- * versions land in order and a version is never overtaken by an older one. The entry is removed
- * from the spool only after its successor's base generation is written down, so a crash at any
- * point resumes at the right version (an upload that landed with its answer lost is recognized
- * by its bytes, crc32c and mtime, as at close in bucket mode).
+ * versions land in order and a version is never overtaken by an older one. A landed version's
+ * successor is rebased (a durable record naming the one that landed) before it is uploaded,
+ * so a crash at any point resumes at the right version (an upload that landed with its answer
+ * lost is recognized by its bytes, crc32c and mtime, as at close in bucket mode).
  */
-
-/** One queued version as the spool keeps it (`<id>.json`). */
-interface SpoolEntry {
-  key: string;
-  path: string;
-  size: number;
-  metadata: Record<string, string>;
-  contentType?: string;
-  /** the generation this version replaces (0: absent); rewritten when the version before it in the chain lands */
-  baseGeneration?: string;
-  baseMetageneration?: string;
-  enqueuedAt: number;
-}
 
 interface Queued {
   id: string;
   entry: SpoolEntry;
-  data: string;
-  json: string;
+  /** where the bytes are on disk */
+  bytes: SpoolBytes;
+  segment: number;
+  /** a big version's own data file */
+  ownFile?: string;
+  /** the bytes, kept from the close for the upload (within spoolMemoryBytes) */
+  buf?: Buffer;
   running: boolean;
+  /** a new file's create, held back from upload until its handle's close replaces it (or someone waits for it, or spoolHoldMs passed) */
+  hold?: NodeJS.Timeout;
   /** settled when the version is in the bucket (or set aside: rejected with the ESTALE) */
   done: Promise<void>;
   resolve: () => void;
@@ -76,7 +72,8 @@ export interface PendingVersion {
   size: number;
   metadata: Record<string, string>;
   contentType?: string;
-  data: string;
+  /** where its bytes are (`size` of them) */
+  bytes: SpoolBytes;
   enqueuedAt: number;
 }
 
@@ -89,6 +86,9 @@ export class UploadQueue {
   private closed = false;
   private pumpQueued = false;
   private readonly timers = new Set<NodeJS.Timeout>();
+  private readonly log: SpoolLog;
+  /** bytes of queued versions kept in memory */
+  private memBytes = 0;
 
   constructor(
     private readonly host: UploadQueueHost,
@@ -96,33 +96,18 @@ export class UploadQueue {
     private readonly concurrency: number,
     private readonly retryMs: { initial: number; max: number },
   ) {
-    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+    this.log = new SpoolLog(dir, DEFAULTS.gcs.spoolSegmentBytes);
   }
 
   /**
    * Versions a crash (or an unmount that did not wait) left in the spool, queued again in the
-   * order they were closed. A `.data` without its `.json` was never acknowledged: removed.
+   * order they were closed. A record a crash cut was never acknowledged: dropped.
    */
   resume(): number {
-    const names = fs.readdirSync(this.dir);
-    const ids = names.filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -5)).sort();
-    for (const n of names) {
-      if (n.endsWith('.data') && !ids.includes(n.slice(0, -5))) fs.rmSync(nodePath.join(this.dir, n), { force: true });
-      if (n.endsWith('.tmp')) fs.rmSync(nodePath.join(this.dir, n), { force: true });
-    }
-    let n = 0;
-    for (const id of ids) {
-      let entry: SpoolEntry;
-      try {
-        entry = JSON.parse(fs.readFileSync(nodePath.join(this.dir, `${id}.json`), 'utf8')) as SpoolEntry;
-      } catch {
-        continue; // unreadable: left in place, for a person to look at
-      }
-      this.push(id, entry);
-      n++;
-    }
+    const versions = this.log.open();
+    for (const v of versions) this.push(v.id, v.entry, v.bytes, v.segment, v.ownFile);
     this.pump();
-    return n;
+    return versions.length;
   }
 
   /**
@@ -130,13 +115,9 @@ export class UploadQueue {
    * holds the bytes still); `base` is what the caller's handle was based on, used when no
    * earlier version of the object is queued.
    */
-  async add(v: { key: string; path: string; source: string; size: number; metadata: Record<string, string>; contentType?: string; baseGeneration: bigint; baseMetageneration: bigint }): Promise<void> {
+  async add(v: { key: string; path: string; source: string; size: number; metadata: Record<string, string>; contentType?: string; baseGeneration: bigint; baseMetageneration: bigint; hold?: boolean }): Promise<void> {
     if (this.closed) throw new VfsError('EIO', `${v.path}: the upload queue is closed (unmounting)`);
     const id = `${Date.now().toString().padStart(14, '0')}-${(this.seq++).toString().padStart(9, '0')}-${randomUUID().slice(0, 8)}`;
-    const data = nodePath.join(this.dir, `${id}.data`);
-    const json = nodePath.join(this.dir, `${id}.json`);
-    // a copy at once: the handle may be written again right after close(2) returns
-    fs.copyFileSync(v.source, data, fs.constants.COPYFILE_FICLONE);
     const entry: SpoolEntry = {
       key: v.key,
       path: v.path,
@@ -147,23 +128,37 @@ export class UploadQueue {
       baseMetageneration: v.baseMetageneration.toString(),
       enqueuedAt: Date.now(),
     };
+    let at: { bytes: SpoolBytes; segment: number };
+    let buf: Buffer | undefined;
+    let ownFile: string | undefined;
     try {
-      // Synchronous on purpose: about a millisecond on the event loop, where the threadpool
-      // (busy with the uploads' own reads) made each close wait ~10 ms in its queue.
-      fsyncFileSync(data);
-      replaceFileSync(json, JSON.stringify(entry));
-      fsyncFileSync(this.dir);
+      if (v.size <= DEFAULTS.gcs.spoolInlineBytes) {
+        // a copy at once (the handle may be written again right after close(2) returns), into
+        // the log: synchronous, a small read and append on the event loop
+        buf = fs.readFileSync(v.source);
+        entry.size = buf.length;
+        at = this.log.appendVersion(id, entry, buf);
+      } else {
+        ownFile = nodePath.join(this.dir, `${id}.data`);
+        fs.copyFileSync(v.source, ownFile, fs.constants.COPYFILE_FICLONE);
+        fsyncFileSync(ownFile);
+        fsyncFileSync(this.dir);
+        at = this.log.appendVersion(id, entry, undefined, ownFile);
+      }
+      // a new file's create (held) is written to the log, which a daemon's death keeps, and
+      // synced with the close that replaces it (or the next one): the durability promise is
+      // close's, and the create's record is older in the same log
+      if (!v.hold) await this.log.durable();
     } catch (err) {
-      fs.rmSync(json, { force: true });
-      fs.rmSync(data, { force: true });
+      if (ownFile) fs.rmSync(ownFile, { force: true });
       throw new VfsError('EIO', `${v.path}: the version could not be made durable in the upload spool ${this.dir}: ${(err as Error).message}`);
     }
     const chain = this.chains.get(v.key);
     const prev = chain?.[chain.length - 1];
-    const q = this.push(id, entry);
+    const q = this.push(id, entry, at.bytes, at.segment, ownFile, buf, v.hold);
     // A version not started yet that this one replaces whole is not uploaded at all (bash's
     // `echo x > f` closes twice: once empty, once written): the newer one takes its place.
-    if (prev && chain && !prev.running && prev.failures === 0) await this.supersede(chain, prev, q);
+    if (prev && chain && !prev.running && prev.failures === 0) this.supersede(chain, prev, q);
     this.pumpSoon();
   }
 
@@ -177,27 +172,23 @@ export class UploadQueue {
     });
   }
 
-  private async supersede(chain: Queued[], prev: Queued, q: Queued): Promise<void> {
+  private supersede(chain: Queued[], prev: Queued, q: Queued): void {
+    clearTimeout(prev.hold);
+    delete prev.hold;
     const at = chain.indexOf(prev);
     chain.splice(at, 1);
     const r = this.ready.indexOf(prev);
     if (r >= 0) this.ready.splice(r, 1);
     if (at === 0) {
-      // q is the head now, on prev's base: written down before prev leaves the spool
+      // q is the head now, on prev's base; the record says prev is done (synced with the next
+      // close or rebase: until then a crash uploads both, in order)
       q.entry.baseGeneration = prev.entry.baseGeneration ?? '0';
       if (prev.entry.baseMetageneration !== undefined) q.entry.baseMetageneration = prev.entry.baseMetageneration;
       else delete q.entry.baseMetageneration;
+      this.log.appendBase(q.id, q.entry.baseGeneration, q.entry.baseMetageneration, prev.id);
       this.ready.push(q);
-      try {
-        await replaceFile(q.json, JSON.stringify(q.entry));
-      } catch {
-        // prev stays on disk: after a crash both are uploaded, in order
-        q.done.then(prev.resolve, prev.reject);
-        return;
-      }
     }
-    fs.rmSync(prev.json, { force: true });
-    fs.rmSync(prev.data, { force: true });
+    this.release(prev);
     q.done.then(prev.resolve, prev.reject);
   }
 
@@ -224,7 +215,7 @@ export class UploadQueue {
   /** Wait until every version of `path` queued now is uploaded; rejects with a conflict's ESTALE. */
   async waitPath(path: string): Promise<void> {
     const waits: Promise<void>[] = [];
-    for (const chain of this.chains.values()) for (const q of chain) if (q.entry.path === path) waits.push(q.done);
+    for (const chain of this.chains.values()) for (const q of chain) if (q.entry.path === path) waits.push(this.waitFor(q));
     await Promise.all(waits);
   }
 
@@ -232,7 +223,7 @@ export class UploadQueue {
   async settleUnder(path: string): Promise<void> {
     if (this.chains.size === 0) return;
     const waits: Promise<void>[] = [];
-    for (const chain of this.chains.values()) for (const q of chain) if (isWithin(q.entry.path, path)) waits.push(q.done);
+    for (const chain of this.chains.values()) for (const q of chain) if (isWithin(q.entry.path, path)) waits.push(this.waitFor(q));
     await Promise.allSettled(waits);
   }
 
@@ -247,10 +238,23 @@ export class UploadQueue {
         last = Date.now();
       }
       const all: Promise<void>[] = [];
-      for (const chain of this.chains.values()) for (const q of chain) all.push(q.done);
+      for (const chain of this.chains.values()) for (const q of chain) all.push(this.waitFor(q));
       await Promise.race([Promise.allSettled(all), sleep(Math.min(everyMs, Math.max(0, until - Date.now())))]);
     }
     return true;
+  }
+
+  /**
+   * The queued versions with object names under `prefix` (a directory's `dir/`): listings show
+   * them, as a new file's create is not in the bucket until its upload.
+   */
+  pendingIn(prefix: string): PendingVersion[] {
+    const out: PendingVersion[] = [];
+    for (const [key, chain] of this.chains) {
+      const last = chain[chain.length - 1];
+      if (last && key.startsWith(prefix)) out.push(this.view(last));
+    }
+    return out;
   }
 
   stats(): UploadQueueStats {
@@ -284,18 +288,37 @@ export class UploadQueue {
   /** Stop starting uploads (those running finish); what is left stays in the spool for the next start. */
   close(): void {
     this.closed = true;
+    this.log.close();
     for (const t of this.timers) clearTimeout(t);
+    for (const chain of this.chains.values()) for (const q of chain) clearTimeout(q.hold);
     this.timers.clear();
   }
 
   // ---- internals -----------------------------------------------------------------------------
 
-  private view(q: Queued): PendingVersion {
-    const e = q.entry;
-    return { path: e.path, key: e.key, size: e.size, metadata: e.metadata, ...(e.contentType ? { contentType: e.contentType } : {}), data: q.data, enqueuedAt: e.enqueuedAt };
+  /** Someone waits for `q` (fsync, a namespace change, unmount): a held create goes now. */
+  private waitFor(q: Queued): Promise<void> {
+    if (q.hold) this.unhold(q);
+    return q.done;
   }
 
-  private push(id: string, entry: SpoolEntry): Queued {
+  private unhold(q: Queued): void {
+    if (!q.hold) return;
+    clearTimeout(q.hold);
+    delete q.hold;
+    const chain = this.chains.get(q.entry.key);
+    if (chain?.[0] === q && !q.running && !this.ready.includes(q)) {
+      this.ready.push(q);
+      this.pumpSoon();
+    }
+  }
+
+  private view(q: Queued): PendingVersion {
+    const e = q.entry;
+    return { path: e.path, key: e.key, size: e.size, metadata: e.metadata, ...(e.contentType ? { contentType: e.contentType } : {}), bytes: q.bytes, enqueuedAt: e.enqueuedAt };
+  }
+
+  private push(id: string, entry: SpoolEntry, bytes: SpoolBytes, segment: number, ownFile?: string, buf?: Buffer, hold = false): Queued {
     let resolve!: () => void;
     let reject!: (e: VfsError) => void;
     const done = new Promise<void>((res, rej) => {
@@ -303,7 +326,9 @@ export class UploadQueue {
       reject = rej;
     });
     done.catch(() => undefined); // a conflict is reported where it matters (fsync); never unhandled
-    const q: Queued = { id, entry, data: nodePath.join(this.dir, `${id}.data`), json: nodePath.join(this.dir, `${id}.json`), running: false, done, resolve, reject, failures: 0 };
+    const keep = buf && this.memBytes + buf.length <= DEFAULTS.gcs.spoolMemoryBytes ? buf : undefined;
+    if (keep) this.memBytes += keep.length;
+    const q: Queued = { id, entry, bytes, segment, ...(ownFile ? { ownFile } : {}), ...(keep ? { buf: keep } : {}), running: false, done, resolve, reject, failures: 0 };
     let chain = this.chains.get(entry.key);
     if (!chain) this.chains.set(entry.key, (chain = []));
     if (chain.length > 0) {
@@ -312,7 +337,10 @@ export class UploadQueue {
       delete entry.baseMetageneration;
     }
     chain.push(q);
-    if (chain.length === 1) this.ready.push(q);
+    if (hold) {
+      q.hold = setTimeout(() => this.unhold(q), DEFAULTS.gcs.spoolHoldMs);
+      q.hold.unref();
+    } else if (chain.length === 1) this.ready.push(q);
     return q;
   }
 
@@ -341,13 +369,13 @@ export class UploadQueue {
     let info: ObjectInfo | undefined;
     let conflict: ObjectInfo | null = null;
     try {
-      info = await this.host.req.uploadFile(e.key, q.data, e.size, spec);
+      info = q.ownFile ? await this.host.req.uploadFile(e.key, q.ownFile, e.size, spec) : await this.host.req.uploadBuffer(e.key, this.bytesOf(q), spec);
     } catch (err) {
       if (isPreconditionFailed(err)) {
         // another writer changed the object, or an earlier attempt of this upload (before a
         // crash, or with its answer lost) landed: then the bucket holds exactly these bytes
         const cur = await this.host.req.head(e.key).catch(() => undefined);
-        if (cur && (await isOurs(cur, q))) info = cur;
+        if (cur && (await isOurs(cur, q, () => this.bytesOf(q)))) info = cur;
         else conflict = cur ?? null;
       } else {
         // GCS unreachable through every retry, or refused: the version is safe in the spool;
@@ -371,24 +399,25 @@ export class UploadQueue {
     this.setAside(q, base, conflict ?? undefined);
   }
 
-  /** The version is in the bucket: its successor is based on it (durably) before it leaves the spool. */
+  /** The version is in the bucket: its successor is based on it (durably) before it is uploaded. */
   private async landed(q: Queued, base: bigint, info: ObjectInfo): Promise<void> {
     const chain = this.chains.get(q.entry.key) as Queued[];
     const next = chain[1];
-    if (next) await this.rebase(next, info.generation, info.metageneration);
+    if (next) await this.rebase(next, q, info.generation, info.metageneration);
     this.host.uploaded(q.entry.path, base, info);
     this.finish(q);
     q.resolve();
   }
 
-  private async rebase(next: Queued, generation: bigint, metageneration: bigint): Promise<void> {
+  private async rebase(next: Queued, landed: Queued, generation: bigint, metageneration: bigint): Promise<void> {
     next.entry.baseGeneration = generation.toString();
     next.entry.baseMetageneration = metageneration.toString();
     try {
-      await replaceFile(next.json, JSON.stringify(next.entry));
+      this.log.appendBase(next.id, next.entry.baseGeneration, next.entry.baseMetageneration, landed.id);
+      await this.log.durable();
     } catch {
-      // the successor then resumes (after a crash) on its predecessor's recorded base, gets a
-      // 412 from the bucket and is kept under conflicts/: nothing is lost
+      // the successor then resumes (after a crash) behind its predecessor, whose upload
+      // answers 412 and is recognized as ours: nothing is lost
     }
   }
 
@@ -397,18 +426,21 @@ export class UploadQueue {
     const e = q.entry;
     const flat = e.path.slice(1).replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
     const dest = nodePath.join(this.host.conflictsDir, `${new Date().toISOString().replace(/[:.]/g, '-')}-${flat}-${randomUUID().slice(0, 8)}`);
-    let kept = q.data;
+    let kept: string | undefined;
     try {
       fs.mkdirSync(this.host.conflictsDir, { recursive: true });
-      fs.renameSync(q.data, dest);
+      if (q.ownFile) fs.renameSync(q.ownFile, dest);
+      else fs.writeFileSync(dest, this.bytesOf(q), { mode: 0o600 });
       kept = dest;
     } catch {
-      // stays in the spool under its id (the .json is removed, so it is not uploaded again)
+      // a big version's file stays in the spool under its id; a small one's record stays in
+      // the log (not uploaded again: its done record is written below)
+      kept = q.ownFile;
     }
     this.conflicts++;
     const error = new VfsError(
       'ESTALE',
-      `${e.path}: not uploaded: the object changed in the bucket since it was read (generation ${base} -> ${cur ? cur.generation : 'deleted'}); the local version is kept at ${kept}`,
+      `${e.path}: not uploaded: the object changed in the bucket since it was read (generation ${base} -> ${cur ? cur.generation : 'deleted'}); the local version is kept at ${kept ?? `${q.bytes.file} (at byte ${q.bytes.offset})`}`,
     );
     this.host.reportConflict({
       reason: 'changed-remotely',
@@ -416,19 +448,18 @@ export class UploadQueue {
       objectName: e.key,
       expectedGeneration: base.toString(),
       ...(cur ? { currentGeneration: cur.generation.toString() } : {}),
-      localFile: kept,
+      localFile: kept ?? q.bytes.file,
       size: e.size,
       time: new Date(),
       late: true,
     });
     // later versions of the object were based on this one: they conflict in turn, each kept
-    this.finish(q, kept !== q.data);
+    this.finish(q, kept !== undefined && kept === q.ownFile);
     q.reject(error);
   }
 
   private finish(q: Queued, keepData = false): void {
-    fs.rmSync(q.json, { force: true });
-    if (!keepData) fs.rmSync(q.data, { force: true });
+    this.release(q, keepData);
     const chain = this.chains.get(q.entry.key) as Queued[];
     chain.shift();
     if (chain.length === 0) this.chains.delete(q.entry.key);
@@ -438,14 +469,45 @@ export class UploadQueue {
         next.entry.baseGeneration = q.entry.baseGeneration ?? '0';
         if (q.entry.baseMetageneration !== undefined) next.entry.baseMetageneration = q.entry.baseMetageneration;
       }
-      this.ready.push(next);
+      if (!next.hold) this.ready.push(next);
     }
+  }
+
+  /** The version leaves the spool: a done record (no sync of its own), its memory and data file. */
+  private release(q: Queued, keepData = false): void {
+    if (this.log.isOpen) this.log.appendDone(q.id, q.segment);
+    if (q.buf) this.memBytes -= q.buf.length;
+    delete q.buf;
+    if (q.ownFile && !keepData) fs.rm(q.ownFile, { force: true }, () => undefined);
+  }
+
+  /** A small version's bytes: kept from its close, or read back from the log. */
+  private bytesOf(q: Queued): Buffer {
+    if (q.buf) return q.buf;
+    const b = Buffer.alloc(q.entry.size);
+    const fd = fs.openSync(q.bytes.file, 'r');
+    try {
+      let done = 0;
+      while (done < b.length) {
+        const n = fs.readSync(fd, b, done, b.length - done, q.bytes.offset + done);
+        if (n === 0) throw new Error(`${q.bytes.file} ends before the version's ${b.length} bytes`);
+        done += n;
+      }
+    } finally {
+      fs.closeSync(fd);
+    }
+    return b;
   }
 }
 
-async function isOurs(cur: ObjectInfo, q: Queued): Promise<boolean> {
+async function isOurs(cur: ObjectInfo, q: Queued, bytes: () => Buffer): Promise<boolean> {
   if (cur.size !== q.entry.size || cur.metadata[META.mtime] !== q.entry.metadata[META.mtime] || !cur.crc32c) return false;
-  const local = await CRC32C.fromFile(q.data);
+  let local: CRC32C;
+  if (q.ownFile) local = await CRC32C.fromFile(q.ownFile);
+  else {
+    local = new CRC32C();
+    local.update(bytes());
+  }
   return local.toString() === cur.crc32c;
 }
 

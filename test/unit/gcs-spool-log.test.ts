@@ -1,0 +1,122 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { readSpool, SpoolLog, type SpoolEntry } from '../../src/backend/gcs/spool-log.js';
+import { makeTemp, rmTemp } from '../helpers/tmp.js';
+
+// The upload spool's log (durability journal): what a close appends is what a restart finds,
+// a crash's torn tail is dropped, the closes of one turn share one fdatasync, and segments go
+// once every version in them landed.
+
+let dir: string;
+beforeEach(() => {
+  dir = path.join(makeTemp('spool-log'), 'upload-spool');
+});
+afterEach(() => {
+  vi.restoreAllMocks();
+  rmTemp(path.dirname(dir));
+});
+
+const entry = (key: string, size: number, base = '0'): SpoolEntry => ({ key, path: `/${key}`, size, metadata: { m: key }, baseGeneration: base, baseMetageneration: '0', enqueuedAt: 1 });
+const bytesAt = (v: { bytes: { file: string; offset: number }; entry: SpoolEntry }) => {
+  const b = Buffer.alloc(v.entry.size);
+  const fd = fs.openSync(v.bytes.file, 'r');
+  fs.readSync(fd, b, 0, b.length, v.bytes.offset);
+  fs.closeSync(fd);
+  return b.toString();
+};
+
+describe('SpoolLog', () => {
+  it('a restart finds the versions not done, in order, with their bytes and their latest base', async () => {
+    const log = new SpoolLog(dir, 1 << 20);
+    expect(log.open()).toEqual([]);
+    log.appendVersion('a1', entry('a', 3), Buffer.from('aaa'));
+    log.appendVersion('b1', entry('b', 2), Buffer.from('bb'));
+    log.appendVersion('a2', entry('a', 4), Buffer.from('AAAA'));
+    log.appendVersion('c1', entry('c', 1), Buffer.from('c'));
+    log.appendDone('b1', 1);
+    // a1 landed as generation 7: a2 is based on it, and a1 is done by the same record
+    log.appendBase('a2', '7', '1', 'a1');
+    await log.durable();
+    // a crash: no close(), the next daemon replays
+    const again = new SpoolLog(dir, 1 << 20);
+    const vs = again.open();
+    expect(vs.map((v) => v.id)).toEqual(['a2', 'c1']);
+    expect(vs[0]?.entry).toMatchObject({ key: 'a', baseGeneration: '7', baseMetageneration: '1' });
+    expect(vs.map(bytesAt)).toEqual(['AAAA', 'c']);
+    again.close();
+  });
+
+  it('a torn last record (its sync never returned) is dropped and cut off; appends after it replay', async () => {
+    const log = new SpoolLog(dir, 1 << 20);
+    log.open();
+    log.appendVersion('x', entry('x', 5), Buffer.from('xxxxx'));
+    log.appendVersion('y', entry('y', 5), Buffer.from('yyyyy'));
+    await log.durable();
+    const seg = path.join(dir, fs.readdirSync(dir).find((n) => n.endsWith('.log')) as string);
+    fs.truncateSync(seg, fs.statSync(seg).size - 2); // y's last bytes never reached the disk
+    const again = new SpoolLog(dir, 1 << 20);
+    expect(again.open().map((v) => v.id)).toEqual(['x']);
+    again.appendVersion('z', entry('z', 1), Buffer.from('z'));
+    await again.durable();
+    expect(readSpool(dir).versions.map((v) => v.id)).toEqual(['x', 'z']);
+    // a flipped byte in a record is caught by its checksum, not read as data
+    const seg2 = path.join(dir, fs.readdirSync(dir).filter((n) => n.endsWith('.log')).sort().pop() as string);
+    const raw = fs.readFileSync(seg2);
+    raw[raw.length - 1] ^= 0xff;
+    fs.writeFileSync(seg2, raw);
+    expect(readSpool(dir).versions.map((v) => v.id)).toEqual(['x']);
+  });
+
+  it('the closes of one turn of the event loop share one fdatasync', async () => {
+    const log = new SpoolLog(dir, 1 << 20);
+    log.open();
+    const sync = vi.spyOn(fs, 'fdatasync');
+    const waits = [];
+    for (let i = 0; i < 10; i++) {
+      log.appendVersion(`v${i}`, entry(`k${i}`, 1), Buffer.from('v'));
+      waits.push(log.durable());
+    }
+    await Promise.all(waits);
+    expect(sync).toHaveBeenCalledTimes(1);
+    // one close alone: one sync of its own
+    log.appendVersion('w', entry('w', 1), Buffer.from('w'));
+    await log.durable();
+    expect(sync).toHaveBeenCalledTimes(2);
+    log.close();
+  });
+
+  it('segments are removed once every version in them and before them is done; an empty spool is left empty at close', async () => {
+    const log = new SpoolLog(dir, 64); // every version rolls to a new segment
+    log.open();
+    for (let i = 0; i < 4; i++) log.appendVersion(`v${i}`, entry(`k${i}`, 100), Buffer.alloc(100, i));
+    await log.durable();
+    const logs = () => fs.readdirSync(dir).filter((n) => n.endsWith('.log')).length;
+    expect(logs()).toBe(4);
+    log.appendDone('v1', 2); // not the oldest: nothing can go yet
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(logs()).toBe(4);
+    log.appendDone('v0', 1);
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(logs()).toBe(2); // segments 1 and 2
+    expect(readSpool(dir).versions.map((v) => v.id)).toEqual(['v2', 'v3']);
+    log.appendDone('v2', 3);
+    log.appendDone('v3', 4);
+    log.close();
+    expect(fs.readdirSync(dir)).toEqual([]);
+  });
+
+  it('reads the spool an older daemon left as <id>.json + <id>.data', () => {
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, '0001-old.json'), JSON.stringify(entry('old', 3)));
+    fs.writeFileSync(path.join(dir, '0001-old.data'), 'old');
+    fs.writeFileSync(path.join(dir, '0002-orphan.data'), 'never acknowledged');
+    const log = new SpoolLog(dir, 1 << 20);
+    const vs = log.open();
+    expect(vs.map((v) => [v.id, bytesAt(v)])).toEqual([['0001-old', 'old']]);
+    expect(fs.existsSync(path.join(dir, '0002-orphan.data'))).toBe(false);
+    log.close();
+  });
+});
