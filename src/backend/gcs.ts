@@ -19,7 +19,6 @@ import { UploadQueue, type PendingVersion, type UploadQueueHost } from './gcs/up
 export type { GcsBackendOptions, GcsConflict } from './gcs/options.js';
 export type { RenameRecovery } from './gcs/rename-intent.js';
 export type { UploadQueueStats } from './gcs/upload-queue.js';
-export { readSpool } from './gcs/spool-log.js';
 
 /** Thrown by createGcsBackend when the bucket cannot be used; the message says why and what to do. */
 export class GcsSetupError extends Error {}

@@ -4,6 +4,8 @@ export type { GcsStack, GcsStackOptions } from './gcs-stack.js';
 export type * from './gcs.js';
 export type * from './gcs/journal-remote.js';
 export * from './gcs-open.js';
+// the spool's reader is plain node (status, unmount --no-wait read a state directory's spool)
+export { readSpool } from './gcs/spool-log.js';
 export * from './local.js';
 export * from './fd-limit.js';
 export * from './sd-notify.js';
