@@ -29,3 +29,13 @@ export async function replaceFile(file: string, data: string | Uint8Array, tmp =
   }
   await fs.promises.rename(tmp, file);
 }
+
+/** fsync a file or directory by name, on libuv's thread pool (what is in it, or its entries, reach the disk). */
+export async function fsyncPath(file: string): Promise<void> {
+  const h = await fs.promises.open(file, 'r');
+  try {
+    await h.sync();
+  } finally {
+    await h.close();
+  }
+}

@@ -315,15 +315,16 @@ export class SpoolLog {
       }
       if (!dead.length) return;
       // the `after`/base records of live versions must not depend on what goes: synced first
-      try {
-        fs.fdatasyncSync(this.fd);
-      } catch {
-        return;
-      }
-      for (const s of dead) {
-        this.live.delete(s);
-        fs.rm(nodePath.join(this.dir, segName(s)), { force: true }, () => undefined);
-      }
+      // (on the thread pool: a slow disk must not hold the loop every request waits for)
+      for (const s of dead) this.live.delete(s);
+      this.durable().then(
+        () => {
+          for (const s of dead) fs.rm(nodePath.join(this.dir, segName(s)), { force: true }, () => undefined);
+        },
+        () => {
+          for (const s of dead) this.live.set(s, 0); // tried again at the next reap
+        },
+      );
     });
   }
 }

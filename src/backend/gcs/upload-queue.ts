@@ -3,7 +3,7 @@ import nodePath from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { CRC32C } from '@google-cloud/storage';
 import { DEFAULTS } from '../../config/index.js';
-import { isWithin, VfsError } from '../../core/index.js';
+import { fsyncPath, isWithin, VfsError } from '../../core/index.js';
 import type { GcsRequests } from './client.js';
 import { isPreconditionFailed, toVfsError } from './errors.js';
 import { META, type ObjectInfo } from './metadata.js';
@@ -140,9 +140,10 @@ export class UploadQueue {
         at = this.log.appendVersion(id, entry, buf);
       } else {
         ownFile = nodePath.join(this.dir, `${id}.data`);
-        fs.copyFileSync(v.source, ownFile, fs.constants.COPYFILE_FICLONE);
-        fsyncFileSync(ownFile);
-        fsyncFileSync(this.dir);
+        // a big file: copied and synced on the thread pool, never on the loop every request waits for
+        await fs.promises.copyFile(v.source, ownFile, fs.constants.COPYFILE_FICLONE);
+        await fsyncPath(ownFile);
+        await fsyncPath(this.dir);
         at = this.log.appendVersion(id, entry, undefined, ownFile);
       }
       // a new file's create (held) is written to the log, which a daemon's death keeps, and
@@ -509,15 +510,6 @@ async function isOurs(cur: ObjectInfo, q: Queued, bytes: () => Buffer): Promise<
     local.update(bytes());
   }
   return local.toString() === cur.crc32c;
-}
-
-function fsyncFileSync(file: string): void {
-  const fd = fs.openSync(file, 'r');
-  try {
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
 }
 
 function sleep(ms: number): Promise<void> {
