@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { dropStaged, hashOf, type PendingChange, pendingChanges, readStagedState, type ReplayOp, type StagedBackend, type StagedLayout, stagedLayout, StagedState } from '../backend/index.js';
+import { dropStaged, hashOf, type PendingChange, pendingChanges, readStagedState, type ReplayOp, walkUpper, type StagedBackend, type StagedLayout, stagedLayout, StagedState } from '../backend/index.js';
 import { type Backend, isWithin, joinPath, type Logger, parentOf, replaceFileSync, VfsError } from '../core/index.js';
 import { ControlRefusal, JournalService, liveDaemon, newSessionId, type StagedControl } from '../journal/index.js';
 import { UsageTable } from '../policy/index.js';
@@ -201,21 +201,16 @@ function pinsOf(state: StagedState, layout: StagedLayout, conflicted: Set<string
   const pins = new Map<string, string | null>();
   const wanted = (p: string) => !conflicted.has(view(p)) && (prefix === undefined || isWithin(p, prefix));
   for (const [p, was] of state.baseStates) if (was.version !== undefined && wanted(p)) pins.set(p, was.version);
-  const covered = (p: string) => [...state.baseStates.keys()].some((b) => isWithin(p, b));
-  const walk = (d: string): void => {
-    let entries: fs.Dirent[];
-    try {
-      entries = fs.readdirSync(path.join(layout.upper, d), { withFileTypes: true });
-    } catch {
-      return;
-    }
-    for (const e of entries) {
-      const p = joinPath(d, e.name);
-      if (e.isDirectory()) walk(p);
-      else if (!state.copied.has(p) && !covered(p) && wanted(p)) pins.set(p, null);
+  // (a node under one the session read from the base is checked through that one)
+  const covered = (p: string) => {
+    for (let a: string = p; ; a = parentOf(a)) {
+      if (state.baseStates.has(a)) return true;
+      if (a === '/') return false;
     }
   };
-  walk('/');
+  walkUpper(layout, (p, dir) => {
+    if (!dir && !state.copied.has(p) && !covered(p) && wanted(p)) pins.set(p, null);
+  });
   return pins;
 }
 

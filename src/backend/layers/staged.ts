@@ -612,23 +612,29 @@ export function pendingChanges(s: StagedState, layout: StagedLayout): PendingCha
     if ([...s.redirects].some(([k2, v2]) => v2 === null && k2 !== k && isWithin(k, k2) && removed(k2))) continue;
     out.push({ kind: 'D', path: k });
   }
+  walkUpper(layout, (p, dir) => {
+    if (!dir) out.push({ kind: s.copied.has(p) ? 'M' : 'A', path: p });
+    else if (!s.copied.has(p)) out.push({ kind: 'A', path: p + '/' });
+  });
+  return out;
+}
+
+/** Every node of a staged session's upper tree by view path, a directory before what is in it, names in order. */
+export function walkUpper(layout: StagedLayout, visit: (path: string, dir: boolean) => void): void {
   const walk = (d: string): void => {
     let entries: fs.Dirent[];
     try {
       entries = fs.readdirSync(path.join(layout.upper, d), { withFileTypes: true });
     } catch {
-      return;
+      return; // no upper tree (yet)
     }
     for (const e of entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
       const p = joinPath(d, e.name);
-      if (e.isDirectory()) {
-        if (!s.copied.has(p)) out.push({ kind: 'A', path: p + '/' });
-        walk(p);
-      } else out.push({ kind: s.copied.has(p) ? 'M' : 'A', path: p });
+      visit(p, e.isDirectory());
+      if (e.isDirectory()) walk(p);
     }
   };
   walk('/');
-  return out;
 }
 
 /**
