@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { DEFAULTS } from '../config/index.js';
-import { type Logger, replaceFileSync } from '../core/index.js';
+import { type Logger, replaceFile, replaceFileSync } from '../core/index.js';
 import { stateLayout } from '../journal/index.js';
 import type { ChangeLimits, LimitCountsSnapshot } from '../policy/index.js';
 
@@ -42,12 +42,30 @@ export class LimitCountsKeeper {
       log.info({ session, counts: earlier.session }, 'limits: going on from the counts of an earlier mount of this session');
     }
     const k = new LimitCountsKeeper(limits, file, log);
-    k.timer = setInterval(() => k.save(), DEFAULTS.limitCountsSaveMs);
+    k.timer = setInterval(() => {
+      k.inflight ??= k.saveSoon().finally(() => (k.inflight = null));
+    }, DEFAULTS.limitCountsSaveMs);
     k.timer.unref();
     return k;
   }
 
-  /** Write the counts if they changed since the last write. */
+  /** the timer's write under way: stop() waits for it, so an older write never lands last */
+  private inflight: Promise<void> | null = null;
+
+  /** save() on the thread pool (the timer's: an fsync on the event loop would stall every request). */
+  private async saveSoon(): Promise<void> {
+    const now = JSON.stringify(this.limits.snapshot());
+    if (now === this.last) return;
+    try {
+      await fs.promises.mkdir(path.dirname(this.file), { recursive: true, mode: 0o700 });
+      await replaceFile(this.file, now + '\n');
+      this.last = now;
+    } catch (err) {
+      this.log.warn({ file: this.file, err: (err as Error).message }, 'limits: cannot keep the session\'s counts (a remount would count from what was kept last)');
+    }
+  }
+
+  /** Write the counts if they changed since the last write (at unmount: synchronously). */
   save(): void {
     const now = JSON.stringify(this.limits.snapshot());
     if (now === this.last) return;
@@ -60,8 +78,9 @@ export class LimitCountsKeeper {
     }
   }
 
-  stop(): void {
+  async stop(): Promise<void> {
     clearInterval(this.timer);
+    await this.inflight;
     this.save();
   }
 }

@@ -149,7 +149,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   if (problem) throw new UserError(problem);
   /** after a failure: a state directory this mount made goes (one that was there stays) */
   const forgetJournal = async () => {
-    limitCounts?.stop();
+    await limitCounts?.stop();
     await journal?.close().catch(() => undefined);
     if (!stateDirExisted && stateDir) fs.rmSync(stateDir, { recursive: true, force: true });
   };
@@ -328,7 +328,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   await drainUploads(store, journal?.stateDir ?? null, log);
   unregister();
   await metricsServer?.close();
-  limitCounts?.stop();
+  await limitCounts?.stop();
   await journal?.close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
