@@ -611,6 +611,14 @@ static void reply_readlink(napi_env env, struct slot *s, napi_value v) {
   fuse_reply_readlink(s->req, buf);
 }
 
+/* An OPEN/CREATE answer's third argument: its open flags (OPEN_NOFLUSH in the binding's TS). */
+#define OPEN_NOFLUSH 1
+static uint32_t open_flags(napi_env env, size_t argc, napi_value *argv) {
+  uint32_t flags = 0;
+  if (argc >= 3 && napi_get_value_uint32(env, argv[2], &flags) != napi_ok) flags = 0;
+  return flags;
+}
+
 /*
  * reply(id, code, payload?, attrs?) -> -1 if the request was no longer waiting, else the number
  * of entries sent (readdir) or 0. code < 0 is an errno; >= 0 a result (fh, byte count).
@@ -657,6 +665,7 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
         fill_entry(m, &e, scratch);
         memset(&fi, 0, sizeof fi);
         fi.fh = (uint64_t)code;
+        fi.noflush = (open_flags(env, argc, argv) & OPEN_NOFLUSH) != 0;
         fuse_reply_create(req, &e, &fi);
         break;
       }
@@ -670,6 +679,7 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
         struct fuse_file_info fi;
         memset(&fi, 0, sizeof fi);
         fi.fh = (uint64_t)code;
+        fi.noflush = (open_flags(env, argc, argv) & OPEN_NOFLUSH) != 0;
         fuse_reply_open(req, &fi);
         break;
       }

@@ -130,6 +130,7 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
     read: (c, fh, buf, len, pos) => t(S.read, c, null, now(), vfs.read(fh, buf, len, pos), fh),
     write: (c, fh, buf, len, pos) => t(S.write, c, null, now(), vfs.write(fh, buf, len, pos, c), fh),
     flush: (c, fh) => t(S.flush, c, null, now(), vfs.flush(fh, c), fh),
+    closeNeedsFlush: (fh) => vfs.closeNeedsFlush(fh),
     fsync: (c, fh, dataOnly) => t(S.fsync, c, null, now(), vfs.fsync(fh, dataOnly, c), fh),
     // the path before release forgets the handle (an upload failing at close is named by it)
     release: (c, fh) => t(S.release, c, vfs.pathOf(fh), now(), vfs.release(fh, c)),

@@ -22,6 +22,9 @@ export interface FsOps {
   read(caller: Caller, fh: number, buf: Buffer, length: number, position: number): Promise<number>;
   write(caller: Caller, fh: number, buf: Buffer, length: number, position: number): Promise<number>;
   flush(caller: Caller, fh: number): Promise<void>;
+  /** whether close(2) of this new handle must wait for its flush; when false a binding that can
+   * may tell the kernel not to send one (the handle's release does the closing work) */
+  closeNeedsFlush?(fh: number): boolean;
   fsync(caller: Caller, fh: number, dataOnly: boolean): Promise<void>;
   release(caller: Caller, fh: number): Promise<void>;
   truncate(caller: Caller, path: string, size: number): Promise<void>;

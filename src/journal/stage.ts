@@ -570,14 +570,26 @@ export class JournalStage implements MutationStage {
     while (s.busy) await s.busy.catch(() => undefined);
     if (this.sessions.get(s.path) !== s) return;
     this.sessions.delete(s.path); // no request joins it from here on
-    while (s.applying > 0) await new Promise<void>((r) => s.idle.push(r));
-    this.endedAt.delete(s.path);
-    this.endedAt.set(s.path, s.seq);
-    if (this.endedAt.size > DEFAULTS.journal.endedSessionsKept) this.endedAt.delete(this.endedAt.keys().next().value as string);
-    // its fsync's end record says what it left (nothing changed since), but without the content
-    // hash, which is worth one read of the file at its end, not one per commit
-    if (s.synced && (s.syncedHash || !this.hashable(s))) return;
-    this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [await this.afterState(s, true)], reason });
+    // Until its end is recorded, the path is changing: the next session there, or a rename,
+    // unlink or chmod of it, waits, so the after-state read below is this session's alone. A
+    // close the kernel answers without asking us (FOPEN_NOFLUSH) ends the session at release,
+    // which the program does not wait for: its next request may already be here.
+    let ended!: () => void;
+    const ending: NamespaceChange = { paths: [s.path], subtree: false, done: new Promise<void>((r) => (ended = r)) };
+    this.changing.add(ending);
+    try {
+      while (s.applying > 0) await new Promise<void>((r) => s.idle.push(r));
+      this.endedAt.delete(s.path);
+      this.endedAt.set(s.path, s.seq);
+      if (this.endedAt.size > DEFAULTS.journal.endedSessionsKept) this.endedAt.delete(this.endedAt.keys().next().value as string);
+      // its fsync's end record says what it left (nothing changed since), but without the content
+      // hash, which is worth one read of the file at its end, not one per commit
+      if (s.synced && (s.syncedHash || !this.hashable(s))) return;
+      this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [await this.afterState(s, true)], reason });
+    } finally {
+      this.changing.delete(ending);
+      ended();
+    }
   }
 
   /**

@@ -386,6 +386,16 @@ export class Vfs {
     return what === 'data' ? offset : size;
   }
 
+  /**
+   * Whether close(2) of this handle must wait for flush(): only a writer on a store that uploads
+   * at close (close = in the store). Otherwise the kernel may skip the flush, and release ends
+   * the write session; release comes right after the last close, without the program waiting.
+   */
+  closeNeedsFlush(fh: number): boolean {
+    const h = this.handle(fh);
+    return h.write && h.of.file.flush !== undefined;
+  }
+
   async flush(fh: number, caller: Caller = NO_CALLER): Promise<void> {
     const of = this.handle(fh).of;
     // A store that uploads at close does it here, where close(2) still waits for the outcome.
@@ -393,6 +403,8 @@ export class Vfs {
     // close(2) waits for this flush; the release comes later, after close has returned. Ending
     // the write session here makes every close a session boundary, so a program that closes and
     // reopens a file starts a new session, and the journal can roll back to the point between.
+    // (Where the kernel sends no flush, closeNeedsFlush, the last close's release does it: it
+    // reaches the core before the reopen does, which leaves the boundary in place.)
     if (of.dirty) {
       of.dirty = false;
       await this.pipeline.endWriteSession(of.path, caller, 'close', of);
