@@ -392,8 +392,9 @@ export class Vfs {
    * the write session; release comes right after the last close, without the program waiting.
    */
   closeNeedsFlush(fh: number): boolean {
-    const h = this.handle(fh);
-    return h.write && h.of.file.flush !== undefined;
+    const h = this.handles.get(fh);
+    // (an unknown handle: the kernel's default, a flush at every close)
+    return h === undefined || (h.write && h.of.file.flush !== undefined);
   }
 
   async flush(fh: number, caller: Caller = NO_CALLER): Promise<void> {
