@@ -191,8 +191,9 @@ export const DEFAULTS = {
      * (the local spool stays the durability point; this only bounds how stale the bucket is) */
     mirrorIntervalMs: 1000,
     /** GCS: at unmount, how long to wait for the bucket to take the rest of the spool (below
-     * run.daemonExitExtraSec, so the daemon says what it left before `run` signals it again) */
-    mirrorDrainTimeoutMs: 8_000,
+     * run.daemonExitExtraSec, so the daemon says what it left before `run` signals it again;
+     * LEDGERFS_MIRROR_DRAIN_TIMEOUT_MS shortens it for a test that unmounts with the bucket down) */
+    mirrorDrainTimeoutMs: msFromEnv('LEDGERFS_MIRROR_DRAIN_TIMEOUT_MS', 8_000),
     /** GCS: after a failed upload the mirror tries again after this (doubling up to 30 s) */
     mirrorRetryMs: 1000,
     /** GCS: the longest wait between retries of a failed upload */
