@@ -1,6 +1,19 @@
 import { defineConfig } from 'vitest/config';
 
+// Vitest starts the files that took longest on the last run first (its results cache), so a pass
+// does not end on one long file started late. scripts/test runs the same files on several kinds of
+// pass (kernel binding, backend), whose times differ widely (test/mount/crash.test.ts: 24 s on
+// native-ll, 56 s on GCS): each kind keeps its own durations, or one pass orders the next.
+const passKind = [
+  process.env.LEDGERFS_TEST_BINDING || 'default-binding',
+  process.env.LEDGERFS_TEST_BACKEND || 'local',
+  process.env.LEDGERFS_TEST_GCS_ENDPOINT ? 'external-gcs' : '',
+]
+  .filter(Boolean)
+  .join('-');
+
 export default defineConfig({
+  cacheDir: `node_modules/.vite/ledgerfs-${passKind}`,
   test: {
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/helpers/global-setup.ts'],

@@ -6,6 +6,12 @@ import path from 'node:path';
  * The one place defaults live. Everything else imports from here; CLI help texts print these
  * values so the documentation cannot drift from the behaviour.
  */
+/** A duration a test may set through the environment (a positive number of ms), else `fallback`. */
+function msFromEnv(name: string, fallback: number): number {
+  const v = Number(process.env[name]);
+  return Number.isFinite(v) && v > 0 ? v : fallback;
+}
+
 /** The GCS workspace's reserved area (journal mirror, rename intents), below its prefix. */
 const GCS_RESERVED = '.ledgerfs';
 
@@ -153,7 +159,8 @@ export const DEFAULTS = {
     /** a mount file's `journal:` retention (maxBytes, keep) is checked this often, and first
      * this long after the mount starts */
     retentionIntervalMs: 10 * 60_000,
-    retentionFirstMs: 30_000,
+    /** (LEDGERFS_RETENTION_FIRST_MS shortens it for a test, which need not wait 30 s to see the first run) */
+    retentionFirstMs: msFromEnv('LEDGERFS_RETENTION_FIRST_MS', 30_000),
     /** the state directory's file system is low on space (a warning in the log and in
      * /.ledgerfs/usage) below either of these */
     lowSpaceFraction: 0.05,
@@ -184,8 +191,9 @@ export const DEFAULTS = {
      * (the local spool stays the durability point; this only bounds how stale the bucket is) */
     mirrorIntervalMs: 1000,
     /** GCS: at unmount, how long to wait for the bucket to take the rest of the spool (below
-     * run.daemonExitExtraSec, so the daemon says what it left before `run` signals it again) */
-    mirrorDrainTimeoutMs: 8_000,
+     * run.daemonExitExtraSec, so the daemon says what it left before `run` signals it again;
+     * LEDGERFS_MIRROR_DRAIN_TIMEOUT_MS shortens it for a test that unmounts with the bucket down) */
+    mirrorDrainTimeoutMs: msFromEnv('LEDGERFS_MIRROR_DRAIN_TIMEOUT_MS', 8_000),
     /** GCS: after a failed upload the mirror tries again after this (doubling up to 30 s) */
     mirrorRetryMs: 1000,
     /** GCS: the longest wait between retries of a failed upload */

@@ -162,4 +162,34 @@ describe('lifecycle', () => {
       expect(await exited).toBe(0);
     }
   });
+
+  it('a stop ends the waits of delayed faults: the process exits at once, not when the delay would end', async () => {
+    const main = path.resolve(import.meta.dirname, '../../dist/dev/gcs-emulator/main.js');
+    const child = spawn(process.execPath, [main, '--port', '0', '--bucket', 'held'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    try {
+      const line = await new Promise<string>((resolve, reject) => {
+        createInterface({ input: child.stdout }).once('line', resolve);
+        child.once('exit', (code) => reject(new Error(`emulator exited early with ${code}`)));
+      });
+      const { url } = JSON.parse(line) as { url: string };
+      const admin = await fetch(`${url}/_emulator/faults`, { method: 'POST', body: JSON.stringify({ status: 503, delayMs: 60_000, count: -1, method: 'GET' }) });
+      expect(admin.ok).toBe(true);
+      // a request the fault holds for a minute (its connection is reset by the stop)
+      const held = fetch(`${url}/storage/v1/b/held/o`).then(() => 'answered', () => 'reset');
+      // the emulator counts the request before it waits
+      for (let i = 0; i < 200; i++) {
+        const st = (await (await fetch(`${url}/_emulator/stats`)).json()) as { requests: number };
+        if (st.requests >= 1) break;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const t0 = Date.now();
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      expect(Date.now() - t0, 'exited at once, not after the fault\'s minute').toBeLessThan(10_000);
+      expect(await held).toBe('reset');
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  }, 30_000);
 });

@@ -110,6 +110,8 @@ export async function startGcsEmulator(opts: GcsEmulatorOptions = {}): Promise<G
   const log: LoggedRequest[] = [];
   const host = opts.host ?? '127.0.0.1';
 
+  /** aborted by stop(): ends the waits of delayed faults */
+  const stopping = new AbortController();
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://emulator');
     // An outage fails a request before its body is read, so nothing of it takes effect.
@@ -155,7 +157,14 @@ export async function startGcsEmulator(opts: GcsEmulatorOptions = {}): Promise<G
     log.push({ seq: stats.requests, method: ctx.method, path: decoded, query: url.search });
     if (log.length > REQUEST_LOG_MAX) log.splice(0, log.length - REQUEST_LOG_MAX);
     const fault = faults.take(ctx.method, url.pathname, decoded);
-    if (fault && fault.delayMs > 0) await sleep(fault.delayMs);
+    if (fault && fault.delayMs > 0) {
+      // a stop ends the wait: a pending timer would keep a stopped emulator's process alive
+      await sleep(fault.delayMs, undefined, { signal: stopping.signal }).catch(() => undefined);
+      if (stopping.signal.aborted) {
+        req.socket.destroy();
+        return;
+      }
+    }
     const failNow = fault && fault.when === 'before' && (fault.status !== 0 || fault.reset);
     let reply: Reply;
     if (failNow) {
@@ -207,6 +216,7 @@ export async function startGcsEmulator(opts: GcsEmulatorOptions = {}): Promise<G
     stats: () => ({ ...stats, byMethod: { ...stats.byMethod }, faultsInjected: faults.injected }),
     stop() {
       stopped ??= new Promise<void>((resolve) => {
+        stopping.abort();
         server.close(() => resolve());
         server.closeAllConnections();
       });
