@@ -64,7 +64,9 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: --durability journal', () => {
 
   it('close returns before the upload, reads see the queued version, fsync waits for the bucket', async () => {
     const m = await mount();
-    await slowUploads(2500);
+    // (long enough that the checks below run before it lands on a loaded machine too: at load 9
+    // they once took more than 2.5 s)
+    await slowUploads(5000, 1);
     // open, write, then time close(2) alone
     const out = py(
       `import os, time
@@ -84,6 +86,8 @@ t = time.time(); os.close(fd); print(round((time.time() - t) * 1000))`,
     await eventually('the spool emptied', async () => spooled() === 0);
 
     // fsync: in the bucket when it returns
+    await g.clearFaults();
+    await slowUploads(2500);
     const synced = py(
       `import os, time
 fd = os.open('g', os.O_WRONLY | os.O_CREAT, 0o644)
