@@ -126,7 +126,7 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
     })),
     readlink: (c, path) => t(S.readlink, c, path, now(), vfs.readlink(path)),
     open: (c, path, flags) => t(S.open, c, path, now(), vfs.open(path, flags, c)),
-    create: (c, path, mode, flags) => t(S.create, c, path, now(), vfs.create(path, mode, flags, c)),
+    create: (c, path, mode, flags, made) => t(S.create, c, path, now(), vfs.create(path, mode, flags, c, made)),
     read: (c, fh, buf, len, pos) => t(S.read, c, null, now(), vfs.read(fh, buf, len, pos), fh),
     write: (c, fh, buf, len, pos) => t(S.write, c, null, now(), vfs.write(fh, buf, len, pos, c), fh),
     flush: (c, fh) => t(S.flush, c, null, now(), vfs.flush(fh, c), fh),
