@@ -587,6 +587,10 @@ export class LocalBackend implements Backend {
     return st;
   }
 
+  async statOrNull(path: string): Promise<Attr | null> {
+    return this.lstatNode(path) ?? null;
+  }
+
   async tryStat(path: string): Promise<Attr | null> {
     // Absence needs no parent check: if nothing is there by the lexical path, a parent swapped
     // for a symlink could only hide a node from us, never expose one (and any change there is

@@ -1,4 +1,4 @@
-import { type Caller, joinPath, type Logger, parentOf, VfsError } from '../core/index.js';
+import { type Attr, type Caller, joinPath, type Logger, parentOf, VfsError } from '../core/index.js';
 import type { Vfs } from '../vfs/index.js';
 import type { FsOps } from './binding.js';
 import { FailureLog } from './failure-log.js';
@@ -111,8 +111,27 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
     write: s('write'),
   };
 
+  /** a LOOKUP's miss, counted and metered as the getattr answered ENOENT it stands for */
+  const NO_ENTRY = new VfsError('ENOENT', 'no such file or directory');
+  const lookup = (c: Caller, path: string, t0: number, p: Promise<Attr | null>): Promise<Attr | null> => {
+    if (debug) counters.bump(S.getattr.op);
+    const meter = S.getattr.meter;
+    return p.then(
+      (a) => {
+        if (a !== null) meter?.ok(t0, a);
+        else {
+          meter?.failed(t0, NO_ENTRY);
+          if (debug) counters.fail(S.getattr.op);
+        }
+        return a;
+      },
+      (err: unknown) => failed(S.getattr, c, path, t0, err, undefined),
+    );
+  };
+
   const ops: FsOps = {
     getattr: (c, path) => t(S.getattr, c, path, now(), vfs.getattr(path)),
+    lookup: (c, path) => lookup(c, path, now(), vfs.lookup(path)),
     fgetattr: (c, path, fh) => t(S.fgetattr, c, path, now(), vfs.fgetattr(fh)),
     access: (c, path) => t(S.access, c, path, now(), vfs.access(path)),
     statfs: (c, path) => t(S.statfs, c, path, now(), vfs.statfs(path)),

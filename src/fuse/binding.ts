@@ -8,6 +8,8 @@ import { type Attr, type FsStats, type TimeSpec, type Caller, UTIME_NOW, UTIME_O
  */
 export interface FsOps {
   getattr(caller: Caller, path: string): Promise<Attr>;
+  /** optional: getattr for a LOOKUP, null for nothing there (ENOENT) instead of a rejection */
+  lookup?(caller: Caller, path: string): Promise<Attr | null>;
   fgetattr(caller: Caller, path: string | null, fh: number): Promise<Attr>;
   access(caller: Caller, path: string, mode: number): Promise<void>;
   statfs(caller: Caller, path: string): Promise<FsStats>;

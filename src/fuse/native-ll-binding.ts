@@ -230,7 +230,10 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
   }
   async function lookup(id: number, c: Caller, parent: number, name: string) {
     try {
-      const a = await ops.getattr(c, need(nodes.childPath(parent, name)));
+      const p = need(nodes.childPath(parent, name));
+      // most misses (every name before its create) answer without an exception
+      const a = ops.lookup ? await ops.lookup(c, p) : await ops.getattr(c, p);
+      if (a === null) return void reply(id, ENOENT);
       await checkAlias(c, parent, name, a);
       entry(id, parent, name, a);
     } catch (e) {

@@ -157,6 +157,14 @@ export class Vfs {
     return this.backend.stat(checkPath(path));
   }
 
+  /** getattr, but null where getattr rejects with ENOENT, when the store can tell without an exception */
+  lookup(path: string): Promise<Attr | null> {
+    const hidden = this.openFiles.hidden(path);
+    if (hidden) return hidden.file.stat();
+    const b = this.backend;
+    return b.statOrNull ? b.statOrNull(checkPath(path)) : b.stat(checkPath(path));
+  }
+
   fgetattr(fh: number): Promise<Attr> {
     return this.handle(fh).of.file.stat();
   }
