@@ -124,6 +124,19 @@ static napi_value js_check(napi_env env, napi_callback_info info) {
   return result(env, 0);
 }
 
+/* a stat into the record lstat and fstat share with JS (REC_BYTES) */
+static void put_record(const struct stat *st) {
+  double *f = (double *)rec;
+  f[0] = st->st_mode; f[1] = (double)st->st_size; f[2] = (double)st->st_nlink; f[3] = st->st_uid;
+  f[4] = st->st_gid; f[5] = (double)st->st_ino; f[6] = (double)st->st_blocks;
+  int64_t *t = (int64_t *)rec + 7;
+  int32_t *ns = (int32_t *)(rec + 88);
+  t[0] = (int64_t)st->st_atim.tv_sec; ns[0] = (int32_t)st->st_atim.tv_nsec;
+  t[1] = (int64_t)st->st_mtim.tv_sec; ns[1] = (int32_t)st->st_mtim.tv_nsec;
+  t[2] = (int64_t)st->st_ctim.tv_sec; ns[2] = (int32_t)st->st_ctim.tv_nsec;
+  ((double *)rec)[10] = (double)st->st_rdev;
+}
+
 /* lstat(rootFd, parent, name): the node itself (never followed) into the record */
 static napi_value js_lstat(napi_env env, napi_callback_info info) {
   int32_t ints[1];
@@ -142,15 +155,20 @@ static napi_value js_lstat(napi_env env, napi_callback_info info) {
     close(fd);
   }
   if (r) return result(env, r);
-  double *f = (double *)rec;
-  f[0] = st.st_mode; f[1] = (double)st.st_size; f[2] = (double)st.st_nlink; f[3] = st.st_uid;
-  f[4] = st.st_gid; f[5] = (double)st.st_ino; f[6] = (double)st.st_blocks;
-  int64_t *t = (int64_t *)rec + 7;
-  int32_t *ns = (int32_t *)(rec + 88);
-  t[0] = (int64_t)st.st_atim.tv_sec; ns[0] = (int32_t)st.st_atim.tv_nsec;
-  t[1] = (int64_t)st.st_mtim.tv_sec; ns[1] = (int32_t)st.st_mtim.tv_nsec;
-  t[2] = (int64_t)st.st_ctim.tv_sec; ns[2] = (int32_t)st.st_ctim.tv_nsec;
-  ((double *)rec)[10] = (double)st.st_rdev;
+  put_record(&st);
+  return result(env, 0);
+}
+
+/* fstat(fd): an open file's node into the record (as lstat fills it): 0, or -errno */
+static napi_value js_fstat(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = 1;
+  int32_t fd;
+  if (!rec || napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
+      napi_get_value_int32(env, argv[0], &fd) != napi_ok) return result(env, -EINVAL);
+  struct stat st;
+  if (fstat(fd, &st) != 0) return result(env, -errno);
+  put_record(&st);
   return result(env, 0);
 }
 
@@ -189,6 +207,7 @@ void ledgerfs_beneath_register(napi_env env, napi_value exports) {
   napi_property_descriptor d[] = {
     {"check", NULL, js_check, NULL, NULL, NULL, napi_default, NULL},
     {"lstat", NULL, js_lstat, NULL, NULL, NULL, napi_default, NULL},
+    {"fstat", NULL, js_fstat, NULL, NULL, NULL, napi_default, NULL},
     {"open", NULL, js_open, NULL, NULL, NULL, napi_default, NULL},
     {"mknod", NULL, js_mknod, NULL, NULL, NULL, napi_default, NULL},
     {"setRecord", NULL, js_set_record, NULL, NULL, NULL, napi_default, NULL},

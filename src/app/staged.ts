@@ -231,7 +231,7 @@ async function replay(
   // follows the store as the replay changes it: which base node each path now holds
   const sim = new StagedState();
   const skip = (what: string, c: StagedConflict) => r.skipped.push({ path: what, reason: `${c.reason} (${c.path})` });
-  const run = async (what: string, origin: string | null, fn: () => Promise<void>): Promise<boolean> => {
+  const run = async (what: string, origin: string | null, fn: () => Promise<unknown>): Promise<boolean> => {
     const c = touchesConflict(origin, conflicts);
     if (c) {
       skip(what, c);

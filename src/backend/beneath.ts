@@ -14,6 +14,8 @@ import { localAddon } from './local-addon.js';
 interface Addon {
   check(root: number, parent: string): number;
   lstat(root: number, parent: string, name: string): number;
+  /** absent in an addon built before it */
+  fstat?(fd: number): number;
   open(root: number, parent: string, name: string, flags: number, mode: number): number;
   mknod(root: number, parent: string, name: string, mode: number, dev: number): number;
   setRecord(buf: ArrayBuffer): void;
@@ -58,23 +60,18 @@ export class Beneath {
     const r = this.addon.lstat(rootFd, parent, name);
     if (r === NO_ENTRY) return undefined; // the node (or its parent) is not there
     if (r < 0) return r;
-    const mode = nums[0] as number;
-    const type = typeOfMode(mode);
-    const a: Attr = {
-      type,
-      mode,
-      size: nums[1] as number,
-      nlink: nums[2] as number,
-      uid: nums[3] as number,
-      gid: nums[4] as number,
-      ino: nums[5] as number,
-      blocks: nums[6] as number,
-      atimeNs: time(0),
-      mtimeNs: time(1),
-      ctimeNs: time(2),
-    };
-    if (isSpecial(type)) a.rdev = nums[10] as number;
-    return a;
+    return fromRecord();
+  }
+
+  /**
+   * fstat(2) of an open descriptor, as lstat answers (no Stats object, no BigInt per field):
+   * the attributes, or -errno; null when the addon predates it (then fs.fstatSync).
+   */
+  fstat(fd: number): Attr | number | null {
+    const f = this.addon.fstat;
+    if (f === undefined) return null;
+    const r = f(fd);
+    return r < 0 ? r : fromRecord();
   }
 
   /** 0, or a negative result for failure() */
@@ -86,6 +83,27 @@ export class Beneath {
   open(rootFd: number, parent: string, name: string, flags: number, mode: number): number {
     return this.addon.open(rootFd, parent, name, flags, mode);
   }
+}
+
+/** the attributes the addon's last lstat or fstat put in the record */
+function fromRecord(): Attr {
+  const mode = nums[0] as number;
+  const type = typeOfMode(mode);
+  const a: Attr = {
+    type,
+    mode,
+    size: nums[1] as number,
+    nlink: nums[2] as number,
+    uid: nums[3] as number,
+    gid: nums[4] as number,
+    ino: nums[5] as number,
+    blocks: nums[6] as number,
+    atimeNs: time(0),
+    mtimeNs: time(1),
+    ctimeNs: time(2),
+  };
+  if (isSpecial(type)) a.rdev = nums[10] as number;
+  return a;
 }
 
 let loaded: Beneath | null | undefined;

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import nodePath from 'node:path';
-import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, mayHaveLostBytes, nameFromBytes, type NodeType, type OpenMode, osPath, rebase, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_NOW, UTIME_OMIT, VfsError } from '../core/index.js';
+import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, errnoName, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, mayHaveLostBytes, nameFromBytes, type NodeType, type OpenMode, osPath, rebase, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_NOW, UTIME_OMIT, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { loadBeneath, type Beneath } from './beneath.js';
 import { fdLimit } from './fd-limit.js';
@@ -173,8 +173,7 @@ class LocalFile implements BackendFile, Pooled {
   }
 
   async stat(): Promise<Attr> {
-    const fd = this.live();
-    return attrFromStats(sys(`fstat ${this.path}`, () => fs.fstatSync(fd, { bigint: true })));
+    return this.store.fstatFd(this.live(), this.path);
   }
 
   async sync(dataOnly: boolean): Promise<void> {
@@ -494,6 +493,19 @@ export class LocalBackend implements Backend {
     return [path.slice(1, i), path.slice(i + 1)];
   }
 
+  /**
+   * fstat of a descriptor of one of its files (create, every session's end and fgetattr ask):
+   * through the addon when it has fstat, which fills the record lstat uses instead of building
+   * a BigIntStats; else fs.fstatSync. Throws like fstat.
+   */
+  fstatFd(fd: number, path: string): Attr {
+    const r = this.beneath ? this.beneath.fstat(fd) : null;
+    if (r === null) return attrFromStats(sys(`fstat ${path}`, () => fs.fstatSync(fd, { bigint: true })));
+    if (typeof r !== 'number') return r;
+    const code = errnoName(-r);
+    throw fromNodeError({ code, message: `${code}: ${path}` }, `fstat ${path}`);
+  }
+
   /** lstat through the verified parent; throws like lstat */
   private lstatNode(path: string): Attr | undefined {
     checkPath(path);
@@ -585,6 +597,10 @@ export class LocalBackend implements Backend {
     const st = this.lstatNode(path);
     if (st === undefined) throw new VfsError('ENOENT', `stat ${path}: no such file or directory`);
     return st;
+  }
+
+  async statOrNull(path: string): Promise<Attr | null> {
+    return this.lstatNode(path) ?? null;
   }
 
   async tryStat(path: string): Promise<Attr | null> {

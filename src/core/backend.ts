@@ -192,6 +192,12 @@ export interface Backend {
    * save the cost of an exception.
    */
   tryStat?(path: string): Promise<Attr | null>;
+  /**
+   * Optional: stat, but null exactly where stat rejects with ENOENT (any other failure still
+   * rejects, ENOTDIR included). The kernel looks up every name before creating it; the miss
+   * then costs no exception on its way to the answer.
+   */
+  statOrNull?(path: string): Promise<Attr | null>;
   readdir(path: string): Promise<DirEntry[]>;
   /**
    * Optional: a listing with each entry's attributes, when the store gets them in the same

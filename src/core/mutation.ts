@@ -1,4 +1,4 @@
-import type { AllocateMode, BackendFile } from './backend.js';
+import type { AllocateMode, Attr, BackendFile } from './backend.js';
 
 /*
  * The words the mutation path shares: who called, what a mutation is, and the stage interface
@@ -84,6 +84,12 @@ export interface Mutation {
   /** rename: the open-file state of `target` when a file open there is replaced */
   targetFile?: OpenFileState;
   caller: Caller;
+  /**
+   * Set by a stage that read the node at `path` once the change was applied (the journal's
+   * outcome): its attributes then, which the reply to the request can give without another
+   * stat of the same node. Left unset when no stage read them.
+   */
+  after?: Attr;
 }
 
 /**

@@ -7,17 +7,30 @@ import { VfsError } from './errors.js';
  */
 export function checkPath(path: string): string {
   if (path === '/') return path;
-  if (path.length === 0 || path[0] !== '/' || path.endsWith('/') || path.includes('\0')) {
+  const len = path.length;
+  if (len === 0 || path.charCodeAt(0) !== SLASH || path.charCodeAt(len - 1) === SLASH || path.includes('\0')) {
     throw new VfsError('EINVAL', `not a normalized absolute path: ${JSON.stringify(path)}`);
   }
-  for (const part of path.split('/').slice(1)) {
-    if (part === '' || part === '.' || part === '..') {
+  // Every request checks its path, some several times: walk the components in place rather
+  // than split them into an array of strings.
+  for (let start = 1; start <= len; ) {
+    let end = path.indexOf('/', start);
+    if (end < 0) end = len;
+    const n = end - start;
+    if (n === 0 || (n <= 2 && path.charCodeAt(start) === DOT && (n === 1 || path.charCodeAt(start + 1) === DOT))) {
+      const part = path.slice(start, end);
       throw new VfsError('EINVAL', `path component ${JSON.stringify(part)} not allowed in ${JSON.stringify(path)}`);
     }
-    if (Buffer.byteLength(part) > 255) throw new VfsError('ENAMETOOLONG', `name too long in ${path}`);
+    // a UTF-16 code unit is at most 3 bytes of UTF-8: only a longer name needs counting
+    if (n > MAX_NAME_BYTES / 3 && Buffer.byteLength(path.slice(start, end)) > MAX_NAME_BYTES) throw new VfsError('ENAMETOOLONG', `name too long in ${path}`);
+    start = end + 1;
   }
   return path;
 }
+
+const SLASH = 0x2f;
+const DOT = 0x2e;
+const MAX_NAME_BYTES = 255;
 
 /** Normalize a user-supplied path ("a/b/", "/a//b") to the canonical form; rejects '..'. */
 export function normalizePath(input: string): string {

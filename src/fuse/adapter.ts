@@ -1,4 +1,4 @@
-import { type Caller, joinPath, type Logger, parentOf, VfsError } from '../core/index.js';
+import { type Attr, type Caller, joinPath, type Logger, parentOf, VfsError } from '../core/index.js';
 import type { Vfs } from '../vfs/index.js';
 import type { FsOps } from './binding.js';
 import { FailureLog } from './failure-log.js';
@@ -111,8 +111,27 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
     write: s('write'),
   };
 
+  /** a LOOKUP's miss, counted and metered as the getattr answered ENOENT it stands for */
+  const NO_ENTRY = new VfsError('ENOENT', 'no such file or directory');
+  const lookup = (c: Caller, path: string, t0: number, p: Promise<Attr | null>): Promise<Attr | null> => {
+    if (debug) counters.bump(S.getattr.op);
+    const meter = S.getattr.meter;
+    return p.then(
+      (a) => {
+        if (a !== null) meter?.ok(t0, a);
+        else {
+          meter?.failed(t0, NO_ENTRY);
+          if (debug) counters.fail(S.getattr.op);
+        }
+        return a;
+      },
+      (err: unknown) => failed(S.getattr, c, path, t0, err, undefined),
+    );
+  };
+
   const ops: FsOps = {
     getattr: (c, path) => t(S.getattr, c, path, now(), vfs.getattr(path)),
+    lookup: (c, path) => lookup(c, path, now(), vfs.lookup(path)),
     fgetattr: (c, path, fh) => t(S.fgetattr, c, path, now(), vfs.fgetattr(fh)),
     access: (c, path) => t(S.access, c, path, now(), vfs.access(path)),
     statfs: (c, path) => t(S.statfs, c, path, now(), vfs.statfs(path)),
@@ -126,7 +145,7 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
     })),
     readlink: (c, path) => t(S.readlink, c, path, now(), vfs.readlink(path)),
     open: (c, path, flags) => t(S.open, c, path, now(), vfs.open(path, flags, c)),
-    create: (c, path, mode, flags) => t(S.create, c, path, now(), vfs.create(path, mode, flags, c)),
+    create: (c, path, mode, flags, made) => t(S.create, c, path, now(), vfs.create(path, mode, flags, c, made)),
     read: (c, fh, buf, len, pos) => t(S.read, c, null, now(), vfs.read(fh, buf, len, pos), fh),
     write: (c, fh, buf, len, pos) => t(S.write, c, null, now(), vfs.write(fh, buf, len, pos, c), fh),
     flush: (c, fh) => t(S.flush, c, null, now(), vfs.flush(fh, c), fh),

@@ -8,6 +8,8 @@ import { type Attr, type FsStats, type TimeSpec, type Caller, UTIME_NOW, UTIME_O
  */
 export interface FsOps {
   getattr(caller: Caller, path: string): Promise<Attr>;
+  /** optional: getattr for a LOOKUP, null for nothing there (ENOENT) instead of a rejection */
+  lookup?(caller: Caller, path: string): Promise<Attr | null>;
   fgetattr(caller: Caller, path: string | null, fh: number): Promise<Attr>;
   access(caller: Caller, path: string, mode: number): Promise<void>;
   statfs(caller: Caller, path: string): Promise<FsStats>;
@@ -18,7 +20,9 @@ export interface FsOps {
   readlink(caller: Caller, path: string): Promise<string>;
 
   open(caller: Caller, path: string, flags: number): Promise<number>;
-  create(caller: Caller, path: string, mode: number, flags: number): Promise<number>;
+  /** `made.attr`: set to the new file's attributes when the core read them after the create
+   * (the journal does), for a reply that would otherwise fgetattr the handle */
+  create(caller: Caller, path: string, mode: number, flags: number, made?: { attr?: Attr }): Promise<number>;
   read(caller: Caller, fh: number, buf: Buffer, length: number, position: number): Promise<number>;
   write(caller: Caller, fh: number, buf: Buffer, length: number, position: number): Promise<number>;
   flush(caller: Caller, fh: number): Promise<void>;
@@ -37,17 +41,22 @@ export interface FsOps {
   /** lseek(2) SEEK_DATA (3) / SEEK_HOLE (4): the offset found */
   lseek(caller: Caller, fh: number, offset: number, whence: number): Promise<number>;
 
-  mkdir(caller: Caller, path: string, mode: number): Promise<void>;
+  /*
+   * mkdir, symlink, mknod, chmod, chown and utimens may resolve to the node's attributes as the
+   * change left them (read right after it, by the journal): a binding that answers with
+   * attributes uses them instead of a getattr of the same node. void: ask getattr.
+   */
+  mkdir(caller: Caller, path: string, mode: number): Promise<Attr | void>;
   rmdir(caller: Caller, path: string): Promise<void>;
   unlink(caller: Caller, path: string): Promise<void>;
   rename(caller: Caller, from: string, to: string): Promise<void>;
-  symlink(caller: Caller, target: string, path: string): Promise<void>;
+  symlink(caller: Caller, target: string, path: string): Promise<Attr | void>;
   link(caller: Caller, existing: string, newPath: string): Promise<void>;
   /** mknod(2): `mode` with its S_IFMT bits (a FIFO, socket, device node; or a regular file) */
-  mknod(caller: Caller, path: string, mode: number, rdev: number): Promise<void>;
-  chmod(caller: Caller, path: string, mode: number): Promise<void>;
-  chown(caller: Caller, path: string, uid: number, gid: number): Promise<void>;
-  utimens(caller: Caller, path: string, times: TimeSpec): Promise<void>;
+  mknod(caller: Caller, path: string, mode: number, rdev: number): Promise<Attr | void>;
+  chmod(caller: Caller, path: string, mode: number): Promise<Attr | void>;
+  chown(caller: Caller, path: string, uid: number, gid: number): Promise<Attr | void>;
+  utimens(caller: Caller, path: string, times: TimeSpec): Promise<Attr | void>;
 
   /** the store's inode numbers name its nodes for the life of the mount (hard links share
    * one): the binding may then give all names of an inode one kernel node */

@@ -53,7 +53,7 @@ function start<T>(fn: () => Promise<T>): Promise<T> {
     return Promise.reject(err);
   }
 }
-function done(fn: () => Promise<void>, cb: Cb): void {
+function done(fn: () => Promise<unknown>, cb: Cb): void {
   start(fn).then(() => cb(0), (e) => cb(kernelErrno(e)));
 }
 function value<T>(fn: () => Promise<T>, cb: Cb, map?: (v: T) => unknown): void {

@@ -240,7 +240,10 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
   }
   async function lookup(id: number, c: Caller, parent: number, name: string) {
     try {
-      const a = await ops.getattr(c, need(nodes.childPath(parent, name)));
+      const p = need(nodes.childPath(parent, name));
+      // most misses (every name before its create) answer without an exception
+      const a = ops.lookup ? await ops.lookup(c, p) : await ops.getattr(c, p);
+      if (a === null) return void reply(id, ENOENT);
       await checkAlias(c, parent, name, a);
       entry(id, parent, name, a);
     } catch (e) {
@@ -263,20 +266,22 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
     const atime = readTime(i64, 9, i32, NSEC), mtime = readTime(i64, 10, i32, NSEC + 1);
     try {
       const p = nodes.path(ino);
-      if (valid & SET_MODE) await ops.chmod(c, need(p), mode);
-      if (valid & (SET_UID | SET_GID)) await ops.chown(c, need(p), valid & SET_UID ? uid : KEEP_ID, valid & SET_GID ? gid : KEEP_ID);
+      // the attributes the last change left, when the core read them after it (the journal does)
+      let last: Attr | void = undefined;
+      if (valid & SET_MODE) last = await ops.chmod(c, need(p), mode);
+      if (valid & (SET_UID | SET_GID)) last = await ops.chown(c, need(p), valid & SET_UID ? uid : KEEP_ID, valid & SET_GID ? gid : KEEP_ID);
       // only a regular file's handle comes with a size change
-      if (valid & SET_SIZE) await (fh >= 0 ? ops.ftruncate(c, fh, size) : ops.truncate(c, need(p), size));
+      if (valid & SET_SIZE) last = void (await (fh >= 0 ? ops.ftruncate(c, fh, size) : ops.truncate(c, need(p), size)));
       if (valid & (SET_ATIME | SET_MTIME | SET_ATIME_NOW | SET_MTIME_NOW)) {
         const times: TimeSpec = {
           atimeNs: valid & SET_ATIME_NOW ? 'now' : valid & SET_ATIME ? atime : undefined,
           mtimeNs: valid & SET_MTIME_NOW ? 'now' : valid & SET_MTIME ? mtime : undefined,
         };
-        await ops.utimens(c, need(p), times);
+        last = await ops.utimens(c, need(p), times);
       }
-      // by path (or a handle of the node when unlinked): a handle passed here may be a
+      // else by path (or a handle of the node when unlinked): a handle passed here may be a
       // directory's, which is not a core file handle
-      const a = await attrOf(c, ino, -1);
+      const a = last ?? await attrOf(c, ino, -1);
       writeRecord(f64, i64, i32, 0, a, ino);
       told(nodes.get(ino), a);
       reply(id, 0);
@@ -288,11 +293,13 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
   async function made(id: number, c: Caller, op: Op, parent: number, name: string, mode: number, other: string | null, rdev = 0) {
     try {
       const p = need(nodes.childPath(parent, name));
-      if (op === Op.MKDIR) await ops.mkdir(c, p, mode);
-      else if (op === Op.MKNOD) await ops.mknod(c, p, mode, rdev);
-      else if (op === Op.SYMLINK) await ops.symlink(c, other as string, p);
+      // the new node's attributes, when the core read them after the change (the journal does)
+      let made: Attr | void = undefined;
+      if (op === Op.MKDIR) made = await ops.mkdir(c, p, mode);
+      else if (op === Op.MKNOD) made = await ops.mknod(c, p, mode, rdev);
+      else if (op === Op.SYMLINK) made = await ops.symlink(c, other as string, p);
       else await ops.link(c, other as string, p);
-      const a = await ops.getattr(c, p);
+      const a = made ?? await ops.getattr(c, p);
       if (op === Op.LINK) await checkAlias(c, parent, name, a);
       entry(id, parent, name, a);
     } catch (e) {
@@ -303,8 +310,9 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
     let fh = -1;
     try {
       const p = need(nodes.childPath(parent, name));
-      fh = await ops.create(c, p, mode, flags);
-      const a = await ops.fgetattr(c, p, fh);
+      const made: { attr?: Attr } = {};
+      fh = await ops.create(c, p, mode, flags, made);
+      const a = made.attr ?? await ops.fgetattr(c, p, fh);
       entry(id, parent, name, a, fh);
     } catch (e) {
       if (fh >= 0) await ops.release(c, fh).catch(() => undefined);

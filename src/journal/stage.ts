@@ -1,5 +1,5 @@
 import crypto from 'node:crypto';
-import { type Backend, type BackendFile, type Caller, callerProcess, isWithin, type Logger, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
+import { type Attr, type Backend, type BackendFile, type Caller, callerProcess, isWithin, type Logger, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import type { BlobStore } from './blobs.js';
 import { hashOpenFile, stateFromAttr, stateOf } from './node-state.js';
@@ -238,7 +238,9 @@ export class JournalStage implements MutationStage {
       let after: State[];
       if (m.op === 'create' && isBackendFile(result)) {
         // create hands back the new file: fstat it rather than stat the path (no path walk)
-        const st = stateFromAttr(await result.stat());
+        const attr = await result.stat();
+        const st = stateFromAttr(attr);
+        m.after = attr;
         after = [st];
         const done: DoneRecord = { kind: 'done', of: seq, time: Date.now(), after };
         this.writer.appendSoon(done);
@@ -248,9 +250,14 @@ export class JournalStage implements MutationStage {
       }
       // an op that leaves the name in place cannot change a symlink's text: reuse the before's
       const keepsName = META_OPS.has(m.op);
-      after = paths.length === 1
-        ? [await stateOf(this.backend, paths[0] as string, keepsName ? { sameTarget: before[0] ?? null } : {})]
-        : await Promise.all(paths.map((p) => stateOf(this.backend, p)));
+      if (paths.length === 1) {
+        // the node as the change left it: the request's reply can answer with these attributes
+        const seen: { attr?: Attr } = {};
+        after = [await stateOf(this.backend, paths[0] as string, keepsName ? { sameTarget: before[0] ?? null } : {}, seen)];
+        if (paths[0] === m.path) m.after = seen.attr;
+      } else {
+        after = await Promise.all(paths.map((p) => stateOf(this.backend, p)));
+      }
       this.writer.appendSoon({ kind: 'done', of: seq, time: Date.now(), after });
     } catch (err) {
       // The change is made; without an outcome the next start resolves it from the backend.

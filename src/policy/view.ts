@@ -93,6 +93,8 @@ export class PolicyView implements Backend {
   readonly dirChange: undefined = undefined;
   /** store paths: apply pins them on the store beneath the view (app/staged.ts) */
   readonly expectVersions: undefined = undefined;
+  /** a LOOKUP through the view takes stat, whose miss keeps the view's note of a missing name */
+  readonly statOrNull: undefined = undefined;
 
   // ---- synthesized nodes ---------------------------------------------------------------------
 

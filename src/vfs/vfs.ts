@@ -104,6 +104,15 @@ export class Vfs {
     return this.pipeline.run(m, apply);
   }
 
+  /**
+   * The node's attributes as a stage read them once `m` was applied (the journal's outcome), for
+   * the reply: undefined when no stage read them, or when `path` is a hidden alias (getattr
+   * answers those from the open file).
+   */
+  private after(m: Mutation): Attr | undefined {
+    return m.after !== undefined && !this.openFiles.hidden(m.path) ? m.after : undefined;
+  }
+
   private handle(fh: number): Handle {
     const h = this.handles.get(fh);
     if (!h) throw new VfsError('EBADF', `no open handle ${fh}`);
@@ -146,6 +155,14 @@ export class Vfs {
     const hidden = this.openFiles.hidden(path);
     if (hidden) return hidden.file.stat();
     return this.backend.stat(checkPath(path));
+  }
+
+  /** getattr, but null where getattr rejects with ENOENT, when the store can tell without an exception */
+  lookup(path: string): Promise<Attr | null> {
+    const hidden = this.openFiles.hidden(path);
+    if (hidden) return hidden.file.stat();
+    const b = this.backend;
+    return b.statOrNull ? b.statOrNull(checkPath(path)) : b.stat(checkPath(path));
   }
 
   fgetattr(fh: number): Promise<Attr> {
@@ -194,7 +211,8 @@ export class Vfs {
     return fh;
   }
 
-  async create(path: string, mode: number, flags: number, caller: Caller = NO_CALLER): Promise<number> {
+  /** `made.attr`: set to the new file's attributes when a stage read them after the create (see `after`) */
+  async create(path: string, mode: number, flags: number, caller: Caller = NO_CALLER, made?: { attr?: Attr }): Promise<number> {
     checkPath(path);
     const f = decodeFlags(flags);
     const existing = this.openFiles.get(path);
@@ -203,7 +221,8 @@ export class Vfs {
       // replace the access mode (O_WRONLY|O_RDWR would be O_ACCMODE, i.e. not writable)
       return this.open(path, (flags & ~3) | C.O_RDWR, caller);
     }
-    const file = await this.mutate({ op: 'create', path, mode, truncate: f.truncate, caller }, async () => {
+    const m: Mutation = { op: 'create', path, mode, truncate: f.truncate, caller };
+    const file = await this.mutate(m, async () => {
       const file = await this.backend.open(path, { write: true, create: true, exclusive: f.exclusive, truncate: f.truncate }, mode & 0o7777);
       await this.giveToCaller(path, caller);
       return file;
@@ -218,6 +237,7 @@ export class Vfs {
     // new or emptied: size 0; an existing file opened by a racing O_CREAT: unknown
     const of = new OpenFile(path, file, f.truncate || f.exclusive ? 0 : undefined);
     this.openFiles.add(of);
+    if (made) made.attr = this.after(m);
     return this.newHandle(of, true);
   }
 
@@ -453,12 +473,15 @@ export class Vfs {
 
   // ---- namespace mutations -------------------------------------------------------------------
 
-  async mkdir(path: string, mode: number, caller: Caller = NO_CALLER): Promise<void> {
+  /** Resolves to the new directory's attributes when a stage read them (see `after`). */
+  async mkdir(path: string, mode: number, caller: Caller = NO_CALLER): Promise<Attr | undefined> {
     checkPath(path);
-    await this.mutate({ op: 'mkdir', path, mode, caller }, async () => {
+    const m: Mutation = { op: 'mkdir', path, mode, caller };
+    await this.mutate(m, async () => {
       await this.backend.mkdir(path, mode & 0o7777);
       await this.giveToCaller(path, caller, mode & 0o7777);
     });
+    return this.after(m);
   }
 
   async rmdir(path: string, caller: Caller = NO_CALLER): Promise<void> {
@@ -503,12 +526,15 @@ export class Vfs {
     });
   }
 
-  async symlink(target: string, path: string, caller: Caller = NO_CALLER): Promise<void> {
+  /** Resolves to the link's attributes when a stage read them (see `after`). */
+  async symlink(target: string, path: string, caller: Caller = NO_CALLER): Promise<Attr | undefined> {
     checkPath(path);
-    await this.mutate({ op: 'symlink', path, target, caller }, async () => {
+    const m: Mutation = { op: 'symlink', path, target, caller };
+    await this.mutate(m, async () => {
       await this.backend.symlink(target, path);
       await this.giveToCaller(path, caller);
     });
+    return this.after(m);
   }
 
   /**
@@ -517,23 +543,25 @@ export class Vfs {
    * (device nodes need its permission) and journaled like a create. A store that cannot keep
    * them answers EPERM, as a file system without them does.
    */
-  async mknod(path: string, mode: number, rdev: number, caller: Caller = NO_CALLER): Promise<void> {
+  async mknod(path: string, mode: number, rdev: number, caller: Caller = NO_CALLER): Promise<Attr | undefined> {
     checkPath(path);
     const type = typeOfMode(mode);
     if (type === 'file') {
       const fh = await this.create(path, mode & 0o7777, C.O_WRONLY | C.O_CREAT | C.O_EXCL, caller);
       await this.release(fh, caller);
-      return;
+      return undefined;
     }
     if (!isSpecial(type)) throw new VfsError('EINVAL', `mknod ${path}: mode 0${mode.toString(8)} is not a special file`);
     const b = this.backend;
     const mknod = b.mknod;
     if (!mknod) throw new VfsError('EPERM', `the ${b.kind} backend cannot keep ${type === 'fifo' ? 'FIFOs' : type === 'socket' ? 'sockets' : 'device nodes'}`);
     const dev = type === 'chardev' || type === 'blockdev' ? rdev : 0;
-    await this.mutate({ op: 'mknod', path, mode, rdev: dev, caller }, async () => {
+    const m: Mutation = { op: 'mknod', path, mode, rdev: dev, caller };
+    await this.mutate(m, async () => {
       await mknod.call(b, path, mode, dev);
       await this.giveToCaller(path, caller);
     });
+    return this.after(m);
   }
 
   async link(existing: string, newPath: string, caller: Caller = NO_CALLER): Promise<void> {
@@ -543,23 +571,30 @@ export class Vfs {
     await this.mutate({ op: 'link', path: existing, target: newPath, file: this.openFiles.get(existing), caller }, () => this.backend.link(existing, newPath));
   }
 
-  async chmod(path: string, mode: number, caller: Caller = NO_CALLER): Promise<void> {
+  /** chmod, chown and utimens resolve to the node's new attributes when a stage read them (see `after`). */
+  async chmod(path: string, mode: number, caller: Caller = NO_CALLER): Promise<Attr | undefined> {
     checkPath(path);
-    await this.mutate({ op: 'chmod', path, mode, caller }, () => this.backend.chmod(path, mode));
+    const m: Mutation = { op: 'chmod', path, mode, caller };
+    await this.mutate(m, () => this.backend.chmod(path, mode));
+    return this.after(m);
   }
 
-  async chown(path: string, uid: number, gid: number, caller: Caller = NO_CALLER): Promise<void> {
+  async chown(path: string, uid: number, gid: number, caller: Caller = NO_CALLER): Promise<Attr | undefined> {
     checkPath(path);
     // (uid_t)-1 / (gid_t)-1 mean "leave unchanged"
     const cur = uid === 0xffffffff || gid === 0xffffffff || uid === -1 || gid === -1 ? await this.backend.stat(path) : undefined;
     const u = cur && (uid === 0xffffffff || uid === -1) ? cur.uid : uid;
     const g = cur && (gid === 0xffffffff || gid === -1) ? cur.gid : gid;
-    await this.mutate({ op: 'chown', path, uid: u, gid: g, caller }, () => this.backend.chown(path, u, g));
+    const m: Mutation = { op: 'chown', path, uid: u, gid: g, caller };
+    await this.mutate(m, () => this.backend.chown(path, u, g));
+    return this.after(m);
   }
 
-  async utimens(path: string, times: TimeSpec, caller: Caller = NO_CALLER): Promise<void> {
+  async utimens(path: string, times: TimeSpec, caller: Caller = NO_CALLER): Promise<Attr | undefined> {
     checkPath(path);
-    await this.mutate({ op: 'utimens', path, caller }, () => this.backend.utimens(path, times));
+    const m: Mutation = { op: 'utimens', path, caller };
+    await this.mutate(m, () => this.backend.utimens(path, times));
+    return this.after(m);
   }
 
   // ---- extended attributes -------------------------------------------------------------------
