@@ -55,22 +55,35 @@ export function displayOps(ops: FsOps, d: DisplayOverrides): FsOps {
       throw new VfsError('EPERM', `${op} ${p} refused: its real owner is uid ${real.uid}; --uid ${d.uid} only shows the caller as its owner`);
     }
   };
+  // (an op that answers with the node's attributes answers with the shown ones)
+  const shown = (a: Attr | void): Attr | void => (a ? show(a) : a);
   const out: FsOps = {
     ...ops,
     getattr: (c, p) => ops.getattr(c, p).then(show),
     fgetattr: (c, p, fh) => ops.fgetattr(c, p, fh).then(show),
+    create: async (c, p, mode, flags, made) => {
+      const fh = await ops.create(c, p, mode, flags, made);
+      if (made?.attr) made.attr = show(made.attr);
+      return fh;
+    },
+    mkdir: (c, p, mode) => ops.mkdir(c, p, mode).then(shown),
+    symlink: (c, target, p) => ops.symlink(c, target, p).then(shown),
+    mknod: (c, p, mode, rdev) => ops.mknod(c, p, mode, rdev).then(shown),
+    utimens: (c, p, times) => ops.utimens(c, p, times).then(shown),
     chmod: async (c, p, mode) => {
       await ownerOnly(c, p, 'chmod');
-      return ops.chmod(c, p, mode);
+      return shown(await ops.chmod(c, p, mode));
     },
     chown: async (c, p, uid, gid) => {
       const u = d.uid !== undefined && uid === d.uid ? KEEP_ID : uid;
       const g = d.gid !== undefined && gid === d.gid ? KEEP_ID : gid;
       if (u === KEEP_ID && g === KEEP_ID) return;
       await ownerOnly(c, p, 'chown');
-      return ops.chown(c, p, u, g);
+      return shown(await ops.chown(c, p, u, g));
     },
   };
+  const lookup = ops.lookup;
+  if (lookup) out.lookup = (c, p) => lookup(c, p).then((a) => a && show(a));
   const plus = ops.readdirPlus;
   if (plus) out.readdirPlus = (c, p) => plus(c, p).then(showEntries);
   return out;
