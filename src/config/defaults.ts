@@ -218,7 +218,8 @@ export const DEFAULTS = {
     renameConcurrency: 8,
     /** directory placeholders whose last known generation the backend remembers from its own
      * mkdir and patch answers, so a chmod/chown/utimens of a directory it just made or changed
-     * (tar's fix-ups) patches without a lookup first; preconditions catch a stale one */
+     * (tar's fix-ups) patches without a lookup first; preconditions catch a stale one (as many
+     * files' last patch answers are kept the same way: git's freshen of an object it has) */
     placeholderHints: 4096,
     /** keep-alive sockets the direct JSON API requests (small uploads) may hold open to the endpoint */
     jsonApiMaxSockets: 64,

@@ -88,4 +88,26 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: requests per small file and per new 
     expect(kinds.get('patch') ?? 0, reqs.join('\n')).toBeLessThanOrEqual(3 * 4);
     for (const f of files) expect(fs.readFileSync(path.join(m.mnt, 'x', f), 'utf8')).toBe(`${f}\n`);
   }, 120_000);
+  it('a repeated utime of a file (git freshening an object it already has): the patch alone, no lookup first', async () => {
+    fs.mkdirSync(path.join(m.mnt, 'fresh'));
+    const f = path.join(m.mnt, 'fresh', 'obj');
+    fs.writeFileSync(f, 'blob\n');
+    fs.utimesSync(f, new Date(), new Date()); // looked up once: the patch's answer is kept
+    const N = 5;
+    const reqs = await requestsOf(() => {
+      for (let i = 0; i < N; i++) fs.utimesSync(f, new Date(1_700_000_000_000 + i * 1000), new Date(1_700_000_000_000 + i * 1000));
+    });
+    console.log(`utime x${N} of one file: ${reqs.length} requests\n  ${reqs.slice(0, 4).join('\n  ')}`);
+    expect(reqs.filter((r) => !r.startsWith('PATCH ')), reqs.join('\n')).toEqual([]);
+    expect(reqs.length).toBe(N);
+    expect(fs.statSync(f).mtimeMs).toBe(1_700_000_000_000 + (N - 1) * 1000);
+    // another client changes the object meanwhile: the guess fails its precondition, the
+    // patch is redone on what is there, and the other client's key is kept
+    await g.storage.bucket(g.bucket).file('fresh/obj').setMetadata({ metadata: { other: 'host' } });
+    fs.utimesSync(f, new Date(1_800_000_000_000), new Date(1_800_000_000_000));
+    const [meta] = await g.storage.bucket(g.bucket).file('fresh/obj').getMetadata();
+    expect(meta.metadata?.other).toBe('host');
+    expect(fs.statSync(f).mtimeMs).toBe(1_800_000_000_000);
+    expect(fs.readFileSync(f, 'utf8')).toBe('blob\n');
+  }, 120_000);
 });
