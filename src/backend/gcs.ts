@@ -599,6 +599,15 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     }
     // A writer bases its version on the bucket's generation: the queued ones land first.
     if (this.pendingAt(path)) await this.settle(path);
+    if (mode.knownFile && !mode.write && !mode.create && !mode.truncate && !this.pins.has(path)) {
+      // The cache in front knows a file is here: its current generation is all the open needs
+      // (git add opens every file it hashes); the listing that tells a file from a directory
+      // of the same name is left out. Anything but a file found: the usual lookup below.
+      const obj = await this.req.head(key).catch((err) => {
+        throw toVfsError(err, `open ${path}`);
+      });
+      if (obj && typeOfObject(obj) === 'file') return this.opened(path, key, obj, mode);
+    }
     const q = this.writeBack;
     // (a path the staged apply pinned to a generation goes the usual way, which checks it)
     if (mode.create && mode.knownAbsent && mode.write && q && !this.pins.has(path)) return this.createQueued(path, key, createMode, q);

@@ -110,4 +110,23 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: requests per small file and per new 
     expect(fs.statSync(f).mtimeMs).toBe(1_800_000_000_000);
     expect(fs.readFileSync(f, 'utf8')).toBe('blob\n');
   }, 120_000);
+  it('a read of a file the cache knows (git add hashing each file): its generation asked, no listing', async () => {
+    fs.mkdirSync(path.join(m.mnt, 'known'));
+    const N = 5;
+    for (let i = 0; i < N; i++) fs.writeFileSync(path.join(m.mnt, 'known', `f${i}`), `content ${i}\n`);
+    fs.readdirSync(path.join(m.mnt, 'known')); // listed: every file's type and attributes known
+    const reqs = await requestsOf(() => {
+      for (let i = 0; i < N; i++) expect(fs.readFileSync(path.join(m.mnt, 'known', `f${i}`), 'utf8')).toBe(`content ${i}\n`);
+    });
+    console.log(`read of ${N} known files: ${reqs.length} requests\n  ${reqs.slice(0, 4).join('\n  ')}`);
+    expect(reqs.filter((r) => r.includes('/o?')), reqs.join('\n')).toEqual([]);
+    // close-to-open still holds: each open asks for the current generation
+    expect(reqs.filter((r) => r.startsWith('GET ') && !r.includes('alt=media')).length, reqs.join('\n')).toBe(N);
+    // a directory made by another client under a known file's name stays the lookup's business
+    // once the cache forgets: the hint never turns a directory into a file
+    await g.storage.bucket(g.bucket).file('known/f0').delete();
+    await g.storage.bucket(g.bucket).file('known/f0/inner').save('x');
+    await new Promise((r) => setTimeout(r, 5_500));
+    expect(fs.statSync(path.join(m.mnt, 'known', 'f0')).isDirectory()).toBe(true);
+  }, 120_000);
 });

@@ -214,7 +214,9 @@ export class MetadataCacheLayer extends ForwardingLayer {
    * are forgotten, so a stat after the open (the kernel's, whose size cuts reads) sees the new size.
    */
   private async openToRead(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
-    const file = await this.inner.open(path, mode, createMode);
+    const k0 = mode.create ? undefined : this.known(path);
+    const hint = k0 && 'attr' in k0 && k0.attr.type === 'file' ? { ...mode, knownFile: true } : mode;
+    const file = await this.inner.open(path, hint, createMode);
     const k = this.nodes.peek(path);
     if (k) {
       const now = await file.stat().catch(() => null);
