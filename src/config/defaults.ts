@@ -264,6 +264,13 @@ export const DEFAULTS = {
     metadataMaxEntries: 500_000,
     /** cached directory listings at most */
     metadataMaxListings: 8_000,
+    /** lookups that miss in one directory within the TTL before the directory is listed instead
+     * (git's lstat of every file of a tree whose listing expired: a listing per directory, not
+     * a lookup per file) ... */
+    relistAfterMisses: 3,
+    /** ... when its last listing had at most this many entries (a large one is never listed for
+     * a stat; one never listed is not either) */
+    relistMaxEntries: 2000,
     /** tree walks (one page of the flat listing below a directory at a time) remembered at once */
     metadataMaxWalks: 64,
     /** sequential reads fetch ahead: first window, doubling up to the maximum */

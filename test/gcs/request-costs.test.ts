@@ -129,4 +129,20 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: requests per small file and per new 
     await new Promise((r) => setTimeout(r, 5_500));
     expect(fs.statSync(path.join(m.mnt, 'known', 'f0')).isDirectory()).toBe(true);
   }, 120_000);
+  it("stats of a directory's files once its listing expired (git's lstat of every file): a listing, not a lookup per file", async () => {
+    fs.mkdirSync(path.join(m.mnt, 'relist'));
+    const N = 30;
+    for (let i = 0; i < N; i++) fs.writeFileSync(path.join(m.mnt, 'relist', `f${i}`), 'x'.repeat(i));
+    expect(fs.readdirSync(path.join(m.mnt, 'relist'))).toHaveLength(N);
+    await new Promise((r) => setTimeout(r, 5_500)); // the listing and the attributes expire
+    const reqs = await requestsOf(() => {
+      for (let i = 0; i < N; i++) expect(fs.lstatSync(path.join(m.mnt, 'relist', `f${i}`)).size).toBe(i);
+      expect(fs.existsSync(path.join(m.mnt, 'relist', 'none'))).toBe(false);
+    });
+    console.log(`lstat of ${N} files after the TTL: ${reqs.length} requests\n  ${reqs.join('\n  ')}`);
+    // the directory's own lookup, two lookups of files (a GET and a listing each) that miss,
+    // then the third lists the directory: 7 requests for 31 lookups (62 before)
+    expect(reqs.filter((r) => r.includes('delimiter=')), reqs.join('\n')).toHaveLength(1);
+    expect(reqs.length, reqs.join('\n')).toBeLessThanOrEqual(7);
+  }, 120_000);
 });
