@@ -160,8 +160,16 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     return this.opts.durability;
   }
 
-  uploaded(path: string, replaced: bigint, info: ObjectInfo): void {
+  /**
+   * A queued version landed with its bytes still in memory (a small file's): a content cache
+   * in front keeps them under the new generation, so a read soon after (git add hashing the
+   * files tar just wrote, a build reading its sources) does not download what was just uploaded.
+   */
+  onUploadedBytes: ((version: string, bytes: Buffer) => void) | undefined;
+
+  uploaded(path: string, replaced: bigint, info: ObjectInfo, bytes?: Buffer): void {
     this.objectHints.delete(path);
+    if (bytes && bytes.length === info.size) this.onUploadedBytes?.(`${info.name}#${info.generation}`, bytes);
     for (const f of this.filesAt(path)) f.noteUploaded(replaced, info);
   }
 
