@@ -231,6 +231,14 @@ describe('MetadataCacheLayer', () => {
       expect((await c.stat('/m/d')).size).toBe(3);
       await expectCode(c.stat('/m/nope'), 'ENOENT');
     })).toBe(0);
+    // misses of names a fresh listing holds (files just written: their attributes are not in
+    // it) are looked up one by one: listing again would not answer them
+    for (const n of ['w1', 'w2', 'w3', 'w4']) await writeFile(c, `/m/${n}`, n);
+    for (const n of ['w1', 'w2', 'w3', 'w4']) {
+      c['nodes'].delete(`/m/${n}`);
+      expect((await c.stat(`/m/${n}`)).size).toBe(2);
+    }
+    expect(c.relists).toBe(1);
   });
 
   it('a listing made for lookups while a change in its directory runs stores nothing; a change elsewhere does not spoil it', async () => {

@@ -173,6 +173,9 @@ export class MetadataCacheLayer extends ForwardingLayer {
   private async relistFor(path: string): Promise<Known | undefined> {
     if (!this.enabled || path === '/' || !this.inner.readdirPlus) return undefined;
     const dir = parentOf(path);
+    // a listing of it is cached: the miss is a node it has no attributes for (a file just
+    // written, or with local changes), which listing again would not give either
+    if (this.lists.has(dir)) return undefined;
     const size = this.listedSize.get(dir);
     if (size === undefined || size > DEFAULTS.gcsCache.relistMaxEntries) return undefined;
     let run = this.relisting.get(dir);
