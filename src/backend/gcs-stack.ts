@@ -53,6 +53,7 @@ export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Pro
     },
   });
   const content = c.contentBytes > 0 ? new ContentCache({ dir: c.contentDir, maxBytes: c.contentBytes, maxObjectBytes: c.contentMaxObjectBytes }) : undefined;
+  if (content) gcs.onUploadedBytes = (version, bytes) => content.put(version, bytes);
   const visible = new ReservedNameLayer(gcs, DEFAULTS.gcs.reservedName);
   const read = new ReadCacheLayer(visible, {
     readAheadMinBytes: c.readAheadMinBytes,

@@ -104,6 +104,14 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
    * 412 drops it and the patch looks the directory up as before.
    */
   private readonly placeholders = new LRUCache<string, ObjectInfo>({ max: DEFAULTS.gcs.placeholderHints });
+  /**
+   * The same first guess for files and other objects, from our own patch answers: git
+   * freshens an object it already has with utime() each time a file with the same content is
+   * added (one patch per file, on a handful of objects), and a lookup before each doubled it.
+   * Dropped by whatever makes a new generation or moves the name (open for writing, an upload
+   * landing, unlink, rename).
+   */
+  private readonly objectHints = new LRUCache<string, ObjectInfo>({ max: DEFAULTS.gcs.placeholderHints });
   /** the reserved area below the prefix (hidden from the view by layers/reserved.ts) */
   readonly journalArea: GcsJournalRemote;
   private readonly openFiles = new Map<string, Set<GcsFile>>();
@@ -152,7 +160,16 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     return this.opts.durability;
   }
 
-  uploaded(path: string, replaced: bigint, info: ObjectInfo): void {
+  /**
+   * A queued version landed with its bytes still in memory (a small file's): a content cache
+   * in front keeps them under the new generation, so a read soon after (git add hashing the
+   * files tar just wrote, a build reading its sources) does not download what was just uploaded.
+   */
+  onUploadedBytes: ((version: string, bytes: Buffer) => void) | undefined;
+
+  uploaded(path: string, replaced: bigint, info: ObjectInfo, bytes?: Buffer): void {
+    this.objectHints.delete(path);
+    if (bytes && bytes.length === info.size) this.onUploadedBytes?.(`${info.name}#${info.generation}`, bytes);
     for (const f of this.filesAt(path)) f.noteUploaded(replaced, info);
   }
 
@@ -576,6 +593,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     checkPath(path);
     if (path === '/') throw new VfsError('EISDIR', '/ is a directory');
     const key = this.names.key(path);
+    if (mode.write || mode.create || mode.truncate) this.objectHints.delete(path);
     if (!mode.write && !mode.create) {
       // Another handle holds local changes not uploaded yet: read what it would read (the
       // journal's before-image of a file being written is taken this way).
@@ -589,6 +607,15 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     }
     // A writer bases its version on the bucket's generation: the queued ones land first.
     if (this.pendingAt(path)) await this.settle(path);
+    if (mode.knownFile && !mode.write && !mode.create && !mode.truncate && !this.pins.has(path)) {
+      // The cache in front knows a file is here: its current generation is all the open needs
+      // (git add opens every file it hashes); the listing that tells a file from a directory
+      // of the same name is left out. Anything but a file found: the usual lookup below.
+      const obj = await this.req.head(key).catch((err) => {
+        throw toVfsError(err, `open ${path}`);
+      });
+      if (obj && typeOfObject(obj) === 'file') return this.opened(path, key, obj, mode);
+    }
     const q = this.writeBack;
     // (a path the staged apply pinned to a generation goes the usual way, which checks it)
     if (mode.create && mode.knownAbsent && mode.write && q && !this.pins.has(path)) return this.createQueued(path, key, createMode, q);
@@ -734,6 +761,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
 
   async unlink(path: string): Promise<void> {
     checkPath(path);
+    this.objectHints.delete(path);
     await this.settle(path);
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       const f = await this.lookup(path);
@@ -810,6 +838,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     if (from === '/' || to === '/') throw new VfsError('EBUSY', 'the root directory cannot be renamed');
     // (a stale hint would only cost a failed precondition; dropped to keep the map honest)
     for (const k of [...this.placeholders.keys()]) if (isWithin(k, from) || isWithin(k, to)) this.placeholders.delete(k);
+    for (const k of [...this.objectHints.keys()]) if (isWithin(k, from) || isWithin(k, to)) this.objectHints.delete(k);
     if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
     // Local changes of open files go first, so the copy carries them; so do queued versions.
     for (const of of this.filesUnder(from)) if (of.isDirty) await of.sync();
@@ -1014,8 +1043,11 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {
       // the first try trusts the placeholder our own last answer gave (preconditions check it)
       const hinted = attempt === 0 ? this.placeholders.get(path) : undefined;
+      // (a path the staged apply pinned is looked up: the pin is checked against what is there)
+      const hintedObject = attempt === 0 && !hinted && !this.pins.has(path) ? this.objectHints.get(path) : undefined;
       this.placeholders.delete(path);
-      const f: Found = hinted ? { type: 'dir', placeholder: hinted } : await this.lookup(path);
+      this.objectHints.delete(path);
+      const f: Found = hinted ? { type: 'dir', placeholder: hinted } : hintedObject ? { type: typeOfObject(hintedObject), object: hintedObject } : await this.lookup(path);
       if (f.type !== 'dir' && this.takePin(path, f)) pinned = true;
       if (f.type === 'none') throw new VfsError('ENOENT', `${path} does not exist`);
       // Linux cannot chmod a symlink itself (as the local backend).
@@ -1052,6 +1084,8 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
         this.placeholders.set(path, info);
         return this.attrOf('dir', path, info);
       }
+      // (an open handle's upload would make a new generation: no guess then)
+      if (open.length === 0) this.objectHints.set(path, info);
       // an open file's attributes are its handle's (stat asks it): none to give here
       return open.length ? undefined : this.attrOf(f.type, path, info);
     }

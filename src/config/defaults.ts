@@ -226,7 +226,8 @@ export const DEFAULTS = {
     renameConcurrency: 8,
     /** directory placeholders whose last known generation the backend remembers from its own
      * mkdir and patch answers, so a chmod/chown/utimens of a directory it just made or changed
-     * (tar's fix-ups) patches without a lookup first; preconditions catch a stale one */
+     * (tar's fix-ups) patches without a lookup first; preconditions catch a stale one (as many
+     * files' last patch answers are kept the same way: git's freshen of an object it has) */
     placeholderHints: 4096,
     /** keep-alive sockets the direct JSON API requests (small uploads) may hold open to the endpoint */
     jsonApiMaxSockets: 64,
@@ -271,6 +272,13 @@ export const DEFAULTS = {
     metadataMaxEntries: 500_000,
     /** cached directory listings at most */
     metadataMaxListings: 8_000,
+    /** lookups that miss in one directory within the TTL before the directory is listed instead
+     * (git's lstat of every file of a tree whose listing expired: a listing per directory, not
+     * a lookup per file) ... */
+    relistAfterMisses: 3,
+    /** ... when its last listing had at most this many entries (a large one is never listed for
+     * a stat; one never listed is not either) */
+    relistMaxEntries: 2000,
     /** tree walks (one page of the flat listing below a directory at a time) remembered at once */
     metadataMaxWalks: 64,
     /** sequential reads fetch ahead: first window, doubling up to the maximum */

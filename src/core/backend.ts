@@ -65,6 +65,12 @@ export interface OpenMode {
    * skip its own lookups before creating (it must still create only if absent).
    */
   knownAbsent?: boolean;
+  /**
+   * A read-only open: a cache in front knows (within its TTL) that the path is a file. The
+   * store may skip what it asks only to tell a file from a directory; it still fetches the
+   * file's current version.
+   */
+  knownFile?: boolean;
 }
 
 /** A file opened in the backend. Offsets are explicit: there is no shared file position. */

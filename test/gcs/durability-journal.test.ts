@@ -99,6 +99,23 @@ t = time.time(); os.fsync(fd); print(round((time.time() - t) * 1000)); os.close(
     expect(await inBucket('g')).toBe('synced');
   });
 
+  it('a file read after its queued version landed is read from the content cache, not downloaded again', async () => {
+    const m = await mount();
+    const body = 'tar wrote it, git reads it\n'.repeat(200);
+    fs.writeFileSync(path.join(m.mnt, 'src.txt'), body);
+    await eventually('src.txt uploaded', async () => (await inBucket('src.txt')) === body);
+    await eventually('the spool emptied', async () => spooled() === 0);
+    const r0 = await g.requests();
+    expect(fs.readFileSync(path.join(m.mnt, 'src.txt'), 'utf8')).toBe(body);
+    const log = await g.requestLog(r0);
+    const downloads = log.filter((r) => r.query.includes('alt=media') && decodeURIComponent(r.path).endsWith('/src.txt'));
+    expect(downloads, log.map((r) => `${r.method} ${r.path}${r.query}`).join('\n')).toEqual([]);
+    // another client's new version is read from the bucket (the cache is keyed by generation)
+    await g.storage.bucket(g.bucket).file('src.txt').save('changed elsewhere');
+    await new Promise((r) => setTimeout(r, 300)); // past the metadata cache's TTL
+    expect(fs.readFileSync(path.join(m.mnt, 'src.txt'), 'utf8')).toBe('changed elsewhere');
+  });
+
   it('keeps each file\'s versions in order and lets no rename or delete overtake an upload', async () => {
     const m = await mount();
     sh('mkdir d; touch f h d/a', m.mnt);

@@ -218,6 +218,71 @@ describe('MetadataCacheLayer', () => {
     expect(off.treePages).toBe(0);
   });
 
+  it('lookups that keep missing in a directory listed before: it is listed again, and the rest are answered from that', async () => {
+    await Promise.all(['m/a', 'm/b', 'm/c', 'm/d', 'm/e'].map((k) => put(k, k)));
+    await c.readdir('/m');
+    clock.advance(500); // the listing and the attributes expire
+    await c.stat('/m/a');
+    await c.stat('/m/b');
+    expect(c.relists).toBe(0);
+    await c.stat('/m/c'); // the third miss lists the directory
+    expect(c.relists).toBe(1);
+    expect(await cost(async () => {
+      expect((await c.stat('/m/d')).size).toBe(3);
+      await expectCode(c.stat('/m/nope'), 'ENOENT');
+    })).toBe(0);
+    // misses of names a fresh listing holds (files just written: their attributes are not in
+    // it) are looked up one by one: listing again would not answer them
+    for (const n of ['w1', 'w2', 'w3', 'w4']) await writeFile(c, `/m/${n}`, n);
+    for (const n of ['w1', 'w2', 'w3', 'w4']) {
+      c['nodes'].delete(`/m/${n}`);
+      expect((await c.stat(`/m/${n}`)).size).toBe(2);
+    }
+    expect(c.relists).toBe(1);
+  });
+
+  it('a listing made for lookups while a change in its directory runs stores nothing; a change elsewhere does not spoil it', async () => {
+    await Promise.all(['n/a', 'n/b', 'n/c', 'n/gone', 'o/x'].map((k) => put(k, k)));
+    // the listing's answer is held until the unlink is done: it still names /n/gone
+    let open!: () => void;
+    const held = new Promise<void>((r) => (open = r));
+    let listed!: () => void;
+    const wasListed = new Promise<void>((r) => (listed = r));
+    const gated = new (class extends ForwardingLayer {
+      hold = false;
+      override async readdirPlus(p: string) {
+        const r = await gcs.readdirPlus(p);
+        if (this.hold) {
+          listed();
+          await held;
+        }
+        return r;
+      }
+    })(gcs);
+    c = new MetadataCacheLayer(gated, { ttlMs: 400, maxEntries: 1000, maxListings: 100, clock });
+    await c.readdir('/n');
+    clock.advance(500);
+    await c.stat('/n/a');
+    await c.stat('/n/b');
+    gated.hold = true;
+    const listing = c.stat('/n/c'); // lists /n
+    await wasListed;
+    await c.unlink('/n/gone');
+    open();
+    gated.hold = false;
+    await listing;
+    await expectCode(c.stat('/n/gone'), 'ENOENT');
+    expect((await c.readdir('/n')).map((e) => e.name).sort()).toEqual(['a', 'b', 'c']);
+    clock.advance(500);
+    await c.stat('/n/a');
+    await c.stat('/n/b');
+    const again = c.stat('/n/c');
+    await c.utimens('/o/x', { mtimeNs: 1_000_000_000n });
+    await again;
+    expect(c.relists).toBe(2);
+    expect(await cost(() => c.stat('/n/b'))).toBe(0);
+  });
+
   it('a lookup in flight while a mutation runs does not store its stale answer', async () => {
     await put('r.txt', 'r');
     const slow = c.stat('/r.txt'); // in flight

@@ -48,8 +48,8 @@ export interface UploadQueueHost {
   readonly req: GcsRequests;
   readonly conflictsDir: string;
   reportConflict(c: GcsConflict): void;
-  /** a version landed: open files based on `replaced` move to `info` */
-  uploaded(path: string, replaced: bigint, info: ObjectInfo): void;
+  /** a version landed: open files based on `replaced` move to `info`; `bytes`: its content when still in memory */
+  uploaded(path: string, replaced: bigint, info: ObjectInfo, bytes?: Buffer): void;
 }
 
 export interface UploadQueueStats {
@@ -405,7 +405,7 @@ export class UploadQueue {
     const chain = this.chains.get(q.entry.key) as Queued[];
     const next = chain[1];
     if (next) await this.rebase(next, q, info.generation, info.metageneration);
-    this.host.uploaded(q.entry.path, base, info);
+    this.host.uploaded(q.entry.path, base, info, q.buf);
     this.finish(q);
     q.resolve();
   }

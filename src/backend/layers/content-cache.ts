@@ -67,6 +67,12 @@ export class ContentCache {
     }
   }
 
+  /** Keep `data` as `version` whole (bytes this process just uploaded as that generation). */
+  put(version: string, data: Buffer): void {
+    const f = this.fill(version, data.length);
+    if (f) void f.add(0, data);
+  }
+
   /** @internal CacheFill hands over a complete file. */
   commit(version: string, file: string, size: number): void {
     if (this.entries.has(version)) {

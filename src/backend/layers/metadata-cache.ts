@@ -54,6 +54,14 @@ export class MetadataCacheLayer extends ForwardingLayer {
   private epoch = 0;
   /** tree walks (readdirTree) by their root; kept while their listings would be */
   private readonly walks: LRUCache<string, TreeWalk>;
+  /** lookups that missed per directory, within the TTL (relistAfterMisses) */
+  private readonly missesIn: LRUCache<string, number>;
+  /** entries of each directory's last listing, kept beyond the TTL (relistMaxEntries) */
+  private readonly listedSize: LRUCache<string, number>;
+  /** listings made for lookups, running: `touched` once a change in the directory may make them stale */
+  private readonly relisting = new Map<string, { done: Promise<void>; touched: boolean }>();
+  /** listings made instead of lookups (tests, the bench) */
+  relists = 0;
   /** lookups answered by the store (for tests and the bench) */
   misses = 0;
   hits = 0;
@@ -68,6 +76,8 @@ export class MetadataCacheLayer extends ForwardingLayer {
     this.nodes = new LRUCache({ max: opts.maxEntries, ...timing });
     this.lists = new LRUCache({ max: opts.maxListings, ...timing });
     this.walks = new LRUCache({ max: opts.maxWalks ?? DEFAULTS.gcsCache.metadataMaxWalks, ...timing });
+    this.missesIn = new LRUCache({ max: opts.maxListings, ...timing });
+    this.listedSize = new LRUCache({ max: opts.maxListings });
     if (opts.ttlMs <= 0) this.enabled = false;
     const { setxattr, removexattr } = inner;
     if (setxattr) this.setxattr = (p, n, v, f) => this.change([p], false, () => setxattr.call(inner, p, n, v, f));
@@ -111,6 +121,11 @@ export class MetadataCacheLayer extends ForwardingLayer {
       return 'missing' in k ? null : { ...k.attr };
     }
     this.misses++;
+    const listed = await this.relistFor(path);
+    if (listed) {
+      this.hits++;
+      return 'missing' in listed ? null : { ...listed.attr };
+    }
     const epoch = this.epoch;
     let attr: Attr | null;
     try {
@@ -129,6 +144,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
     if (!cached && this.enabled && this.inner.readdirTree) cached = await this.fromWalk(path);
     if (cached) {
       this.hits++;
+      this.listedSize.set(path, cached.size);
       return [...cached].map(([name, type]) => ({ name, type }));
     }
     this.misses++;
@@ -148,8 +164,49 @@ export class MetadataCacheLayer extends ForwardingLayer {
     return entries;
   }
 
+  /**
+   * A lookup missed: when lookups keep missing in the same directory (a program reading a tree
+   * whose listing expired: git's lstat of every tracked file, a second `find`), list the
+   * directory, a request per 1,000 entries, and answer from that. Only a directory listed
+   * before with at most relistMaxEntries entries: a stat never pays for a large listing.
+   */
+  private async relistFor(path: string): Promise<Known | undefined> {
+    if (!this.enabled || path === '/' || !this.inner.readdirPlus) return undefined;
+    const dir = parentOf(path);
+    // a listing of it is cached: the miss is a node it has no attributes for (a file just
+    // written, or with local changes), which listing again would not give either
+    if (this.lists.has(dir)) return undefined;
+    const size = this.listedSize.get(dir);
+    if (size === undefined || size > DEFAULTS.gcsCache.relistMaxEntries) return undefined;
+    let run = this.relisting.get(dir);
+    if (!run) {
+      const n = (this.missesIn.get(dir) ?? 0) + 1;
+      if (n < DEFAULTS.gcsCache.relistAfterMisses) {
+        this.missesIn.set(dir, n);
+        return undefined;
+      }
+      this.missesIn.delete(dir);
+      this.relists++;
+      const r = { done: Promise.resolve(), touched: false };
+      r.done = (this.inner.readdirPlus as NonNullable<Backend['readdirPlus']>)
+        .call(this.inner, dir)
+        .then(
+          (plus) => {
+            // changes elsewhere (git writing its objects meanwhile) do not make it stale
+            if (!r.touched) this.fill(dir, plus, this.epoch);
+          },
+          () => undefined, // only a shortcut: the lookup asks as usual
+        )
+        .finally(() => this.relisting.delete(dir));
+      this.relisting.set(dir, (run = r));
+    }
+    await run.done;
+    return this.known(path);
+  }
+
   /** A listing and its entries' attributes, unless a mutation ran meanwhile (`epoch` moved). */
   private fill(path: string, plus: Array<DirEntry & { attr?: Attr }>, epoch: number): void {
+    this.listedSize.set(path, plus.length);
     if (!this.enabled || epoch !== this.epoch) return;
     const dir = path === '/' ? '' : path;
     for (const e of plus) if (e.attr) this.remember(`${dir}/${e.name}`, { attr: e.attr }, epoch);
@@ -214,7 +271,9 @@ export class MetadataCacheLayer extends ForwardingLayer {
    * are forgotten, so a stat after the open (the kernel's, whose size cuts reads) sees the new size.
    */
   private async openToRead(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
-    const file = await this.inner.open(path, mode, createMode);
+    const k0 = mode.create ? undefined : this.known(path);
+    const hint = k0 && 'attr' in k0 && k0.attr.type === 'file' ? { ...mode, knownFile: true } : mode;
+    const file = await this.inner.open(path, hint, createMode);
     const k = this.nodes.peek(path);
     if (k) {
       const now = await file.stat().catch(() => null);
@@ -228,6 +287,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
   /** Forget `path` (and with `below`, everything under it); in-flight lookups will not store. */
   private forget(path: string, below = false): void {
     this.epoch++;
+    for (const [dir, r] of this.relisting) if (parentOf(path) === dir || isWithin(dir, path)) r.touched = true;
     this.nodes.delete(path);
     if (below) {
       for (const k of [...this.nodes.keys()]) if (isWithin(k, path)) this.nodes.delete(k);
