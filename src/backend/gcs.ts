@@ -65,7 +65,7 @@ export async function createGcsBackend(options: GcsBackendOptions): Promise<GcsB
 }
 
 function retryPolicy(o: ResolvedGcsOptions) {
-  return { attempts: o.retryAttempts, initialDelayMs: o.retryInitialDelayMs, maxDelayMs: o.retryMaxDelayMs, totalTimeoutMs: o.retryTotalTimeoutMs };
+  return { attempts: o.retryAttempts, initialDelayMs: o.retryInitialDelayMs, maxDelayMs: o.retryMaxDelayMs, totalTimeoutMs: o.retryTotalTimeoutMs, rateLimitDelayMs: o.rateLimitRetryDelayMs };
 }
 
 /** What a path is in the bucket (see "Namespace" in src/backend/gcs/README.md). */
