@@ -246,6 +246,14 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
         }
         log?.warn({ from: r.from, to: r.to, objects: r.objects, leftInPlace: r.leftInPlace.length ? r.leftInPlace : undefined }, `gcs: a directory rename a crash had cut short was ${r.outcome === 'completed' ? 'finished' : 'undone'}`);
       }
+      // GCS keeps every object it accepted; a server at a custom endpoint (an emulator) may not,
+      // and says nothing: a read-back tells. Never asked of GCS itself (no cost there).
+      if (b.apiEndpoint !== undefined && (await gcs.keepsPlaceholders()) === false) {
+        log?.warn(
+          { endpoint: b.apiEndpoint },
+          'gcs: this server does not keep objects whose names end in "/" (fake-gcs-server\'s default filesystem backend does not): empty directories will disappear and directories lose their mode, owner and times; run fake-gcs-server with -backend memory',
+        );
+      }
       return flags.noJournal ? { store, conflicts } : { store, conflicts, journalRemote };
     } catch (err) {
       throw new WorkspaceError(`${label}: backend: ${(err as Error).message}`);

@@ -14,6 +14,7 @@ import { ObjectNames, isPosixName } from './gcs/names.js';
 import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
 import { RenameIntents, inBatches, registerInstance, sameMetadata, unregisterInstance, type RenameIntent, type RenameRecovery } from './gcs/rename-intent.js';
 import { withRetries } from './gcs/retry.js';
+import { keepsPlaceholders as probePlaceholders } from './gcs/server-checks.js';
 import { UploadQueue, type PendingVersion, type UploadQueueHost } from './gcs/upload-queue.js';
 
 export type { GcsBackendOptions, GcsConflict } from './gcs/options.js';
@@ -64,7 +65,7 @@ export async function createGcsBackend(options: GcsBackendOptions): Promise<GcsB
 }
 
 function retryPolicy(o: ResolvedGcsOptions) {
-  return { attempts: o.retryAttempts, initialDelayMs: o.retryInitialDelayMs, maxDelayMs: o.retryMaxDelayMs, totalTimeoutMs: o.retryTotalTimeoutMs };
+  return { attempts: o.retryAttempts, initialDelayMs: o.retryInitialDelayMs, maxDelayMs: o.retryMaxDelayMs, totalTimeoutMs: o.retryTotalTimeoutMs, rateLimitDelayMs: o.rateLimitRetryDelayMs };
 }
 
 /** What a path is in the bucket (see "Namespace" in src/backend/gcs/README.md). */
@@ -303,6 +304,11 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
   }
 
   /** Create an empty object (new file, placeholder, symlink) only if nothing is there yet. */
+  /** Whether the server keeps `dir/` placeholders (gcs/server-checks.ts); undefined: unknown. */
+  keepsPlaceholders(): Promise<boolean | undefined> {
+    return probePlaceholders(this.req, this.names.prefix + DEFAULTS.gcs.reservedName + '/');
+  }
+
   private async createEmpty(key: string, metadata: Record<string, string>): Promise<ObjectInfo | undefined> {
     try {
       return await this.req.uploadBuffer(key, Buffer.alloc(0), { ifGenerationMatch: 0n, metadata });

@@ -13,6 +13,7 @@ export function registerDevCommand(program: Command): void {
     .option('--port <n>', 'port to listen on (0: any free port)', '4443')
     .option('--bucket <name...>', 'create these buckets at start (or create them with POST /storage/v1/b, as against GCS)')
     .option('--verbose', 'log every request on stderr', false)
+    .option('--object-rate-limit <perSecond[,burst]>', "answer 429 rateLimitExceeded past this many writes (and, separately, metadata updates) per second to one object name, as GCS may (its documented limit: 1 per second); default: unlimited")
     .addHelpText(
       'after',
       `
@@ -24,14 +25,18 @@ Faults for testing: POST /_emulator/faults {"status":503,"count":2,"pathPrefix":
 Example:
   ledgerfs dev gcs-emulator --port 4443 --bucket ws &`,
     )
-    .action(async (o: { port: string; bucket?: string[]; verbose: boolean }) => {
+    .action(async (o: { port: string; bucket?: string[]; verbose: boolean; objectRateLimit?: string }) => {
       const port = Number(o.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UserError(`--port must be 0..65535, got ${JSON.stringify(o.port)}`);
+      const [perSecond = NaN, burst = 1] = o.objectRateLimit !== undefined ? o.objectRateLimit.split(',').map(Number) : [];
+      if (o.objectRateLimit !== undefined && !(perSecond > 0 && burst >= 1)) {
+        throw new UserError(`--object-rate-limit takes PER_SECOND[,BURST], a rate above 0 and a burst of at least 1 (GCS documents 1 per second), got ${JSON.stringify(o.objectRateLimit)}`);
+      }
       // the emulator's modules load only for this command, not on every start of the CLI
       const { startGcsEmulator } = await import('../dev/index.js');
       let emu;
       try {
-        emu = await startGcsEmulator({ port, ...(o.verbose ? { log: (l: string) => process.stderr.write(l + '\n') } : {}) });
+        emu = await startGcsEmulator({ port, ...(o.objectRateLimit !== undefined ? { objectRateLimit: { perSecond, burst } } : {}), ...(o.verbose ? { log: (l: string) => process.stderr.write(l + '\n') } : {}) });
       } catch (err) {
         throw new UserError(`cannot listen on 127.0.0.1:${port}: ${(err as Error).message}`);
       }

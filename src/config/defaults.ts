@@ -215,6 +215,12 @@ export const DEFAULTS = {
     retryAttempts: 6,
     retryInitialDelayMs: 100,
     retryMaxDelayMs: 10_000,
+    /**
+     * the least wait before retrying a 429: GCS's per-object limits (about one write, and one
+     * metadata update, per second to one name) refill in a second, so backing off from 100 ms
+     * only spends attempts (a close that follows its file's create by milliseconds used 4 of 6)
+     */
+    rateLimitRetryDelayMs: 1_000,
     /** give up retrying a request after this long in total */
     retryTotalTimeoutMs: 120_000,
     /** a request with no answer for this long is abandoned (and retried) */

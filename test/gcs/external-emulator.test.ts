@@ -9,7 +9,7 @@ import { externalEmulator, py, sh, startMount, type TestMount } from '../helpers
 
 /**
  * The issue-21 checks against a GCS emulator this project did not write: set
- * LEDGERFS_TEST_GCS_ENDPOINT (e.g. fake-gcs-server: `fake-gcs-server -scheme http -port 4443`,
+ * LEDGERFS_TEST_GCS_ENDPOINT (e.g. fake-gcs-server: `fake-gcs-server -scheme http -port 4443 -backend memory`,
  * then LEDGERFS_TEST_GCS_ENDPOINT=http://127.0.0.1:4443). Real tools on a real mount: git, tar, a
  * directory rename, a 20 MiB round trip (resumable upload), a chmod between create and close
  * (a server that makes a new generation on a metadata PATCH), and close-to-open between two

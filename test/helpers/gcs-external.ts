@@ -3,7 +3,8 @@ import { randomBytes } from 'node:crypto';
 /**
  * LEDGERFS_TEST_GCS_ENDPOINT=http://HOST:PORT points the mounted GCS tests at a GCS emulator
  * this suite did not start, e.g. the independent fake-gcs-server
- * (`fake-gcs-server -scheme http -port 4443`), so they check ledgerfs against a second reading
+ * (`fake-gcs-server -scheme http -port 4443 -backend memory`: its default filesystem backend
+ * keeps no `dir/` placeholders, see src/backend/gcs/README.md), so they check ledgerfs against a second reading
  * of the JSON API rather than only against the project's own. Each mount then gets a bucket of
  * its own there (made through the JSON API, never emptied or deleted: use a throwaway server).
  * Tests that need the project emulator's admin endpoints (fault injection, outages, request

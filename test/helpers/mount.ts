@@ -96,9 +96,10 @@ export async function externalEmulator(buckets: string[]): Promise<TestEmulator>
   return { url, stop: async () => undefined };
 }
 
-export async function startTestEmulator(buckets: string[], port = 0): Promise<TestEmulator> {
+/** `args`: more emulator arguments, e.g. `['--object-rate-limit', '1,1']` */
+export async function startTestEmulator(buckets: string[], port = 0, args: string[] = []): Promise<TestEmulator> {
   // --exit-with-stdin: the emulator ends with this worker however it ends (stdin is our pipe)
-  const child = spawn(process.execPath, [path.join(REPO, 'dist/dev/gcs-emulator/main.js'), '--port', String(port), '--exit-with-stdin', ...buckets.flatMap((b) => ['--bucket', b])], {
+  const child = spawn(process.execPath, [path.join(REPO, 'dist/dev/gcs-emulator/main.js'), '--port', String(port), '--exit-with-stdin', ...args, ...buckets.flatMap((b) => ['--bucket', b])], {
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();

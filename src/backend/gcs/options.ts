@@ -26,6 +26,8 @@ export interface GcsBackendOptions {
   retryAttempts?: number;
   retryInitialDelayMs?: number;
   retryMaxDelayMs?: number;
+  /** the least wait before retrying a 429 */
+  rateLimitRetryDelayMs?: number;
   retryTotalTimeoutMs?: number;
   requestTimeoutMs?: number;
   fileMode?: number;
@@ -97,6 +99,7 @@ export function resolveGcsOptions(o: GcsBackendOptions): ResolvedGcsOptions {
     retryAttempts: o.retryAttempts ?? d.retryAttempts,
     retryInitialDelayMs: o.retryInitialDelayMs ?? d.retryInitialDelayMs,
     retryMaxDelayMs: o.retryMaxDelayMs ?? d.retryMaxDelayMs,
+    rateLimitRetryDelayMs: o.rateLimitRetryDelayMs ?? d.rateLimitRetryDelayMs,
     retryTotalTimeoutMs: o.retryTotalTimeoutMs ?? d.retryTotalTimeoutMs,
     requestTimeoutMs: o.requestTimeoutMs ?? d.requestTimeoutMs,
     fileMode: o.fileMode ?? d.fileMode,

@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { DEFAULTS } from '../../config/index.js';
 import { httpStatus, isTransient } from './errors.js';
 
 /*
@@ -15,6 +16,8 @@ export interface RetryPolicy {
   initialDelayMs: number;
   maxDelayMs: number;
   totalTimeoutMs: number;
+  /** the least wait before retrying a 429 (default DEFAULTS.gcs.rateLimitRetryDelayMs) */
+  rateLimitDelayMs?: number;
 }
 
 export interface RetryCounters {
@@ -47,7 +50,12 @@ export async function withRetries<T>(policy: RetryPolicy, counters: RetryCounter
       countAttempt(counters, method, String(httpStatus(err) ?? 'network'));
       if (n >= policy.attempts || !isTransient(err)) throw err;
       const ceiling = Math.min(policy.maxDelayMs, policy.initialDelayMs * 2 ** (n - 1));
-      const delay = ceiling / 2 + Math.random() * (ceiling / 2);
+      let delay = ceiling / 2 + Math.random() * (ceiling / 2);
+      if (httpStatus(err) === 429) {
+        // a rate limit (GCS: per object name, per second) is not over sooner than it refills
+        const floor = policy.rateLimitDelayMs ?? DEFAULTS.gcs.rateLimitRetryDelayMs;
+        delay = Math.max(delay, floor + Math.random() * (floor / 4));
+      }
       if (Date.now() - start + delay > policy.totalTimeoutMs) throw err;
       counters.retries++;
       await sleep(delay);

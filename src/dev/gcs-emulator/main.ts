@@ -2,7 +2,7 @@ import { pathToFileURL } from 'node:url';
 import { startGcsEmulator } from './server.js';
 
 /**
- * `node dist/dev/gcs-emulator/main.js [--port N] [--host H] [--bucket NAME]... [--verbose] [--exit-with-stdin]`:
+ * `node dist/dev/gcs-emulator/main.js [--port N] [--host H] [--bucket NAME]... [--verbose] [--object-rate-limit PER_SECOND[,BURST]] [--exit-with-stdin]`:
  * run the emulator in the foreground until SIGINT/SIGTERM. Prints one JSON line with the URL
  * once listening, so scripts can wait for it and read the port.
  */
@@ -11,6 +11,7 @@ export async function runGcsEmulatorCli(argv: string[]): Promise<void> {
   let host = '127.0.0.1';
   let verbose = false;
   let lifeline = false;
+  let objectRateLimit: { perSecond: number; burst: number } | undefined;
   const buckets: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -24,13 +25,18 @@ export async function runGcsEmulatorCli(argv: string[]): Promise<void> {
     else if (a === '--bucket') buckets.push(next());
     else if (a === '--verbose') verbose = true;
     else if (a === '--exit-with-stdin') lifeline = true;
+    else if (a === '--object-rate-limit') {
+      const [perSecond, burst = 1] = next().split(',').map(Number);
+      if (!(perSecond! > 0) || !(burst >= 1)) throw new Error('--object-rate-limit needs PER_SECOND[,BURST]: a rate above 0 and a burst of at least 1 (GCS: 1 per second per object)');
+      objectRateLimit = { perSecond: perSecond!, burst };
+    }
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: gcs-emulator [--port N] [--host 127.0.0.1] [--bucket NAME]... [--verbose] [--exit-with-stdin]\n');
+      process.stdout.write('usage: gcs-emulator [--port N] [--host 127.0.0.1] [--bucket NAME]... [--verbose] [--object-rate-limit PER_SECOND[,BURST]] [--exit-with-stdin]\n');
       return;
     } else throw new Error(`unknown argument ${a}`);
   }
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`invalid --port`);
-  const emu = await startGcsEmulator({ port, host, ...(verbose ? { log: (l: string) => process.stderr.write(l + '\n') } : {}) });
+  const emu = await startGcsEmulator({ port, host, ...(objectRateLimit ? { objectRateLimit } : {}), ...(verbose ? { log: (l: string) => process.stderr.write(l + '\n') } : {}) });
   try {
     for (const b of buckets) emu.store.createBucket(b, '');
   } catch (err) {

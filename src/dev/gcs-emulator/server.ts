@@ -5,6 +5,7 @@ import { EmulatorError } from './errors.js';
 import { FaultInjector, type FaultSpec, type OutageSpec } from './faults.js';
 import { errorReply, json, parseJsonBody, readBody, send, type Reply, type RequestContext } from './http.js';
 import { route } from './router.js';
+import { ObjectRateLimiter, type ObjectRateLimit } from './object-rate.js';
 import { EmulatorStore } from './store.js';
 
 export interface GcsEmulatorOptions {
@@ -16,6 +17,8 @@ export interface GcsEmulatorOptions {
   store?: EmulatorStore;
   /** one line per request, for debugging */
   log?: (line: string) => void;
+  /** GCS's per-object mutation rate (429 beyond it); default: unlimited. See object-rate.ts */
+  objectRateLimit?: ObjectRateLimit;
 }
 
 export interface GcsEmulator {
@@ -105,6 +108,7 @@ function admin(ctx: RequestContext, emu: { store: EmulatorStore; faults: FaultIn
  */
 export async function startGcsEmulator(opts: GcsEmulatorOptions = {}): Promise<GcsEmulator> {
   const store = opts.store ?? new EmulatorStore();
+  if (opts.objectRateLimit) store.objectRate = new ObjectRateLimiter(opts.objectRateLimit);
   const faults = new FaultInjector();
   const stats: EmulatorStats = { requests: 0, faultsInjected: 0, byMethod: {} };
   const log: LoggedRequest[] = [];

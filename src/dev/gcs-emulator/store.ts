@@ -3,6 +3,7 @@ import { crc32cBase64, md5Base64 } from './hashes.js';
 import { badRequest, conflict, noSuchBucket, noSuchObject } from './errors.js';
 import { NameIndex } from './name-index.js';
 import { checkPreconditions, type Preconditions } from './preconditions.js';
+import type { ObjectRateLimiter } from './object-rate.js';
 
 /** Object fields a client may set (insert metadata, patch, update, compose/rewrite destination). */
 export interface WritableFields {
@@ -64,6 +65,8 @@ export class EmulatorStore {
   readonly buckets = new Map<string, StoredBucket>();
   readonly uploads = new Map<string, UploadSession>();
   private lastGeneration = 0n;
+  /** GCS's per-object mutation rate (object-rate.ts); undefined: unlimited (the default) */
+  objectRate: ObjectRateLimiter | undefined;
 
   /** Generations are microsecond timestamps, strictly increasing, as GCS's are in practice. */
   nextGeneration(): bigint {
@@ -113,6 +116,7 @@ export class EmulatorStore {
     validateObjectName(name);
     const b = this.bucket(bucket);
     checkPreconditions(b.objects.get(name), pre, 'write');
+    this.objectRate?.take(bucket, name, 'write');
     const now = new Date();
     const o: StoredObject = {
       bucket,
@@ -135,6 +139,7 @@ export class EmulatorStore {
 
   /** Metadata change in place: same generation, metageneration + 1. */
   updateMetadata(o: StoredObject, apply: (o: StoredObject) => void): StoredObject {
+    this.objectRate?.take(o.bucket, o.name, 'metadata');
     apply(o);
     o.metageneration += 1n;
     o.updated = new Date();
@@ -144,6 +149,7 @@ export class EmulatorStore {
   remove(bucket: string, name: string, pre: Preconditions, generation?: bigint): void {
     const o = this.object(bucket, name, generation);
     checkPreconditions(o, pre, 'write');
+    this.objectRate?.take(bucket, name, 'write');
     const b = this.bucket(bucket);
     b.objects.delete(name);
     b.index.delete(name);
