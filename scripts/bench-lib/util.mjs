@@ -218,3 +218,16 @@ export async function waitQuiet(threshold, maxSec, label) {
   if (busy > threshold) say(`  ${label}: still ${busy.toFixed(2)} cores busy; measuring anyway (marked in the results)`);
   return busy;
 }
+
+/** Deterministic xorshift PRNG, so every run builds the same tree. */
+export function prng(seed) {
+  let x = seed >>> 0 || 1;
+  return () => {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return x / 0x100000000;
+  };
+}

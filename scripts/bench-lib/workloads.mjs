@@ -23,7 +23,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { BenchError, dropCaches, readThrough, rmrf, run, runOk } from './util.mjs';
+import { BenchError, dropCaches, prng, readThrough, rmrf, run, runOk } from './util.mjs';
 
 const MiB = 1024 * 1024;
 const FSLOOP = path.join(import.meta.dirname, 'fsloop.mjs');
@@ -39,19 +39,6 @@ async function fsloop(ctx, args) {
 }
 
 // ---- shared inputs -----------------------------------------------------------------------------
-
-/** Deterministic xorshift PRNG, so every run builds the same tree. */
-function prng(seed) {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 0x100000000;
-  };
-}
 
 /**
  * ctx.src/tree: ~cfg.files small files (64 B .. 8 KiB, text-like so git compresses them as it
