@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { onGcs, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { RUNNING_BINDING, onGcs, sh, startMount, type TestMount } from '../helpers/mount.js';
 
 /**
  * `mount --uid/--gid/--file-mode/--dir-mode` (as bindfs and gcsfuse): every node shows them,
@@ -28,10 +28,10 @@ describe('display options on every answer that carries attributes', () => {
         'mkdir d && stat -c "%n %u:%g %a" d',
         'ln -s f l && stat -c "%n %u:%g" l',
         ...(onGcs ? [] : ['mkfifo p && stat -c "%n %u:%g %a" p']),
-        'chmod 644 f && stat -c "%n %u:%g %a" f',
-        'chown 0:0 f && stat -c "%n %u:%g %a" f',
+        // (fuse-native does not know the caller: under --uid its chmod and chown are refused, README)
+        ...(RUNNING_BINDING === 'fuse-native' ? [] : ['chmod 644 f && stat -c "%n %u:%g %a" f', 'chown 0:0 f && stat -c "%n %u:%g %a" f']),
         'touch -d 2001-01-01 f && stat -c "%n %u:%g %a" f',
-      ].join('; '),
+      ].map((c) => `{ ${c}; } || echo "failed: ${c.replace(/"/g, "'")}"`).join('; '),
       m.mnt,
     );
     expect(out.trim().split('\n')).toEqual([
@@ -40,8 +40,7 @@ describe('display options on every answer that carries attributes', () => {
       'd 65534:65534 700',
       'l 65534:65534',
       ...(onGcs ? [] : ['p 65534:65534 600']),
-      'f 65534:65534 600',
-      'f 65534:65534 600',
+      ...(RUNNING_BINDING === 'fuse-native' ? [] : ['f 65534:65534 600', 'f 65534:65534 600']),
       'f 65534:65534 600',
     ]);
   });
