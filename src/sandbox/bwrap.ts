@@ -156,6 +156,54 @@ function coverArgs(hidden: string[], bound: string[]): string[] {
 }
 
 /**
+ * Entries below the system directories that the sandbox user could read only because it is the
+ * host's root to the kernel: when root starts `run`, the program's uid and gid map to host 0, and
+ * file permission checks match the owner and group by those host ids, capabilities or not. So
+ * /etc/shadow (root:shadow 0640), SSH host keys, /etc/ssl/private or a 0600 token under /opt
+ * would be the program's to read. Each entry that others may not read (a directory others may
+ * not list or enter) and that the host ids own, or whose group they are in, is covered: a file
+ * by /dev/null (empty), a directory by an empty read-only tmpfs. /usr is not walked (most of a
+ * system's files, seconds to walk; it holds programs, not secrets).
+ */
+export function hostOnlyEntries(dirs: string[], uid: number, gids: number[]): { files: string[]; dirs: string[] } {
+  const out = { files: [] as string[], dirs: [] as string[] };
+  const ours = (st: fs.Stats) => st.uid === uid || gids.includes(st.gid);
+  const walk = (dir: string): void => {
+    let names: string[];
+    try {
+      names = fs.readdirSync(dir);
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      const p = path.join(dir, name);
+      let st: fs.Stats;
+      try {
+        st = fs.lstatSync(p);
+      } catch {
+        continue;
+      }
+      if (st.isDirectory()) {
+        if ((st.mode & 0o005) !== 0o005 && ours(st)) out.dirs.push(p);
+        else walk(p);
+      } else if (st.isFile() && (st.mode & 0o004) === 0 && ours(st)) {
+        out.files.push(p);
+      }
+    }
+  };
+  for (const d of dirs) walk(d);
+  return out;
+}
+
+function hostOnlyArgs(bound: string[]): string[] {
+  const uid = process.getuid?.() ?? 0;
+  if (uid !== 0) return []; // a user's sandbox reads what that user may: the user chose to run it
+  const gids = [...new Set([process.getgid?.() ?? 0, ...(process.getgroups?.() ?? [])])];
+  const { files, dirs } = hostOnlyEntries(bound.filter((b) => b !== '/usr'), uid, gids);
+  return [...files.flatMap((f) => ['--ro-bind', '/dev/null', f]), ...dirs.flatMap((d) => ['--tmpfs', d, '--remount-ro', d])];
+}
+
+/**
  * With a network, name resolution needs /etc/resolv.conf; on systemd hosts that is a symlink
  * into /run, which the sandbox does not otherwise see.
  */
@@ -215,6 +263,8 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
     bound.push(abs);
   }
   args.push(...coverArgs(spec.hidden, bound));
+  // the host's root-only files, which the mapping to host root would open to the program
+  if (spec.user) args.push(...hostOnlyArgs(bound.filter((b) => SYSTEM_DIRS.includes(b))));
   args.push('--bind', spec.workspace, at, '--remount-ro', '/', '--chdir', at, ...sandboxEnv(spec));
   args.push('--', ...spec.command);
   return args;
