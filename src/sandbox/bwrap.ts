@@ -298,3 +298,45 @@ export function commandProblem(name: string, readOnly: readonly string[] = []): 
   if (visible.some((d) => executable(path.join(d, name)))) return null;
   return `${name}: command not found in the sandbox (PATH ${visible.join(':') || '(none of it visible)'}); name a program under /usr, /opt or a --ro path`;
 }
+
+const O_CLOEXEC = 0o2000000;
+
+/**
+ * Close the descriptors this process inherited and would pass on: bwrap closes none, so a
+ * descriptor the shell or harness that started `ledgerfs run` left open (a pipe it reads, a
+ * file, a socket) would be the program's, past every bind and the policy. Node opens its own
+ * with O_CLOEXEC; what lacks it (read from /proc/self/fdinfo) came from outside and is not ours
+ * to keep. stdin, stdout, stderr and Node's IPC channel stay. Returns the closed numbers.
+ */
+export function closeStrayDescriptors(): number[] {
+  const keep = new Set([0, 1, 2]);
+  const ipc = Number(process.env.NODE_CHANNEL_FD);
+  if (Number.isInteger(ipc)) keep.add(ipc);
+  const closed: number[] = [];
+  let fds: string[];
+  try {
+    fds = fs.readdirSync('/proc/self/fd');
+  } catch {
+    return closed;
+  }
+  for (const name of fds) {
+    const fd = Number(name);
+    if (!Number.isInteger(fd) || keep.has(fd)) continue;
+    let flags: number;
+    try {
+      const m = /^flags:\s*([0-7]+)/m.exec(fs.readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'));
+      if (!m) continue;
+      flags = parseInt(m[1] as string, 8);
+    } catch {
+      continue; // the descriptor readdir itself used, gone already
+    }
+    if (flags & O_CLOEXEC) continue;
+    try {
+      fs.closeSync(fd);
+      closed.push(fd);
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  return closed;
+}

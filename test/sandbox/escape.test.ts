@@ -211,6 +211,20 @@ describe.skipIf(!asRoot)('ledgerfs run started as root: no way out of the sandbo
     }
   });
 
+  it('a descriptor the caller left open does not reach the program', () => {
+    // bwrap passes on every descriptor it gets: a harness's pipe or an open file of the shell
+    // that started the run was the program's, past every bind. (Node marks 3..15 close-on-exec
+    // at start; a higher one, past the first gap, was passed on.)
+    const secret = path.join(sb.dir, 'outside-secret');
+    fs.writeFileSync(secret, 'FD-SECRET\n');
+    const r = spawnSync('bash', ['-c', `exec 100<${secret}; exec "$0" "$@"`, process.execPath, CLI, 'run', '--source', sb.src, '--state', sb.state, '--', 'bash', '-c', 'cat <&100; echo "fd100=$?"; ls /proc/self/fd | tr "\\n" " "'], {
+      encoding: 'utf8', timeout: 120_000, env: { ...process.env, TMPDIR: sb.tmp, XDG_STATE_HOME: path.join(sb.dir, 'state-home') },
+    });
+    expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+    expect(r.stdout).not.toContain('FD-SECRET');
+    expect(r.stdout).toMatch(/^fd100=[1-9]/m);
+  });
+
   it('the seccomp filter refuses ptrace, name_to_handle_at and keyctl with EPERM', async () => {
     const r = await run([], `python3 -c '
 import ctypes, errno, os
