@@ -89,19 +89,3 @@ export function pidAlive(pid: number): boolean {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
-
-let ownUserNamespace: string | undefined;
-
-/**
- * Whether process (or thread) `pid` runs in another user namespace than this one: a sandbox's
- * (bwrap, unshare -U, a rootless container). Its ids may map to ours, root's included, while it
- * holds no capability here. Unknown (gone, /proc unreadable): true, for callers that fail closed.
- */
-export function inOtherUserNamespace(pid: number): boolean {
-  try {
-    ownUserNamespace ??= fs.readlinkSync('/proc/self/ns/user');
-    return fs.readlinkSync(`/proc/${pid}/ns/user`) !== ownUserNamespace;
-  } catch {
-    return true;
-  }
-}

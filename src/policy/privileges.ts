@@ -1,4 +1,4 @@
-import { type Attr, type Caller, inOtherUserNamespace, type Mutation, type MutationStage, typeOfMode, VfsError } from '../core/index.js';
+import { type Attr, type Mutation, type MutationStage, typeOfMode, VfsError } from '../core/index.js';
 import type { Privileges } from '../config/index.js';
 import type { DenialLog } from './denials.js';
 
@@ -86,11 +86,6 @@ export function privilegeRefusal(m: Mutation, p: Privileges, current: Attr | nul
   }
 }
 
-/** A caller the kernel named (native-ll) whose process lives in another user namespace. */
-function sandboxCaller(c: Caller): boolean {
-  return c.pid !== undefined && c.pid > 0 && inOtherUserNamespace(c.pid);
-}
-
 function setidRefusal(op: string, path: string, mode: number): VfsError {
   return new VfsError('EPERM', `${op} ${path} with mode ${(mode & 0o7777).toString(8)} refused: setuid/setgid bits are not allowed (privileges.setid in the mount file grants it)`);
 }
@@ -109,32 +104,13 @@ export class PrivilegeStage implements MutationStage {
   ) {}
 
   run<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
-    const p = this.grantedTo(m);
-    if (!mayNeedPrivilege(m, p)) return apply();
-    return this.judged(m, p, apply);
+    if (!mayNeedPrivilege(m, this.privileges)) return apply();
+    return this.judged(m, apply);
   }
 
-  /**
-   * A caller in another user namespace (a sandbox: `ledgerfs run --mount` on this mount, bwrap,
-   * unshare -U) gets no setid or chown here, whatever `privileges` say: its uid may map to the
-   * daemon's user, root's included, so the kernel lets it set S_ISUID on a file it made as that
-   * file's owner, and a sandbox with no capability at all would plant a setuid-root binary in
-   * the host directory. Looked at only for a change that would need the privilege (rare).
-   */
-  private grantedTo(m: Mutation): Privileges {
-    const p = this.privileges;
-    if (!p.setid && !p.chown) return p;
-    const sandboxed: Privileges = { ...p, setid: false, chown: false };
-    if (!mayNeedPrivilege(m, sandboxed) || !sandboxCaller(m.caller)) return p;
-    return sandboxed;
-  }
-
-  private async judged<T>(m: Mutation, p: Privileges, apply: () => Promise<T>): Promise<T> {
+  private async judged<T>(m: Mutation, apply: () => Promise<T>): Promise<T> {
     const current = needsCurrent(m) ? await this.stat(m.path) : null;
-    let e = privilegeRefusal(m, p, current);
-    if (e && p !== this.privileges) {
-      e = new VfsError('EPERM', `${m.op} ${m.path} refused: the caller runs in a user namespace of its own (a sandbox), root there in name only; setuid/setgid bits and giving nodes away are not for it`);
-    }
+    const e = privilegeRefusal(m, this.privileges, current);
     if (e) {
       this.denials.record(m.op, m.path, e, m.caller.pid);
       throw e;

@@ -177,40 +177,6 @@ describe.skipIf(!asRoot)('ledgerfs run started as root: no way out of the sandbo
     }
   });
 
-  it('on a mount without a policy, the program cannot plant a setuid-root binary in the host directory', async () => {
-    // `mount --source` leaves setid to the kernel, and the kernel lets a file's owner set it:
-    // the program's uid maps to host root, so a copy of a program it made, chmod 4755, was a
-    // setuid-root binary on the host
-    const base = fs.mkdtempSync(path.join(sb.dir, 'plain-'));
-    const src = path.join(base, 'src');
-    const state = path.join(base, 'state');
-    putFiles(src, { 'notes.md': '# notes\n' });
-    const m = await startMount({ src, args: ['--state', state] });
-    try {
-      const r = await sb.run(['--mount', m.mnt, '--state', state, '--', 'sh', '-c', [
-        'cp /usr/bin/id ./myid',
-        status('setuid', 'chmod 4755 myid'),
-        status('setgid', 'chmod 2755 myid'),
-        status('createsuid', `python3 -c 'import os; os.close(os.open("made", os.O_CREAT | os.O_WRONLY, 0o4755))'`),
-        status('plain', 'chmod 700 myid'),
-        status('dirsetgid', 'mkdir d && chmod 2755 d'),
-      ].join('\n')]);
-      expect(r.code, report(r)).toBe(0);
-      const s = statuses(r.stdout);
-      for (const name of ['setuid', 'setgid', 'createsuid']) expect(s[name], `${name} succeeded\n${report(r)}`).not.toBe(0);
-      expect(s.plain, report(r)).toBe(0);
-      expect(s.dirsetgid, report(r)).toBe(0);
-      expect(fs.statSync(path.join(src, 'myid')).mode & 0o7777).toBe(0o700);
-      expect(fs.existsSync(path.join(src, 'made')) ? fs.statSync(path.join(src, 'made')).mode & 0o6000 : 0).toBe(0);
-      expect(m.logs()).toMatch(/user namespace of its own/);
-      // the operator's own use of the mount (host root, no namespace) is as before
-      fs.chmodSync(path.join(m.mnt, 'myid'), 0o4755);
-      expect(fs.statSync(path.join(src, 'myid')).mode & 0o7777).toBe(0o4755);
-    } finally {
-      await m.stop();
-    }
-  });
-
   it('a descriptor the caller left open does not reach the program', () => {
     // bwrap passes on every descriptor it gets: a harness's pipe or an open file of the shell
     // that started the run was the program's, past every bind. (Node marks 3..15 close-on-exec
