@@ -195,12 +195,14 @@ export function hostOnlyEntries(dirs: string[], uid: number, gids: number[]): { 
   return out;
 }
 
-function hostOnlyArgs(bound: string[]): string[] {
+function hostOnlyArgs(bound: string[], chosen: string[]): string[] {
   const uid = process.getuid?.() ?? 0;
   if (uid !== 0) return []; // a user's sandbox reads what that user may: the user chose to run it
   const gids = [...new Set([process.getgid?.() ?? 0, ...(process.getgroups?.() ?? [])])];
   const { files, dirs } = hostOnlyEntries(bound.filter((b) => b !== '/usr'), uid, gids);
-  return [...files.flatMap((f) => ['--ro-bind', '/dev/null', f]), ...dirs.flatMap((d) => ['--tmpfs', d, '--remount-ro', d])];
+  // a --ro path the operator named stays shown, also below a root-only directory
+  const keep = (p: string) => !chosen.some((c) => inside(c, p));
+  return [...files.filter(keep).flatMap((f) => ['--ro-bind', '/dev/null', f]), ...dirs.filter(keep).flatMap((d) => ['--tmpfs', d, '--remount-ro', d])];
 }
 
 /**
@@ -264,7 +266,7 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   }
   args.push(...coverArgs(spec.hidden, bound));
   // the host's root-only files, which the mapping to host root would open to the program
-  if (spec.user) args.push(...hostOnlyArgs(bound.filter((b) => SYSTEM_DIRS.includes(b))));
+  if (spec.user) args.push(...hostOnlyArgs(bound.filter((b) => SYSTEM_DIRS.includes(b)), spec.readOnly.map((p) => path.resolve(p))));
   args.push('--bind', spec.workspace, at, '--remount-ro', '/', '--chdir', at, ...sandboxEnv(spec));
   args.push('--', ...spec.command);
   return args;

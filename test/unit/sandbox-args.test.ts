@@ -77,6 +77,18 @@ describe('bwrapArgs: who the program is and what it cannot see', () => {
     }
   });
 
+  it.skipIf(process.getuid?.() !== 0 || !fs.existsSync('/opt'))('as root: a root-only directory under /opt is covered, unless a --ro path lies in it', () => {
+    const dir = fs.mkdtempSync('/opt/ledgerfs-hostonly-'); // 0700 root
+    try {
+      fs.writeFileSync(path.join(dir, 'tool.sh'), 'echo hi\n');
+      const covers = (readOnly: string[]) => bwrapArgs(spec({ readOnly })).flatMap((a, i, all) => (a === '--tmpfs' ? [all[i + 1]] : []));
+      expect(covers([])).toContain(dir);
+      expect(covers([path.join(dir, 'tool.sh')])).not.toContain(dir);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('the filter is a BPF program from libseccomp (a whole number of 8-byte instructions)', () => {
     const f = sandboxFilter();
     expect(typeof f, String(f)).not.toBe('string');
