@@ -6,7 +6,7 @@ import type { Writable } from 'node:stream';
 import { type BindingName, ConfigError, DEFAULTS, gcsSource, loadMountFile, type LogLevel, type PresetName } from '../config/index.js';
 import { isLedgerfsMount, mountAt, unmountPath } from '../fuse/index.js';
 import { liveDaemon, newSessionId, realish, rememberedWorkspace, resolveStateDir, StateDirError, within } from '../journal/index.js';
-import { atProblem, bwrapArgs, checkNamespaces, commandProblem, defaultSandboxUser, findBwrap, SandboxError, sandboxFilter, type SandboxUser } from '../sandbox/index.js';
+import { atProblem, bwrapArgs, checkNamespaces, closeStrayDescriptors, commandProblem, defaultSandboxUser, findBwrap, SandboxError, sandboxFilter, type SandboxUser } from '../sandbox/index.js';
 import { UserError } from './errors.js';
 import { exitCodeOf, LinkedDaemonError, releaseDaemon, startLinkedDaemon, type LinkedDaemon } from './parent-link.js';
 
@@ -343,6 +343,8 @@ export async function runCommand(command: string[], o: RunOptions): Promise<numb
     }
     // its own process group: a Ctrl-C at the terminal reaches us, and we hand it to the program.
     // bwrap reads the seccomp program from its fd 3 up to the end, and closes it.
+    // what the caller left open must not reach the program (bwrap passes every descriptor on)
+    closeStrayDescriptors();
     const child = spawn(bwrap, args, { stdio: ['inherit', 'inherit', 'inherit', filter ? 'pipe' : 'ignore'], detached: true });
     const filterPipe = child.stdio[SECCOMP_FD] as Writable | null;
     if (filter && filterPipe) {

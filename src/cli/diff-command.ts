@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { addTextDiffs, BlobStore, buildHistory, type Change, netChanges, type Operation, readIntactJournal, readJournalFor, stateLayout } from '../journal/index.js';
-import { createLogger, isWithin, printable } from '../core/index.js';
+import { createLogger, isWithin, printable, printableLines } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import { addStateFlags, mayBeTag, openWorkspaceOf, parseWhen, pathArg, printJson, journalStateDir, STATE_HELP, syncLiveDaemon, type StateFlags, type When } from './journal-flags.js';
 import { knownIn, requireKnownSeq, requireKnownSession } from './journal-known.js';
@@ -102,8 +102,9 @@ ${STATE_HELP}`,
       }
       for (const c of changes) {
         const where = c.kind === 'renamed' ? `${c.from} -> ${c.path}` : c.path;
-        process.stdout.write(printable(`${MARK[c.kind]} ${where}${c.type === 'dir' ? '/' : ''}${c.details.length ? `  (${c.details.join(', ')})` : ''}\n`));
+        process.stdout.write(`${printable(`${MARK[c.kind]} ${where}${c.type === 'dir' ? '/' : ''}${c.details.length ? `  (${c.details.join(', ')})` : ''}`)}\n`);
       }
-      if (o.content) for (const c of changes) if (c.diff) process.stdout.write(c.diff);
+      // the content a program wrote is shown, not played: an ESC or CR in it would redraw the review
+      if (o.content) for (const c of changes) if (c.diff) process.stdout.write(printableLines(c.diff));
     });
 }

@@ -181,7 +181,7 @@ ${STATE_HELP}`,
         return;
       }
       const w = String(h.lastSeq).length;
-      for (const c of loose) process.stdout.write(printable(`${'!'.padEnd(w + 1)}  ${formatTime(c.time)}  conflict ${c.path}: ${describeConflict(c)}\n`));
+      for (const c of loose) process.stdout.write(`${printable(`${'!'.padEnd(w + 1)}  ${formatTime(c.time)}  conflict ${c.path}: ${describeConflict(c)}`)}\n`);
       for (const e of entries) {
         if ('tag' in e) {
           process.stdout.write(`${'@'.padEnd(w + 1)}  ${formatTime(e.tag.time)}  ${tagText(e.tag)}\n`);
@@ -190,7 +190,7 @@ ${STATE_HELP}`,
         const op = e.op;
         const notes = statusNotes(op, undoneBy.get(op.seq));
         process.stdout.write(
-          printable(`#${String(op.seq).padEnd(w)}  ${formatTime(op.time)}  ${op.session}  ${op.actor}${caller(op)}  ${summarize(op)}${notes.length ? `  [${notes.join('; ')}]` : ''}\n`),
+          `${printable(`#${String(op.seq).padEnd(w)}  ${formatTime(op.time)}  ${op.session}  ${op.actor}${caller(op)}  ${summarize(op)}${notes.length ? `  [${notes.join('; ')}]` : ''}`)}\n`,
         );
       }
     });

@@ -54,6 +54,6 @@ export function registerShowCommand(program: Command): void {
           `  restore   cp ${shellQuote(c.localFile)} MOUNTPOINT${shellQuote(c.path)}   (after looking at what the bucket has now)`,
         ]),
       ];
-      process.stdout.write(printable(lines.join('\n')) + '\n');
+      process.stdout.write(lines.map(printable).join('\n') + '\n');
     });
 }

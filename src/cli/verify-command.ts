@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { printable } from '../core/index.js';
 import { verifyJournal } from '../journal/index.js';
 import { addStateFlags, printJson, STATE_HELP, stateDirOf, syncLiveDaemon, type StateFlags } from './journal-flags.js';
 import { Progress } from './progress.js';
@@ -45,7 +46,7 @@ ${STATE_HELP}`,
       if (o.json) {
         printJson({ ...r, clean: r.problems.length === 0, stateDir });
       } else {
-        const out = (s: string) => process.stdout.write(s + '\n');
+        const out = (s: string) => process.stdout.write(printable(s) + '\n');
         out(
           `${stateDir}: ${r.segments} segment(s), ${r.records} record(s), ${r.operations} mutation(s) ` +
             `(#${r.firstSeq}..#${r.lastSeq}), ${r.blobsChecked} before-image(s) ${o.hash ? 're-hashed' : 'checked'} (${r.blobBytes} bytes)${r.live ? '; a daemon is writing it' : ''}`,

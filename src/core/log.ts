@@ -3,6 +3,7 @@ import tty from 'node:tty';
 import { Worker } from 'node:worker_threads';
 import pino, { type Logger } from 'pino';
 import { DEFAULTS, type LogFormat, type LogLevel } from '../config/index.js';
+import { printable } from './names.js';
 
 export type { Logger };
 
@@ -52,7 +53,8 @@ export function textLine(json: string): string {
   const rest = Object.entries(o)
     .filter(([k]) => !OMIT.has(k))
     .map(([k, v]) => `${k}=${typeof v === 'string' && !/[\s"=]/.test(v) && v !== '' ? v : JSON.stringify(v)}`);
-  return `${time} ${level} ${String(o.msg ?? '')}${rest.length ? ' ' + rest.join(' ') : ''}\n`;
+  // a refusal's path was chosen by the program refused: its ESC or newline must not reach the terminal raw
+  return `${printable(`${time} ${level} ${String(o.msg ?? '')}${rest.length ? ' ' + rest.join(' ') : ''}`)}\n`;
 }
 
 /** A pino destination writing each line as text, synchronously (a crash loses no line). */

@@ -96,12 +96,33 @@ export function mayHaveLostBytes(s: string): boolean {
 }
 
 const ESCAPES = /[\udc80-\udcff]/gu;
+/**
+ * What a terminal would act on rather than show: C0 controls but tab (a newline or carriage
+ * return starts a forged line, ESC a cursor move that erases one), DEL, C1 controls (U+009B is a
+ * CSI to some terminals) and the bidirectional overrides that reorder what is shown.
+ */
+const CONTROLS = /[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/gu;
+const ANY = /[\udc80-\udcff\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/u;
 
 /**
- * A name for people: each byte that is not UTF-8 as `\xHH` (what `ls -b` and Python's repr
- * show). Text output only; `--json` keeps the escape (`"\udcff"`), which Python's json and
- * os.fsencode read back as the byte.
+ * One line for people: each byte that is not UTF-8 as `\xHH` (what `ls -b` and Python's repr
+ * show), and each character a terminal would act on (a newline, ESC, a bidi override) as `\xHH`
+ * or `\u{HHHH}`, so that a name chosen by a sandboxed program cannot forge or erase lines of
+ * what the operator reviews (`log`, `diff`, `show`, `rollback`). Give it one line at a time:
+ * the caller adds the line break. Text output only; `--json` keeps the escape (`"\udcff"`),
+ * which Python's json and os.fsencode read back as the byte.
  */
 export function printable(s: string): string {
-  return ESCAPE.test(s) ? s.replace(ESCAPES, (c) => `\\x${(c.charCodeAt(0) - 0xdc00).toString(16).padStart(2, '0')}`) : s;
+  if (!ANY.test(s)) return s;
+  return s
+    .replace(ESCAPES, (c) => `\\x${(c.charCodeAt(0) - 0xdc00).toString(16).padStart(2, '0')}`)
+    .replace(CONTROLS, (c) => {
+      const n = c.charCodeAt(0);
+      return n <= 0xff ? `\\x${n.toString(16).padStart(2, '0')}` : `\\u{${n.toString(16)}}`;
+    });
+}
+
+/** printable() of each line of a text, its line breaks kept. */
+export function printableLines(s: string): string {
+  return s.split('\n').map(printable).join('\n');
 }

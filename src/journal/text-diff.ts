@@ -4,6 +4,7 @@
  * text adds a "====" banner and tab-suffixed names that `diff -u` and `patch` users do not expect.
  */
 import { structuredPatch } from 'diff';
+import { printable } from '../core/index.js';
 
 /** Past this many lines (or edits) the diff is not worth computing here; say so instead. */
 const MAX_LINES = 50_000;
@@ -24,7 +25,8 @@ function lineCount(text: string): number {
 /** A unified diff of two texts, or null when they are equal; a one-line note when too large. */
 export function unifiedDiff(before: string, after: string, fromLabel: string, toLabel: string, context = 3): string | null {
   if (before === after) return null;
-  const header = `--- ${fromLabel}\n+++ ${toLabel}\n`;
+  // a name's own line breaks must not split the header (the CLI escapes each line it prints)
+  const header = `--- ${printable(fromLabel)}\n+++ ${printable(toLabel)}\n`;
   const aLines = lineCount(before);
   const bLines = lineCount(after);
   if (aLines + bLines > MAX_LINES) return `${header}(too large to show: ${aLines} -> ${bLines} lines)\n`;

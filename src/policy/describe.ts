@@ -1,3 +1,4 @@
+import { printable } from '../core/index.js';
 import { formatSize, POLICY_PRESETS } from '../config/index.js';
 import { type CompiledPolicy, limitsLine } from './compile.js';
 import { type ChangeLimits, type Counts, LIMIT_WHAT, limitText } from './limits.js';
@@ -170,8 +171,11 @@ function quotePath(path: string): string {
 }
 
 export function denialLine(d: Denial): string {
-  // the command goes last: the fields before it keep their places for programs that split them
-  return `${d.time.toISOString()} pid=${d.pid ?? '-'} ${d.op} ${quotePath(d.path)} ${d.code}: ${d.reason}${d.cmd !== undefined ? ` [by ${d.cmd}]` : ''}`;
+  // the command goes last: the fields before it keep their places for programs that split them.
+  // The reason repeats the path a program chose: printable() keeps a newline or ESC in it from
+  // starting a forged refusal line (or redrawing the terminal of whoever reads this file).
+  const line = `${d.time.toISOString()} pid=${d.pid ?? '-'} ${d.op} ${quotePath(d.path)} ${d.code}: ${d.reason}${d.cmd !== undefined ? ` [by ${d.cmd}]` : ''}`;
+  return printable(line);
 }
 
 export function describeDenials(denials: readonly Denial[]): string {

@@ -174,7 +174,7 @@ export class PolicyView implements Backend {
       try {
         const attr = await this.inner.stat(loc.toBackend(path));
         if (this.missing === path) this.missing = null; // it appeared beside the mount
-        return attr;
+        return await this.visibleLinks(loc, path, attr);
       } catch (err) {
         if (err instanceof VfsError && err.code === 'ENOENT') this.missing = path;
         throw err;
@@ -197,7 +197,21 @@ export class PolicyView implements Backend {
     });
     if (attr === null) this.missing = path;
     else if (this.missing === path) this.missing = null; // it appeared beside the mount
-    return attr;
+    return attr === null ? null : this.visibleLinks(loc, path, attr);
+  }
+
+  /**
+   * A directory's link count is 2 + its subdirectories, hidden ones (and directories kept for
+   * their hidden names) included: `stat -c %h` would tell a program how many it cannot see.
+   * Counted without them, where the root hides anything and there are subdirectories at all.
+   */
+  private async visibleLinks(loc: CompiledRoot, path: string, attr: Attr): Promise<Attr> {
+    if (attr.type !== 'dir' || attr.nlink <= 2 || loc.hideRe === null) return attr;
+    let hidden = 0;
+    for (const e of await this.inner.readdir(loc.toBackend(path))) {
+      if (e.type === 'dir' && loc.isHidden(joinPath(path, e.name))) hidden++;
+    }
+    return hidden === 0 ? attr : { ...attr, nlink: Math.max(2, attr.nlink - hidden) };
   }
 
   async readdir(path: string): Promise<DirEntry[]> {

@@ -156,6 +156,56 @@ function coverArgs(hidden: string[], bound: string[]): string[] {
 }
 
 /**
+ * Entries below the system directories that the sandbox user could read only because it is the
+ * host's root to the kernel: when root starts `run`, the program's uid and gid map to host 0, and
+ * file permission checks match the owner and group by those host ids, capabilities or not. So
+ * /etc/shadow (root:shadow 0640), SSH host keys, /etc/ssl/private or a 0600 token under /opt
+ * would be the program's to read. Each entry that others may not read (a directory others may
+ * not list or enter) and that the host ids own, or whose group they are in, is covered: a file
+ * by /dev/null (empty), a directory by an empty read-only tmpfs. /usr is not walked (most of a
+ * system's files, seconds to walk; it holds programs, not secrets).
+ */
+export function hostOnlyEntries(dirs: string[], uid: number, gids: number[]): { files: string[]; dirs: string[] } {
+  const out = { files: [] as string[], dirs: [] as string[] };
+  const ours = (st: fs.Stats) => st.uid === uid || gids.includes(st.gid);
+  const walk = (dir: string): void => {
+    let names: string[];
+    try {
+      names = fs.readdirSync(dir);
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      const p = path.join(dir, name);
+      let st: fs.Stats;
+      try {
+        st = fs.lstatSync(p);
+      } catch {
+        continue;
+      }
+      if (st.isDirectory()) {
+        if ((st.mode & 0o005) !== 0o005 && ours(st)) out.dirs.push(p);
+        else walk(p);
+      } else if (st.isFile() && (st.mode & 0o004) === 0 && ours(st)) {
+        out.files.push(p);
+      }
+    }
+  };
+  for (const d of dirs) walk(d);
+  return out;
+}
+
+function hostOnlyArgs(bound: string[], chosen: string[]): string[] {
+  const uid = process.getuid?.() ?? 0;
+  if (uid !== 0) return []; // a user's sandbox reads what that user may: the user chose to run it
+  const gids = [...new Set([process.getgid?.() ?? 0, ...(process.getgroups?.() ?? [])])];
+  const { files, dirs } = hostOnlyEntries(bound.filter((b) => b !== '/usr'), uid, gids);
+  // a --ro path the operator named stays shown, also below a root-only directory
+  const keep = (p: string) => !chosen.some((c) => inside(c, p));
+  return [...files.filter(keep).flatMap((f) => ['--ro-bind', '/dev/null', f]), ...dirs.filter(keep).flatMap((d) => ['--tmpfs', d, '--remount-ro', d])];
+}
+
+/**
  * With a network, name resolution needs /etc/resolv.conf; on systemd hosts that is a symlink
  * into /run, which the sandbox does not otherwise see.
  */
@@ -215,6 +265,8 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
     bound.push(abs);
   }
   args.push(...coverArgs(spec.hidden, bound));
+  // the host's root-only files, which the mapping to host root would open to the program
+  if (spec.user) args.push(...hostOnlyArgs(bound.filter((b) => SYSTEM_DIRS.includes(b)), spec.readOnly.map((p) => path.resolve(p))));
   args.push('--bind', spec.workspace, at, '--remount-ro', '/', '--chdir', at, ...sandboxEnv(spec));
   args.push('--', ...spec.command);
   return args;
@@ -247,4 +299,46 @@ export function commandProblem(name: string, readOnly: readonly string[] = []): 
   const visible = dirs.filter((d) => [...SYSTEM_DIRS, ...LINK_DIRS].some((s) => d === s || d.startsWith(`${s}/`)));
   if (visible.some((d) => executable(path.join(d, name)))) return null;
   return `${name}: command not found in the sandbox (PATH ${visible.join(':') || '(none of it visible)'}); name a program under /usr, /opt or a --ro path`;
+}
+
+const O_CLOEXEC = 0o2000000;
+
+/**
+ * Close the descriptors this process inherited and would pass on: bwrap closes none, so a
+ * descriptor the shell or harness that started `ledgerfs run` left open (a pipe it reads, a
+ * file, a socket) would be the program's, past every bind and the policy. Node opens its own
+ * with O_CLOEXEC; what lacks it (read from /proc/self/fdinfo) came from outside and is not ours
+ * to keep. stdin, stdout, stderr and Node's IPC channel stay. Returns the closed numbers.
+ */
+export function closeStrayDescriptors(): number[] {
+  const keep = new Set([0, 1, 2]);
+  const ipc = Number(process.env.NODE_CHANNEL_FD);
+  if (Number.isInteger(ipc)) keep.add(ipc);
+  const closed: number[] = [];
+  let fds: string[];
+  try {
+    fds = fs.readdirSync('/proc/self/fd');
+  } catch {
+    return closed;
+  }
+  for (const name of fds) {
+    const fd = Number(name);
+    if (!Number.isInteger(fd) || keep.has(fd)) continue;
+    let flags: number;
+    try {
+      const m = /^flags:\s*([0-7]+)/m.exec(fs.readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'));
+      if (!m) continue;
+      flags = parseInt(m[1] as string, 8);
+    } catch {
+      continue; // the descriptor readdir itself used, gone already
+    }
+    if (flags & O_CLOEXEC) continue;
+    try {
+      fs.closeSync(fd);
+      closed.push(fd);
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  return closed;
 }

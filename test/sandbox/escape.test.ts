@@ -132,6 +132,28 @@ describe.skipIf(!asRoot)('ledgerfs run started as root: no way out of the sandbo
     expect(fs.existsSync(path.join(backend, 'case/new.txt'))).toBe(false);
   });
 
+  it('root-only host files under /etc and /opt stay unreadable, though the program is host root to the kernel', async () => {
+    // the sandbox uid maps to host uid 0: owner and group checks would let it read root's files
+    const base = fs.mkdtempSync('/opt/ledgerfs-secrets-');
+    hostLitter.push(base);
+    putFiles(base, { 'token': 'TOKEN-0600\n', 'group-only': 'GROUP-0640\n', 'private/key.pem': 'KEY-IN-0700\n', 'public.txt': 'PUBLIC\n' });
+    fs.chmodSync(base, 0o755); // mkdtemp makes it 0700: the whole of it would be covered
+    fs.chmodSync(path.join(base, 'token'), 0o600);
+    fs.chmodSync(path.join(base, 'group-only'), 0o640);
+    fs.chmodSync(path.join(base, 'private'), 0o700);
+    const shadow = fs.existsSync('/etc/shadow') && (fs.statSync('/etc/shadow').mode & 0o004) === 0;
+    const r = await run([], [
+      `cat ${base}/token ${base}/group-only ${base}/private/key.pem 2>/dev/null`,
+      shadow ? 'head -c 200 /etc/shadow 2>/dev/null | grep -c "^root:"' : 'echo 0',
+      `cat ${base}/public.txt`,
+      'id -u',
+    ].join('; '));
+    expect(r.stdout, report(r)).not.toMatch(/TOKEN|GROUP|KEY-IN/);
+    expect(r.stdout.trim().split('\n'), report(r)).toEqual(['0', 'PUBLIC', '1000']);
+    // nothing was changed on the host
+    expect(fs.readFileSync(path.join(base, 'token'), 'utf8')).toBe('TOKEN-0600\n');
+  });
+
   it('with --mount, the running mount\'s journal and source are kept out too', async () => {
     const base = fs.mkdtempSync('/opt/ledgerfs-escape-');
     hostLitter.push(base);
@@ -153,6 +175,20 @@ describe.skipIf(!asRoot)('ledgerfs run started as root: no way out of the sandbo
     } finally {
       await m.stop();
     }
+  });
+
+  it('a descriptor the caller left open does not reach the program', () => {
+    // bwrap passes on every descriptor it gets: a harness's pipe or an open file of the shell
+    // that started the run was the program's, past every bind. (Node marks 3..15 close-on-exec
+    // at start; a higher one, past the first gap, was passed on.)
+    const secret = path.join(sb.dir, 'outside-secret');
+    fs.writeFileSync(secret, 'FD-SECRET\n');
+    const r = spawnSync('bash', ['-c', `exec 100<${secret}; exec "$0" "$@"`, process.execPath, CLI, 'run', '--source', sb.src, '--state', sb.state, '--', 'bash', '-c', 'cat <&100; echo "fd100=$?"; ls /proc/self/fd | tr "\\n" " "'], {
+      encoding: 'utf8', timeout: 120_000, env: { ...process.env, TMPDIR: sb.tmp, XDG_STATE_HOME: path.join(sb.dir, 'state-home') },
+    });
+    expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+    expect(r.stdout).not.toContain('FD-SECRET');
+    expect(r.stdout).toMatch(/^fd100=[1-9]/m);
   });
 
   it('the seccomp filter refuses ptrace, name_to_handle_at and keyctl with EPERM', async () => {

@@ -1,3 +1,5 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseMountFile } from '../../src/config/load.js';
 import { CompiledPolicy } from '../../src/policy/compile.js';
@@ -5,7 +7,7 @@ import { DenialLog } from '../../src/policy/denials.js';
 import { denialLine, describeDenials, describeUsage } from '../../src/policy/describe.js';
 import { UsageTable } from '../../src/policy/usage.js';
 import { VfsError } from '../../src/core/errors.js';
-import { CASE_POLICY } from '../helpers/policy.js';
+import { CASE_POLICY, policyFixture } from '../helpers/policy.js';
 
 describe('denials', () => {
   it('keeps the latest N, oldest first, and counts versions', () => {
@@ -19,6 +21,21 @@ describe('denials', () => {
     expect(last && denialLine(last)).toMatch(/^\d{4}-\d\d-\d\dT\S+Z pid=4194305 write \/Tools\/f4 EROFS: refused 4$/);
     expect(denialLine({ ...(last as NonNullable<typeof last>), pid: undefined, path: '/a b' })).toContain('pid=- write "/a b" EROFS');
     expect(describeDenials([])).toMatch(/no refusals yet/);
+  });
+
+  it('a refused name with a newline or ESC in it stays on its one line of /.ledgerfs/denials', async () => {
+    const f = await policyFixture('roots:\n  - path: /case\n    mode: rw\n    suffixes: [.md]\n', (src) => fs.mkdirSync(path.join(src, 'case')));
+    try {
+      // the reason repeats the name: a program chose it to forge a refusal of someone else's
+      const forged = 'x\n2026-11-26T05:00:00.000Z pid=1 write /case/other.md EROFS: forged\x1b[2K.exe';
+      await expect(f.writeFile(`/case/${forged}`, 'x')).rejects.toThrow(/only files ending in/);
+      const text = describeDenials(f.policy.denials.list());
+      expect(text.trimEnd().split('\n'), text).toHaveLength(1);
+      expect(text).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f-\x9f]/);
+      expect(text).toContain('create /case/x\\x0a2026-11-26T05:00:00.000Z pid=1 write /case/other.md EROFS: forged\\x1b[2K.exe refused');
+    } finally {
+      await f.close();
+    }
   });
 
   it('describes usage for people and in exact numbers for programs', () => {

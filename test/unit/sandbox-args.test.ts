@@ -1,14 +1,19 @@
 import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { bwrapArgs, sandboxFilter, type SandboxSpec } from '../../src/sandbox/index.js';
+import os from 'node:os';
+import path from 'node:path';
+import { bwrapArgs, hostOnlyEntries, sandboxFilter, type SandboxSpec } from '../../src/sandbox/index.js';
 
 const spec = (over: Partial<SandboxSpec>): SandboxSpec => ({
   workspace: '/tmp/ws', at: '/workspace', network: false, readOnly: [], command: ['true'],
   user: { uid: 1000, gid: 1000 }, seccompFd: 3, hidden: [], ...over,
 });
 
-/** the argument after each occurrence of `flag` */
-const after = (args: string[], flag: string) => args.flatMap((a, i) => (a === flag ? [args[i + 1]] : []));
+/** the host's root-only entries, covered when root runs these tests (hostOnlyEntries below) */
+const hostOnly = new Set(process.getuid?.() === 0 ? Object.values(hostOnlyEntries(['/etc', '/opt', '/var/lib/dpkg'], 0, [...new Set([process.getgid?.() ?? 0, ...(process.getgroups?.() ?? [])])])).flat() : []);
+
+/** the argument after each occurrence of `flag` (a cover of a root-only host entry aside) */
+const after = (args: string[], flag: string) => args.flatMap((a, i) => (a === flag && !hostOnly.has(args[i + 1] as string) ? [args[i + 1]] : []));
 
 describe('bwrapArgs: who the program is and what it cannot see', () => {
   it('an unprivileged sandbox: its own user namespace, its uid/gid, no capabilities, the seccomp filter', () => {
@@ -41,6 +46,47 @@ describe('bwrapArgs: who the program is and what it cannot see', () => {
     expect(() => bwrapArgs(spec({ hidden: ['/'] }))).toThrow(/holds \/usr, which the sandbox shows the program read-only/);
     expect(after(bwrapArgs(spec({ hidden: ['/var/tmp/x'], readOnly: ['/var/tmp'] })), '--tmpfs')).toEqual(['/tmp', '/var/tmp/x']);
     expect(() => bwrapArgs(spec({ hidden: ['/var'], readOnly: ['/var/tmp'] }))).toThrow(/^\/var holds \/var\/(lib\/dpkg|tmp), which the sandbox shows the program read-only/);
+  });
+
+  it('the entries a sandbox mapped to host root could read only as their owner or group are found, and nothing else', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ledgerfs-hostonly-'));
+    try {
+      const put = (rel: string, mode: number, body?: string) => {
+        const p = path.join(dir, rel);
+        if (body === undefined) fs.mkdirSync(p, { mode });
+        else fs.writeFileSync(p, body);
+        fs.chmodSync(p, mode);
+      };
+      put('pub', 0o755);
+      put('pub/token', 0o600, 't');
+      put('pub/group', 0o640, 'g');
+      put('pub/open', 0o644, 'o');
+      put('locked', 0o700);
+      put('locked/inside', 0o600, 'i');
+      put('listable-only', 0o751);
+      const uid = process.getuid?.() ?? 0;
+      const gid = process.getgid?.() ?? 0;
+      const mine = hostOnlyEntries([dir], uid, [gid]);
+      expect(mine.files.sort()).toEqual([path.join(dir, 'pub/group'), path.join(dir, 'pub/token')]);
+      // a covered directory is not walked into
+      expect(mine.dirs.sort()).toEqual([path.join(dir, 'listable-only'), path.join(dir, 'locked')]);
+      // another user's entries are not this sandbox's to read anyway
+      expect(hostOnlyEntries([dir], uid + 1, [gid + 1])).toEqual({ files: [], dirs: [] });
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it.skipIf(process.getuid?.() !== 0 || !fs.existsSync('/opt'))('as root: a root-only directory under /opt is covered, unless a --ro path lies in it', () => {
+    const dir = fs.mkdtempSync('/opt/ledgerfs-hostonly-'); // 0700 root
+    try {
+      fs.writeFileSync(path.join(dir, 'tool.sh'), 'echo hi\n');
+      const covers = (readOnly: string[]) => bwrapArgs(spec({ readOnly })).flatMap((a, i, all) => (a === '--tmpfs' ? [all[i + 1]] : []));
+      expect(covers([])).toContain(dir);
+      expect(covers([path.join(dir, 'tool.sh')])).not.toContain(dir);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('the filter is a BPF program from libseccomp (a whole number of 8-byte instructions)', () => {
