@@ -316,6 +316,9 @@ export const POLICY_DEFAULTS = {
   reservationBlockBytes: 4096,
   /** The read-only virtual directory that explains the policy inside the view. */
   metaDir: '/.ledgerfs',
+  /** Directories whose hidden subdirectories the view remembers it counted (a directory's
+   * link count leaves them out; src/policy/view.ts visibleLinks), oldest forgotten first. */
+  hiddenLinkCacheEntries: 4096,
   /** A directory a program removes while it still holds names the policy hides is kept, with
    * them, under `<this><n>.<its name>` beside it (hidden in every view, whatever the policy),
    * and comes back when its name is made again (src/policy/view.ts): the program never learns

@@ -61,6 +61,8 @@ export class PolicyView implements Backend {
    * clears it; changes made beside the mount are not seen, as for usage in general.
    */
   private missing: string | null = null;
+  /** hidden subdirectories counted per directory, good while its mtime and link count hold */
+  private readonly hiddenDirs = new Map<string, { mtimeNs: bigint; nlink: number; hidden: number }>();
 
   /** The session /.ledgerfs/session names: told by the mount once its journal is open. */
   session: SessionInfo = { id: null, mode: 'live' };
@@ -207,9 +209,19 @@ export class PolicyView implements Backend {
    */
   private async visibleLinks(loc: CompiledRoot, path: string, attr: Attr): Promise<Attr> {
     if (attr.type !== 'dir' || attr.nlink <= 2 || loc.hideRe === null) return attr;
-    let hidden = 0;
-    for (const e of await this.inner.readdir(loc.toBackend(path))) {
-      if (e.type === 'dir' && loc.isHidden(joinPath(path, e.name))) hidden++;
+    // (a subdirectory made, removed or renamed changes the directory's mtime or link count: a
+    // tree walk stats each directory once per listing, not once per entry)
+    const known = this.hiddenDirs.get(path);
+    let hidden: number;
+    if (known && known.mtimeNs === attr.mtimeNs && known.nlink === attr.nlink) {
+      hidden = known.hidden;
+    } else {
+      hidden = 0;
+      for (const e of await this.inner.readdir(loc.toBackend(path))) {
+        if (e.type === 'dir' && loc.isHidden(joinPath(path, e.name))) hidden++;
+      }
+      if (this.hiddenDirs.size >= POLICY_DEFAULTS.hiddenLinkCacheEntries) this.hiddenDirs.delete(this.hiddenDirs.keys().next().value as string);
+      this.hiddenDirs.set(path, { mtimeNs: attr.mtimeNs, nlink: attr.nlink, hidden });
     }
     return hidden === 0 ? attr : { ...attr, nlink: Math.max(2, attr.nlink - hidden) };
   }

@@ -33,6 +33,19 @@ describe.skipIf(onGcs)('hidden directories and link counts', () => {
     expect(sh('find case -type d | sort', m.mnt).trim().split('\n')).toEqual(['case', 'case/drafts', 'case/drafts/public', 'case/visible']);
   });
 
+  it('counted again when the directory changes (a hidden one appears beside the mount, a visible one inside)', async () => {
+    expect(sh('stat -c %h case/visible', m.mnt).trim()).toBe('2');
+    fs.mkdirSync(path.join(dir, 'workspace/case/visible/.ssh'));
+    sh('mkdir case/visible/sub', m.mnt);
+    // (past the kernel's attribute cache: the view answers again)
+    await new Promise((r) => setTimeout(r, 1100));
+    expect(sh('stat -c %h case/visible', m.mnt).trim()).toBe('3');
+    sh('rmdir case/visible/sub', m.mnt);
+    fs.rmdirSync(path.join(dir, 'workspace/case/visible/.ssh'));
+    await new Promise((r) => setTimeout(r, 1100));
+    expect(sh('stat -c %h case/visible', m.mnt).trim()).toBe('2');
+  });
+
   it('a directory moved aside for its hidden names is not counted either', () => {
     // drafts/private is hidden: drafts looks like it holds only public; remove public, then drafts
     sh('rm -r case/drafts/public && rmdir case/drafts', m.mnt);
