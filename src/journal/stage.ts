@@ -192,11 +192,17 @@ export class JournalStage implements MutationStage {
     // path once the change is applied, and a rename of a parent in between moved them away (a
     // rename recorded as leaving nothing at its target, a false conflict at rollback: 13.7).
     for (let c = this.overlapping(paths); c; c = this.overlapping(paths)) await c;
+    // (gated before the split: a session begun from here on waits)
+    return this.gated(paths, m.op === 'rename' || m.op === 'rmdir', () => this.namespaceOpGated(m, paths, apply));
+  }
+
+  /** Run `fn` with `paths` marked as changing (see `changing`): what starts there meanwhile waits. */
+  private async gated<T>(paths: string[], subtree: boolean, fn: () => Promise<T>): Promise<T> {
     let finished!: () => void;
-    const change: NamespaceChange = { paths, subtree: m.op === 'rename' || m.op === 'rmdir', done: new Promise<void>((r) => (finished = r)) };
-    this.changing.add(change); // before the split: a session begun from here on waits
+    const change: NamespaceChange = { paths, subtree, done: new Promise<void>((r) => (finished = r)) };
+    this.changing.add(change);
     try {
-      return await this.namespaceOpGated(m, paths, apply);
+      return await fn();
     } finally {
       this.changing.delete(change);
       finished();
@@ -581,10 +587,7 @@ export class JournalStage implements MutationStage {
     // unlink or chmod of it, waits, so the after-state read below is this session's alone. A
     // close the kernel answers without asking us (FOPEN_NOFLUSH) ends the session at release,
     // which the program does not wait for: its next request may already be here.
-    let ended!: () => void;
-    const ending: NamespaceChange = { paths: [s.path], subtree: false, done: new Promise<void>((r) => (ended = r)) };
-    this.changing.add(ending);
-    try {
+    await this.gated([s.path], false, async () => {
       while (s.applying > 0) await new Promise<void>((r) => s.idle.push(r));
       this.endedAt.delete(s.path);
       this.endedAt.set(s.path, s.seq);
@@ -593,10 +596,7 @@ export class JournalStage implements MutationStage {
       // hash, which is worth one read of the file at its end, not one per commit
       if (s.synced && (s.syncedHash || !this.hashable(s))) return;
       this.writer.appendSoon({ kind: 'end', of: s.seq, time: Date.now(), after: [await this.afterState(s, true)], reason });
-    } finally {
-      this.changing.delete(ending);
-      ended();
-    }
+    });
   }
 
   /**

@@ -159,10 +159,9 @@ export class Vfs {
 
   /** getattr, but null where getattr rejects with ENOENT, when the store can tell without an exception */
   lookup(path: string): Promise<Attr | null> {
-    const hidden = this.openFiles.hidden(path);
-    if (hidden) return hidden.file.stat();
     const b = this.backend;
-    return b.statOrNull ? b.statOrNull(checkPath(path)) : b.stat(checkPath(path));
+    if (!b.statOrNull || this.openFiles.hidden(path)) return this.getattr(path);
+    return b.statOrNull(checkPath(path));
   }
 
   fgetattr(fh: number): Promise<Attr> {
