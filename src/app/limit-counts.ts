@@ -13,7 +13,8 @@ import type { ChangeLimits, LimitCountsSnapshot } from '../policy/index.js';
  * killed outright loses at most that last moment of counts.
  */
 export class LimitCountsKeeper {
-  private last: string;
+  /** ChangeLimits.version when the counts were last kept (or found) */
+  private kept: number;
   private timer: NodeJS.Timeout | undefined;
 
   private constructor(
@@ -21,7 +22,7 @@ export class LimitCountsKeeper {
     private readonly file: string,
     private readonly log: Logger,
   ) {
-    this.last = JSON.stringify(limits.snapshot());
+    this.kept = limits.version;
   }
 
   static fileOf(stateDir: string, session: string): string {
@@ -54,28 +55,36 @@ export class LimitCountsKeeper {
 
   /** save() on the thread pool (the timer's: an fsync on the event loop would stall every request). */
   private async saveSoon(): Promise<void> {
-    const now = JSON.stringify(this.limits.snapshot());
-    if (now === this.last) return;
+    const version = this.limits.version;
+    if (version === this.kept) return;
     try {
       await fs.promises.mkdir(path.dirname(this.file), { recursive: true, mode: 0o700 });
-      await replaceFile(this.file, now + '\n');
-      this.last = now;
+      await replaceFile(this.file, this.serialized());
+      this.kept = version;
     } catch (err) {
-      this.log.warn({ file: this.file, err: (err as Error).message }, 'limits: cannot keep the session\'s counts (a remount would count from what was kept last)');
+      this.failed(err);
     }
   }
 
   /** Write the counts if they changed since the last write (at unmount: synchronously). */
   save(): void {
-    const now = JSON.stringify(this.limits.snapshot());
-    if (now === this.last) return;
+    const version = this.limits.version;
+    if (version === this.kept) return;
     try {
       fs.mkdirSync(path.dirname(this.file), { recursive: true, mode: 0o700 });
-      replaceFileSync(this.file, now + '\n');
-      this.last = now;
+      replaceFileSync(this.file, this.serialized());
+      this.kept = version;
     } catch (err) {
-      this.log.warn({ file: this.file, err: (err as Error).message }, 'limits: cannot keep the session\'s counts (a remount would count from what was kept last)');
+      this.failed(err);
     }
+  }
+
+  private serialized(): string {
+    return JSON.stringify(this.limits.snapshot()) + '\n';
+  }
+
+  private failed(err: unknown): void {
+    this.log.warn({ file: this.file, err: (err as Error).message }, 'limits: cannot keep the session\'s counts (a remount would count from what was kept last)');
   }
 
   async stop(): Promise<void> {

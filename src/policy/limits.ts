@@ -61,6 +61,10 @@ export class ChangeLimits {
     this.byRoot = policy.roots.map(() => zero());
   }
 
+  /** Bumped at every change of the counts (and of the files counted with them): a keeper of
+   * the counts compares it instead of a snapshot. */
+  version = 0;
+
   /** The counts so far, to be kept for a later mount of the same session. */
   snapshot(): LimitCountsSnapshot {
     const byRoot: Record<string, Counts> = {};
@@ -74,6 +78,7 @@ export class ChangeLimits {
    * counted in the session's total only.
    */
   restore(s: LimitCountsSnapshot): void {
+    this.version++;
     for (const n of LIMIT_NAMES) this.session[n] += s.session[n] ?? 0;
     this.policy.roots.forEach((r, i) => {
       const was = s.byRoot[r.path];
@@ -169,9 +174,11 @@ export class ChangeLimits {
     }
     this.session[name] += n;
     mine[name] += n;
+    this.version++;
     return () => {
       this.session[name] -= n;
       mine[name] -= n;
+      this.version++;
     };
   }
 }
