@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import nodePath from 'node:path';
-import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, errnoName, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, mayHaveLostBytes, nameFromBytes, type NodeType, type OpenMode, osPath, rebase, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_NOW, UTIME_OMIT, VfsError } from '../core/index.js';
+import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, mayHaveLostBytes, nameFromBytes, type NodeType, type OpenMode, osPath, rebase, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_NOW, UTIME_OMIT, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { loadBeneath, type Beneath } from './beneath.js';
 import { fdLimit } from './fd-limit.js';
@@ -502,8 +502,7 @@ export class LocalBackend implements Backend {
     const r = this.beneath ? this.beneath.fstat(fd) : null;
     if (r === null) return attrFromStats(sys(`fstat ${path}`, () => fs.fstatSync(fd, { bigint: true })));
     if (typeof r !== 'number') return r;
-    const code = errnoName(-r);
-    throw fromNodeError({ code, message: `${code}: ${path}` }, `fstat ${path}`);
+    throw fromNodeError(this.nativeFailure(path, r), `fstat ${path}`);
   }
 
   /** lstat through the verified parent; throws like lstat */

@@ -147,6 +147,11 @@ export const DEFAULTS = {
   limitCountsSaveMs: 250,
   /** The journal (src/journal). */
   journal: {
+    /** directories recovery reconciles at once after a crash (a stat is one request each on an
+     * object store) */
+    reconcileStatConcurrency: 16,
+    /** files of one directory from which recovery reads its listing first */
+    reconcileListFrom: 4,
     /** `ledgerfs log --follow` looks at the journal this often */
     followPollMs: 200,
     /** base of default state directories: $XDG_STATE_HOME/ledgerfs, else ~/.local/state/ledgerfs */

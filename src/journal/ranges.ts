@@ -28,10 +28,30 @@ export async function dataRuns(file: BackendFile, from: number, to: number): Pro
       pos = end;
     }
   } catch (err) {
-    if (err instanceof VfsError && (err.code === 'EOPNOTSUPP' || err.code === 'ENOSYS' || err.code === 'EINVAL')) return [[from, to]];
+    if (cannotSeek(err)) return [[from, to]];
     throw err;
   }
   return runs;
+}
+
+/**
+ * Where the first data at or after `pos` begins (SEEK_DATA alone, no SEEK_HOLE: on tmpfs each
+ * seek scans the page cache to what it finds), `end` when there is none; `pos` itself where the
+ * store cannot tell.
+ */
+export async function nextData(file: BackendFile, pos: number, end: number): Promise<number> {
+  if (!file.seekData) return pos;
+  try {
+    return await seekOrEnd(file, pos, 'data', end);
+  } catch (err) {
+    if (cannotSeek(err)) return pos;
+    throw err;
+  }
+}
+
+/** the store has no SEEK_DATA/SEEK_HOLE for this file: all of it counts as data */
+function cannotSeek(err: unknown): boolean {
+  return err instanceof VfsError && (err.code === 'EOPNOTSUPP' || err.code === 'ENOSYS' || err.code === 'EINVAL');
 }
 
 async function seekOrEnd(file: BackendFile, pos: number, what: 'data' | 'hole', end: number): Promise<number> {

@@ -1,3 +1,4 @@
+import { DEFAULTS } from '../config/index.js';
 import { type Backend, parentOf } from '../core/index.js';
 import { effective, type History, type Operation } from './history.js';
 import { mismatch, stateOf } from './node-state.js';
@@ -98,10 +99,6 @@ export async function recoverPending(h: History, backend: Backend, writer: Journ
 const DEFERRABLE_META: ReadonlySet<string> = new Set(['chmod', 'chown', 'utimens']);
 /** What "the store holds the state the journal recorded" compares (content: size and mtime). */
 const SAME: ['content', 'mode', 'owner'] = ['content', 'mode', 'owner'];
-/** directories looked at at once while reconciling (a stat is one request each on an object store) */
-const STAT_CONCURRENCY = 16;
-/** files of one directory from which its listing is read first */
-const LIST_FROM = 4;
 
 /** A write session's operation (a `write`, or a `create` its first write session continued). */
 function isSession(op: Operation): boolean {
@@ -212,11 +209,11 @@ export async function reconcileUndurable(h: History, backend: Backend, writer: J
   const work = async () => {
     for (let next = todo.shift(); next; next = todo.shift()) {
       const [dir, entries] = next;
-      if (entries.length >= LIST_FROM) await backend.readdir(dir).catch(() => undefined);
+      if (entries.length >= DEFAULTS.journal.reconcileListFrom) await backend.readdir(dir).catch(() => undefined);
       for (const [path, chain] of entries) await check(path, chain);
     }
   };
-  await Promise.all(Array.from({ length: Math.min(STAT_CONCURRENCY, todo.length) }, work));
+  await Promise.all(Array.from({ length: Math.min(DEFAULTS.journal.reconcileStatConcurrency, todo.length) }, work));
   if (report.files > 0) await writer.sync();
   return report;
 }

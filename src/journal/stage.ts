@@ -3,7 +3,7 @@ import { type Attr, type Backend, type BackendFile, type Caller, callerProcess, 
 import { DEFAULTS } from '../config/index.js';
 import type { BlobStore } from './blobs.js';
 import { hashOpenFile, stateFromAttr, stateOf } from './node-state.js';
-import { dataRuns, keepBytes, keepData } from './ranges.js';
+import { dataRuns, keepBytes, keepData, nextData } from './ranges.js';
 import type { ConflictRecord, DoneRecord, JournalOp, NodeState, OpArgs, OpRecord, State } from './record.js';
 import type { JournalWriter } from './writer.js';
 
@@ -521,23 +521,14 @@ export class JournalStage implements MutationStage {
     const own = s.file && s.file.path === s.path ? s.file.file : null;
     const file = own ?? (await this.backend.open(s.path, { write: false }));
     let hole: [number, number] | null = null; // extents [first, end) of a hole run not recorded yet
-    // where the next data is at or after the extent looked at (SEEK_DATA); Infinity: none. One
-    // SEEK_DATA per run, never a SEEK_HOLE: on tmpfs each scans the page cache from where it
-    // starts to what it finds, so a SEEK_HOLE per extent of a dense file scanned to its end each
-    // time (an O_TRUNC rewrite of 512 MiB: 18 s). A data extent is kept whole, holes and all.
-    let nextData = -1;
+    // where the next data is at or after the extent looked at; Infinity: none. One SEEK_DATA per
+    // run, never a SEEK_HOLE: a SEEK_HOLE per extent of a dense file scanned tmpfs's page cache
+    // to its end each time (an O_TRUNC rewrite of 512 MiB: 18 s). A data extent is kept whole,
+    // holes and all.
+    let next = -1;
     const hasData = async (offset: number, end: number): Promise<boolean> => {
-      if (!file.seekData) return true;
-      if (nextData < offset) {
-        try {
-          nextData = await file.seekData(offset, 'data');
-        } catch (err) {
-          if (err instanceof VfsError && err.code === 'ENXIO') nextData = Infinity;
-          else if (err instanceof VfsError && (err.code === 'EOPNOTSUPP' || err.code === 'ENOSYS' || err.code === 'EINVAL')) return true;
-          else throw err;
-        }
-      }
-      return nextData < end;
+      if (next < offset) next = await nextData(file, offset, Infinity);
+      return next < end;
     };
     const flushHole = () => {
       if (!hole) return;

@@ -177,7 +177,8 @@ export class GcsRequests {
   /** One generation, whole, into a local file (checked against the object's crc32c). */
   async downloadTo(key: string, generation: bigint, hostFile: string): Promise<void> {
     await this.retry(() => this.file(key, generation).download({ destination: hostFile, validation: 'crc32c' }));
-    this.traffic.bytesIn += fs.statSync(hostFile).size;
+    // (off the event loop: every FUSE request waits for it)
+    this.traffic.bytesIn += (await fs.promises.stat(hostFile)).size;
   }
 
   /** Create a new generation from a buffer (a multipart upload). */

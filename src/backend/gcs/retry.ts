@@ -1,5 +1,4 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { DEFAULTS } from '../../config/index.js';
 import { httpStatus, isTransient } from './errors.js';
 
 /*
@@ -16,8 +15,8 @@ export interface RetryPolicy {
   initialDelayMs: number;
   maxDelayMs: number;
   totalTimeoutMs: number;
-  /** the least wait before retrying a 429 (default DEFAULTS.gcs.rateLimitRetryDelayMs) */
-  rateLimitDelayMs?: number;
+  /** the least wait before retrying a 429 (DEFAULTS.gcs.rateLimitRetryDelayMs unless set) */
+  rateLimitDelayMs: number;
 }
 
 export interface RetryCounters {
@@ -53,7 +52,7 @@ export async function withRetries<T>(policy: RetryPolicy, counters: RetryCounter
       let delay = ceiling / 2 + Math.random() * (ceiling / 2);
       if (httpStatus(err) === 429) {
         // a rate limit (GCS: per object name, per second) is not over sooner than it refills
-        const floor = policy.rateLimitDelayMs ?? DEFAULTS.gcs.rateLimitRetryDelayMs;
+        const floor = policy.rateLimitDelayMs;
         delay = Math.max(delay, floor + Math.random() * (floor / 4));
       }
       if (Date.now() - start + delay > policy.totalTimeoutMs) throw err;
