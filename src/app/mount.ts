@@ -24,7 +24,7 @@ import type { UploadQueueStats } from '../backend/index.js';
 import { bannerWritten, isDaemonChild } from './daemon.js';
 import { mountAnswersStatFromChild } from './readiness.js';
 import { LimitCountsKeeper } from './limit-counts.js';
-import { liveStagedControl } from './staged.js';
+import { changeInView, liveStagedControl } from './staged.js';
 
 export interface MountCommandOptions {
   source?: string;
@@ -351,7 +351,7 @@ function sessionInfo(id: string, ws: OpenedWorkspace): SessionInfo {
   if (!(staged instanceof StagedBackend)) return { id, mode: 'live' };
   const roots = ws.policy?.compiled.roots ?? [];
   const view = (p: string) => roots.find((r) => isWithin(p, r.source))?.toView(p) ?? p;
-  return { id, mode: 'staged', frozen: () => staged.frozen, pending: () => staged.pending().map((c) => pendingLine(c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) })) };
+  return { id, mode: 'staged', frozen: () => staged.frozen, pending: () => staged.pending().map((c) => pendingLine(changeInView(c, view))) };
 }
 
 function stateFlag(stateDir: string | undefined): string {

@@ -158,7 +158,7 @@ async function applyOverlay(
   const inPrefix = (p: string) => prefix === undefined || isWithin(p, prefix);
   const changes = pendingChanges(state, layout)
     .filter((c) => inPrefix(c.path))
-    .map((c) => (c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) }));
+    .map((c) => changeInView(c, view));
   const conflictMap = await findConflicts(state, layout, ws.store, view, prefix);
   const conflicts = [...conflictMap.values()];
   const result: ApplyResult = { session, dryRun: o.dryRun, applySession: null, changes, conflicts, skipped: [], forced: [], late: [], applied: 0 };
@@ -425,7 +425,7 @@ export function liveStagedControl(l: LiveStaged): StagedControl {
         const o = raw as { session: string };
         refuseUnlessQuiet('discard', o.session);
         const view = viewPathOf(l.ws);
-        const changes = pendingChanges(readStagedState(l.staged.layout), l.staged.layout).map((c) => (c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) }));
+        const changes = l.staged.pending().map((c) => changeInView(c, view));
         dropStaged(l.staged.layout);
         l.staged.reopen();
         await settle(changes);
@@ -436,6 +436,11 @@ export function liveStagedControl(l: LiveStaged): StagedControl {
 }
 
 /** `ledgerfs discard`: drop a staged session's overlay (the journal keeps its records, marked staged). */
+/** A pending change with its paths as the program sees them (`view`: store path to view path). */
+export function changeInView(c: PendingChange, view: (p: string) => string): PendingChange {
+  return c.kind === 'R' ? { ...c, from: view(c.from), path: view(c.path) } : { ...c, path: view(c.path) };
+}
+
 export function discardStaged(stateDir: string, session: string): { changes: PendingChange[] } {
   const { layout, state } = stagedOf(stateDir, session);
   const changes = pendingChanges(state, layout);

@@ -114,21 +114,15 @@ export class JournalService {
     try {
       const notes: string[] = [];
       let mirror: BucketMirror | null = null;
-      if (o.remote) {
-        const opened = await BucketMirror.open({
-          remote: o.remote, layout, log: o.log, intervalMs: DEFAULTS.journal.mirrorIntervalMs, retryMs: DEFAULTS.journal.mirrorRetryMs,
-        }).catch((err: unknown) => {
-          throw new Error(`journal: cannot read the journal's mirror in ${o.remote?.location}: ${(err as Error).message}`);
-        });
-        mirror = opened.mirror;
-        if (opened.pulled.segments > 0) notes.push(`imported ${opened.pulled.bytes} bytes of journal (${opened.pulled.segments} segment(s)) other hosts left in ${mirror.location}`);
-      } else if (o.pullOnly) {
-        const remote = o.pullOnly;
+      // a pull-only mirror (a staged daemon's) reads what other hosts left, and is not kept
+      const remote = o.remote ?? o.pullOnly;
+      if (remote) {
         const opened = await BucketMirror.open({
           remote, layout, log: o.log, intervalMs: DEFAULTS.journal.mirrorIntervalMs, retryMs: DEFAULTS.journal.mirrorRetryMs,
         }).catch((err: unknown) => {
           throw new Error(`journal: cannot read the journal's mirror in ${remote.location}: ${(err as Error).message}`);
         });
+        if (o.remote) mirror = opened.mirror;
         if (opened.pulled.segments > 0) notes.push(`imported ${opened.pulled.bytes} bytes of journal (${opened.pulled.segments} segment(s)) other hosts left in ${opened.mirror.location}`);
       }
       let contents = readJournal(o.stateDir);
