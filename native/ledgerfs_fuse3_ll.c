@@ -85,6 +85,11 @@ struct mnt {
   uint64_t spin_contended;  /* spins given up because another task held our CPU (see SPIN) */
   uint64_t spin_quiet_at;   /* no spin before this time: the CPU was contended lately (see SPIN) */
   uint64_t spin_backoff_ns; /* the next contended yield's pause; doubles while yields stay long (see SPIN) */
+  /* the raw request stream (see KILLPRIV) */
+  uint64_t init_unique;     /* the INIT request's id, until its answer went out */
+  uint32_t init_flags;      /* what the kernel offered in INIT */
+  int killpriv_v2;          /* negotiated: the file system clears setuid/setgid itself */
+  uint32_t kill_suidgid;    /* the request being processed asks to clear setuid/setgid */
 };
 
 static uint64_t now_ns(void) {
@@ -328,11 +333,11 @@ static void ll_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 }
 static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   START(OP_OPEN);
-  call_js(m, i, OP_OPEN, req, (double)ino, fi->flags, 0, 0, NULL, NULL, NULL);
+  call_js(m, i, OP_OPEN, req, (double)ino, fi->flags, m->kill_suidgid ? 1 : 0, 0, NULL, NULL, NULL);
 }
 static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi) {
   START(OP_CREATE);
-  call_js(m, i, OP_CREATE, req, (double)parent, mode, fi->flags, 0, name, NULL, NULL);
+  call_js(m, i, OP_CREATE, req, (double)parent, mode, fi->flags, m->kill_suidgid ? 1 : 0, name, NULL, NULL);
 }
 
 /* a Buffer over `len` bytes at `data` for JS, referenced from the slot so reply can detach it */
@@ -375,6 +380,8 @@ static void ll_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
   }
   napi_value b = view(m, i, (char *)buf, size);
   if (!b) { slot_release_mem(m->env, s); fuse_reply_err(req, EIO); slot_free(i); return; }
+  /* the fourth number: the writer has no CAP_FSETID, clear setuid/setgid first (see KILLPRIV) */
+  ((double *)scratch)[0] = m->kill_suidgid ? 1 : 0;
   call_js(m, i, OP_WRITE, req, (double)ino, (double)fi->fh, (double)size, (double)off, NULL, NULL, b);
 }
 static void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
@@ -478,12 +485,9 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn) {
   if (m->lim.max_write && m->lim.max_write < conn->max_write) conn->max_write = m->lim.max_write;
   /* must equal the max_read mount option (libfuse refuses the session otherwise) */
   conn->max_read = m->lim.max_write;
-  /* The kernel clears setuid/setgid on write and chown itself, as on a local disk: the core
-   * does not implement FUSE's killpriv contract. */
+  /* Not the first killpriv contract (the file system clears setuid/setgid at every write, the
+   * kernel cannot say who may keep them): v2 is negotiated by hand instead (see KILLPRIV). */
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
-#ifdef FUSE_CAP_HANDLE_KILLPRIV_V2
-  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV_V2;
-#endif
   /* The core keeps the kernel page cache out of the consistency story (writes go through). */
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 }
@@ -894,6 +898,71 @@ static void on_closed_handle(uv_handle_t *h) {
 }
 
 /* mount(mountpoint, handler, options, xattrs) -> handle */
+/*
+ * KILLPRIV: FUSE_HANDLE_KILLPRIV_V2. Without it the kernel asks for security.capability
+ * (GETXATTR) before every write, to see whether the write must drop it: a second round trip per
+ * WRITE, 7% of sequential-write throughput (docs/bench). With it the kernel marks an inode
+ * S_NOSEC after one such check, until its attributes are next refreshed, and leaves clearing
+ * setuid/setgid to the file system: it flags a WRITE, a truncating SETATTR or OPEN whose caller
+ * lacks CAP_FSETID, and every chown of a non-directory (src/fuse/native-ll-binding.ts clears
+ * the bits, the rule of should_remove_suid). The store never holds security.capability (GETXATTR
+ * answers ENODATA, setting it is EPERM), so no capability is left to drop.
+ * libfuse 3.14 can neither negotiate v2 nor pass on its flags (only SETATTR's, as
+ * FUSE_SET_ATTR_KILL_SUID), so the session's reads and writes go through these hooks
+ * (fuse_session_custom_io) that see the raw stream: the INIT answer gains the flag where the
+ * kernel offered it, and each request's "clear setuid/setgid" flag is noted for the op that
+ * processes it (libfuse processes a request right after reading it, on this thread).
+ */
+static ssize_t raw_read(int fd, void *buf, size_t len, void *userdata) {
+  struct mnt *m = userdata;
+  ssize_t n = read(fd, buf, len);
+  m->kill_suidgid = 0;
+  if (n < (ssize_t)sizeof(struct fuse_in_header)) return n;
+  const struct fuse_in_header *h = buf;
+  const char *arg = (const char *)buf + sizeof *h;
+  size_t alen = (size_t)n - sizeof *h;
+  switch (h->opcode) {
+  case FUSE_INIT:
+    if (alen >= offsetof(struct fuse_init_in, flags) + sizeof(uint32_t)) {
+      m->init_unique = h->unique;
+      m->init_flags = ((const struct fuse_init_in *)arg)->flags;
+    }
+    break;
+  case FUSE_WRITE:
+    if (alen >= sizeof(struct fuse_write_in))
+      m->kill_suidgid = ((const struct fuse_write_in *)arg)->write_flags & FUSE_WRITE_KILL_SUIDGID;
+    break;
+  case FUSE_SETATTR:
+    if (alen >= sizeof(struct fuse_setattr_in))
+      m->kill_suidgid = ((const struct fuse_setattr_in *)arg)->valid & FATTR_KILL_SUIDGID;
+    break;
+  case FUSE_OPEN:
+    if (alen >= sizeof(struct fuse_open_in))
+      m->kill_suidgid = ((const struct fuse_open_in *)arg)->open_flags & FUSE_OPEN_KILL_SUIDGID;
+    break;
+  case FUSE_CREATE:
+    if (alen >= sizeof(struct fuse_create_in))
+      m->kill_suidgid = ((const struct fuse_create_in *)arg)->open_flags & FUSE_OPEN_KILL_SUIDGID;
+    break;
+  }
+  return n;
+}
+static ssize_t raw_writev(int fd, struct iovec *iov, int count, void *userdata) {
+  struct mnt *m = userdata;
+  if (m->init_unique && count >= 2 && iov[0].iov_len >= sizeof(struct fuse_out_header)) {
+    const struct fuse_out_header *h = iov[0].iov_base;
+    if (h->unique == m->init_unique) {
+      m->init_unique = 0;
+      if (h->error == 0 && (m->init_flags & FUSE_HANDLE_KILLPRIV_V2) &&
+          iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + sizeof(uint32_t)) {
+        ((struct fuse_init_out *)iov[1].iov_base)->flags |= FUSE_HANDLE_KILLPRIV_V2;
+        m->killpriv_v2 = 1;
+      }
+    }
+  }
+  return writev(fd, iov, count);
+}
+
 static napi_value js_mount(napi_env env, napi_callback_info info) {
   size_t argc = 4;
   napi_value argv[4];
@@ -933,6 +1002,14 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
     return NULL;
   }
   int fd = fuse_session_fd(m->se);
+  static const struct fuse_custom_io raw_io = { .read = raw_read, .writev = raw_writev };
+  if (fuse_session_custom_io(m->se, &raw_io, fd) != 0) {
+    fuse_session_unmount(m->se);
+    fuse_session_destroy(m->se);
+    mnt_free(m);
+    napi_throw_error(env, NULL, "cannot hook the FUSE session's reads and writes");
+    return NULL;
+  }
   int fl = fcntl(fd, F_GETFL);
   uv_loop_t *loop;
   napi_get_uv_event_loop(env, &loop);

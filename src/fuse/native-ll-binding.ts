@@ -107,6 +107,8 @@ const SET_ATIME = 1 << 4;
 const SET_MTIME = 1 << 5;
 const SET_ATIME_NOW = 1 << 7;
 const SET_MTIME_NOW = 1 << 8;
+/** the kernel's FATTR_KILL_SUIDGID, which libfuse passes on under this name's bit */
+const SET_KILL_SUIDGID = 1 << 11;
 const KEEP_ID = 0xffffffff; // chown: (uid_t)-1 leaves it
 
 const ENOENT = -errnoOf('ENOENT');
@@ -147,6 +149,21 @@ function need(p: string | null): string {
   return p;
 }
 const gone = () => new VfsError('ENOENT', 'the node has no path any more (unlinked, or forgotten by the kernel)');
+
+const S_ISUID = 0o4000;
+const S_ISGID = 0o2000;
+const S_IXGRP = 0o010;
+/**
+ * `mode` once a write, truncate or chown has dropped setuid and setgid, which the kernel leaves
+ * to the file system (FUSE_HANDLE_KILLPRIV_V2, see KILLPRIV in native/ledgerfs_fuse3_ll.c):
+ * setuid always, setgid only with group execute (without it, it marks mandatory locking), as
+ * the kernel's own should_remove_suid does on a local disk.
+ */
+export function killedPrivMode(mode: number): number {
+  let m = mode & ~S_ISUID;
+  if (m & S_IXGRP) m &= ~S_ISGID;
+  return m;
+}
 
 /** Remember the size and mtime an attribute reply gives the kernel for `node` (see `open`). */
 function told(node: Node | undefined, a: Attr): void {
@@ -268,6 +285,10 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
       const p = nodes.path(ino);
       // the attributes the last change left, when the core read them after it (the journal does)
       let last: Attr | void = undefined;
+      if (valid & SET_KILL_SUIDGID && !(valid & SET_MODE) && p !== null) {
+        const before = await attrOf(c, ino, fh);
+        if (before.type !== 'dir' && killedPrivMode(before.mode) !== before.mode) last = await ops.chmod(c, p, killedPrivMode(before.mode));
+      }
       if (valid & SET_MODE) last = await ops.chmod(c, need(p), mode);
       if (valid & (SET_UID | SET_GID)) last = await ops.chown(c, need(p), valid & SET_UID ? uid : KEEP_ID, valid & SET_GID ? gid : KEEP_ID);
       // only a regular file's handle comes with a size change
@@ -306,13 +327,16 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
       reply(id, kernelErrno(e));
     }
   }
-  async function create(id: number, c: Caller, parent: number, name: string, mode: number, flags: number) {
+  async function create(id: number, c: Caller, parent: number, name: string, mode: number, flags: number, kill: boolean) {
     let fh = -1;
     try {
       const p = need(nodes.childPath(parent, name));
       const made: { attr?: Attr } = {};
       fh = await ops.create(c, p, mode, flags, made);
-      const a = made.attr ?? await ops.fgetattr(c, p, fh);
+      let a = made.attr ?? await ops.fgetattr(c, p, fh);
+      // O_TRUNC without O_EXCL by a caller without CAP_FSETID: the name may have been a file
+      // that another host made meanwhile, truncated now
+      if (kill && killedPrivMode(a.mode) !== a.mode) a = (await ops.chmod(c, p, killedPrivMode(a.mode))) ?? await ops.fgetattr(c, p, fh);
       entry(id, parent, name, a, fh);
     } catch (e) {
       if (fh >= 0) await ops.release(c, fh).catch(() => undefined);
@@ -327,10 +351,12 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
    * the open is answered, and asks again (a read past the cached size does). The reply never sets
    * keep_cache, so the kernel drops the node's pages at every open as well.
    */
-  async function open(id: number, c: Caller, ino: number, flags: number) {
+  async function open(id: number, c: Caller, ino: number, flags: number, kill: boolean) {
     try {
       const p = need(nodes.path(ino));
       const fh = await ops.open(c, p, flags);
+      // O_TRUNC by a caller without CAP_FSETID
+      if (kill) await dropPriv(c, p, fh, ino);
       const node = nodes.get(ino);
       if (node) {
         nodes.opened(node, fh);
@@ -346,6 +372,27 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
         }
       }
       if (reply(id, fh, openFlags(fh)) < 0) await closeHandle(fh, c);
+    } catch (e) {
+      reply(id, kernelErrno(e));
+    }
+  }
+  /**
+   * A write, truncating open or truncate by a caller without CAP_FSETID drops setuid/setgid
+   * first (see killedPrivMode). The kernel keeps the mode it cached: it forgets it here.
+   */
+  async function dropPriv(c: Caller, p: string | null, fh: number, ino: number): Promise<void> {
+    const a = await ops.fgetattr(c, p, fh);
+    const mode = killedPrivMode(a.mode);
+    if (mode === a.mode || p === null) return;
+    await ops.chmod(c, p, mode);
+    const handle = session();
+    if (handle) addon.invalAttr(handle, ino);
+  }
+  async function killThenWrite(id: number, c: Caller, fh: number, data: Buffer, length: number, position: number) {
+    try {
+      const node = fhNode.get(fh);
+      if (node) await dropPriv(c, nodes.path(node.id), fh, node.id);
+      reply(id, await ops.write(c, fh, data, length, position));
     } catch (e) {
       reply(id, kernelErrno(e));
     }
@@ -484,10 +531,12 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
         case Op.UNLINK: return void removed(id, who, ino, nm, false);
         case Op.RMDIR: return void removed(id, who, ino, nm, true);
         case Op.RENAME: return void rename(id, who, ino, nm, a, name2 as string, b);
-        case Op.CREATE: return void create(id, who, ino, nm, a, b);
-        case Op.OPEN: return void open(id, who, ino, a);
+        // c (b for OPEN): the caller lacks CAP_FSETID and truncates, drop setuid/setgid
+        case Op.CREATE: return void create(id, who, ino, nm, a, b, c !== 0);
+        case Op.OPEN: return void open(id, who, ino, a, b !== 0);
         case Op.READ: return void num(id, ops.read(who, a, extra as Buffer, b, c));
-        case Op.WRITE: return void num(id, ops.write(who, a, extra as Buffer, b, c));
+        // f64[0]: the writer lacks CAP_FSETID, drop setuid/setgid first (read before any await)
+        case Op.WRITE: return void (f64[0] ? killThenWrite(id, who, a, extra as Buffer, b, c) : num(id, ops.write(who, a, extra as Buffer, b, c)));
         case Op.FLUSH: return void done(id, ops.flush(who, a));
         case Op.FSYNC: return void done(id, ops.fsync(who, a, b !== 0));
         case Op.RELEASE: return void release(id, who, a);

@@ -226,5 +226,19 @@ describe.skipIf(onGcs)('mount: setuid/setgid cleared as the kernel expects (--al
     sh('chown 1234 both', m.mnt);
     expect(sh("stat -c '%a %u' both", m.mnt)).toBe('777 1234\n');
   });
+
+  it('a truncate or an O_TRUNC open by another user clears them; root keeps them; setgid without group execute stays', () => {
+    // (before FUSE_HANDLE_KILLPRIV_V2, an O_TRUNC open kept them: the kernel's atomic_o_trunc
+    // path returned before sending the new mode)
+    expect(asNobody('truncate -s 0 suid && : > both', m.mnt).status).toBe(0);
+    expect(sh("stat -c '%n %a' suid both", m.mnt)).toBe('suid 777\nboth 777\n');
+    sh('chmod 6777 both && echo root >> both && truncate -s 2 both', m.mnt);
+    expect(sh("stat -c '%a' both", m.mnt)).toBe('6777\n');
+    // 2766: setgid without group execute marks mandatory locking, not a privilege
+    sh('chmod 2766 sgid', m.mnt);
+    expect(asNobody('echo more >> sgid', m.mnt).status).toBe(0);
+    expect(sh("stat -c '%a' sgid", m.mnt)).toBe('2766\n');
+    expect((fs.statSync(path.join(m.src, 'both')).mode & 0o7777).toString(8)).toBe('6777');
+  });
 });
 
