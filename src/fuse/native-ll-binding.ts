@@ -167,7 +167,7 @@ export function killedPrivMode(mode: number): number {
 
 /** Remember the size and mtime an attribute reply gives the kernel for `node` (see `open`). */
 function told(node: Node | undefined, a: Attr): void {
-  if (node) { node.toldSize = a.size; node.toldMtimeNs = a.mtimeNs; }
+  if (node) { node.toldSize = a.size; node.toldMtimeNs = a.mtimeNs; node.toldMode = a.mode; }
 }
 
 function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: () => object | undefined, expose: (invalidate: (paths: string[]) => Promise<void>) => void): Handler {
@@ -184,6 +184,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
       if (node) {
         node.toldSize = undefined;
         node.toldMtimeNs = undefined;
+        node.toldMode = undefined;
         items.push(node.id, null);
       }
       const slash = p.lastIndexOf('/');
@@ -367,6 +368,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
           if ((!a || a.size !== node.toldSize || a.mtimeNs !== node.toldMtimeNs) && handle) {
             node.toldSize = undefined;
             node.toldMtimeNs = undefined;
+            node.toldMode = undefined;
             addon.invalAttr(handle, ino);
           }
         }
@@ -385,8 +387,15 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
     const mode = killedPrivMode(a.mode);
     if (mode === a.mode || p === null) return;
     await ops.chmod(c, p, mode);
+    const node = nodes.get(ino);
+    if (node) node.toldMode = undefined;
     const handle = session();
     if (handle) addon.invalAttr(handle, ino);
+  }
+  /** whether the file behind `fh` may be setuid/setgid: not when the kernel was told otherwise */
+  function mayHoldPriv(fh: number): boolean {
+    const told = fhNode.get(fh)?.toldMode;
+    return told === undefined || killedPrivMode(told) !== told;
   }
   async function killThenWrite(id: number, c: Caller, fh: number, data: Buffer, length: number, position: number) {
     try {
@@ -536,7 +545,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
         case Op.OPEN: return void open(id, who, ino, a, b !== 0);
         case Op.READ: return void num(id, ops.read(who, a, extra as Buffer, b, c));
         // f64[0]: the writer lacks CAP_FSETID, drop setuid/setgid first (read before any await)
-        case Op.WRITE: return void (f64[0] ? killThenWrite(id, who, a, extra as Buffer, b, c) : num(id, ops.write(who, a, extra as Buffer, b, c)));
+        case Op.WRITE: return void (f64[0] && mayHoldPriv(a) ? killThenWrite(id, who, a, extra as Buffer, b, c) : num(id, ops.write(who, a, extra as Buffer, b, c)));
         case Op.FLUSH: return void done(id, ops.flush(who, a));
         case Op.FSYNC: return void done(id, ops.fsync(who, a, b !== 0));
         case Op.RELEASE: return void release(id, who, a);

@@ -40,6 +40,9 @@ export interface Node {
    * open that finds others compares them to have the kernel forget its cached attributes */
   toldSize?: number | undefined;
   toldMtimeNs?: bigint | undefined;
+  /** the mode it was last given: a write by a caller without CAP_FSETID to a node told no
+   * setuid/setgid needs no stat to clear them (the kernel decided on its cached mode too) */
+  toldMode?: number | undefined;
 }
 
 /** What an entry reply knows of the node behind a name: a hard link is a shared inode. */
