@@ -61,6 +61,34 @@ function reached(op: Operation, now: State[]): boolean {
 }
 
 /**
+ * A store without an atomic rename (GCS: a copy, then a delete of the source) killed between the
+ * two leaves the source in place and its bytes already at the destination, whose own bytes are
+ * gone. Journaled as "not applied", the rename would leave the destination changed with no record
+ * saying why (a rollback then stops on it as changed by someone else); journaled as done, the
+ * source would stay behind. So it is finished here, as the program asked: the source, still as
+ * the journal saw it, is removed. `now` becomes what is there after. (Before anything else
+ * changes the store: recovery runs right after the journal opens.) Only where the destination
+ * is told apart from what it was (a different size or mtime), and is the source's: on a store
+ * with an atomic rename that never holds (a hard link of the source has the source's looks
+ * before and after, and is left alone).
+ */
+async function finishedHalfRename(op: Operation, now: State[], later: Operation[], backend: Backend): Promise<boolean> {
+  if (op.op !== 'rename') return false;
+  // (`now` must be the store's, not the before-state of a later operation on either name)
+  if (later.some((l) => l.seq > op.seq && l.paths.some((p) => op.paths.includes(p)))) return false;
+  const [b0, b1] = [op.before[0] ?? null, op.before[1] ?? null];
+  const [n0, n1] = [now[0] ?? null, now[1] ?? null];
+  const from = op.paths[0];
+  if (from === undefined || b0 === null || n0 === null || n1 === null || b0.type === 'dir') return false;
+  const looks: ['content', 'mode'] = ['content', 'mode'];
+  const copied = mismatch(b0, n0, looks) === null && mismatch(b0, n1, looks) === null && (b1 === null || mismatch(b1, n1, ['content']) !== null);
+  if (!copied) return false;
+  await backend.unlink(from);
+  now[0] = null;
+  return true;
+}
+
+/**
  * Resolve operations a crash left without an outcome, by comparing with the backend, so that
  * every one of them can be rolled back (or is known to need nothing). Run by a writer right
  * after it opened the journal, before anything else changes the backend.
@@ -79,6 +107,11 @@ export async function recoverPending(h: History, backend: Backend, writer: Journ
       op.after = now;
       op.endReason = 'recovered';
       report.sessionsEnded++;
+    } else if (await finishedHalfRename(op, now, later, backend)) {
+      writer.appendNow({ kind: 'done', of: op.seq, time, after: now, recovered: true });
+      op.status = 'done';
+      op.after = now;
+      report.applied++;
     } else if (reached(op, now)) {
       writer.appendNow({ kind: 'done', of: op.seq, time, after: now, recovered: true });
       op.status = 'done';
