@@ -51,9 +51,18 @@ function reached(op: Operation, now: State[]): boolean {
     case 'mknod':
     case 'link':
       return b0 !== null || n0 !== null;
+    case 'rename': {
+      // Both names as they were: not applied. Inode numbers alone cannot say so on a store
+      // whose numbers a new daemon gives afresh (GCS: a hash of the path, a moved node keeps its
+      // number only for the daemon that moved it).
+      const b1 = op.before[1] ?? null;
+      const n1 = now[1] ?? null;
+      const unchanged = (b: State, n: State) => (b === null ? n === null : n !== null && mismatch(b, n, ['content', 'mode']) === null);
+      if (b0 !== null && unchanged(b0, n0) && unchanged(b1, n1)) return false;
+      return b0 === null || n0 === null || n0.ino !== b0.ino;
+    }
     case 'unlink':
     case 'rmdir':
-    case 'rename':
       return b0 === null || n0 === null || n0.ino !== b0.ino;
     default:
       return true;

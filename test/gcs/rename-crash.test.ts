@@ -198,4 +198,34 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed between a file renam
     expect(await content('b')).toBe(null);
     expect(sh('ls', b.mnt)).toBe('');
   });
+
+  it('killed before the copy: not applied, though the source carried the number of a name it had before', async () => {
+    const a = await mount();
+    // x -> y: in this daemon y keeps x's inode number; the next one numbers y by its path
+    sh('echo data > x && mv x y', a.mnt);
+    await g.fault({ status: 0, delayMs: 30_000, count: -1, method: 'POST', pathPrefix: `/storage/v1/b/${g.bucket}/o/y` });
+    const mv = spawn('mv', ['y', 'z'], { cwd: a.mnt, stdio: 'ignore' });
+    const mvDone = new Promise<void>((r) => mv.on('exit', () => r()));
+    const t0 = Date.now();
+    const pending = () => (JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Array<{ op: string; status: string; paths: string[] }>)
+      .some((e) => e.op === 'rename' && e.paths[0] === '/y' && e.status === 'pending');
+    while (!pending()) {
+      if (Date.now() - t0 > 30_000) throw new Error(`the rename was not journaled\n${a.logs()}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    process.kill(a.daemon.pid as number, 'SIGKILL');
+    await mvDone;
+    await g.clearFaults();
+    await mount();
+    expect(await content('y')).toBe('data\n');
+    expect(await content('z')).toBe(null);
+    const last = (JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Array<{ op: string; status: string; paths: string[] }>)
+      .find((e) => e.op === 'rename' && e.paths[0] === '/y');
+    expect(last).toMatchObject({ status: 'failed' });
+    const r = ledgerfs('rollback', '--state', state(), '--to', '0');
+    expect(r.stdout + r.stderr).not.toMatch(/conflict/);
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(await content('y')).toBe(null);
+    expect(await content('x')).toBe(null);
+  });
 });
