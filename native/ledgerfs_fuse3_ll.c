@@ -932,10 +932,6 @@ static ssize_t raw_read(int fd, void *buf, size_t len, void *userdata) {
     if (alen >= sizeof(struct fuse_write_in))
       m->kill_suidgid = ((const struct fuse_write_in *)arg)->write_flags & FUSE_WRITE_KILL_SUIDGID;
     break;
-  case FUSE_SETATTR:
-    if (alen >= sizeof(struct fuse_setattr_in))
-      m->kill_suidgid = ((const struct fuse_setattr_in *)arg)->valid & FATTR_KILL_SUIDGID;
-    break;
   case FUSE_OPEN:
     if (alen >= sizeof(struct fuse_open_in))
       m->kill_suidgid = ((const struct fuse_open_in *)arg)->open_flags & FUSE_OPEN_KILL_SUIDGID;

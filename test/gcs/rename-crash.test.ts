@@ -15,43 +15,55 @@ import { startGcsFixture, type GcsFixture } from './fixture.js';
  * as done (recovered), and `ledgerfs rollback` of it brings the whole directory back. If a source
  * not yet copied changed in between, finishing is impossible: the rename is undone instead.
  */
-if (NEEDS_OWN_EMULATOR) console.warn(`test/gcs/rename-crash.test.ts (slows copies with injected delays): ${NEEDS_OWN_EMULATOR}`);
-describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed during a directory rename', () => {
-  const N = 300;
-  let g: GcsFixture;
-  let home: string;
+/**
+ * A workspace on its own emulator for daemons killed mid-way: `mount()` starts a daemon on the
+ * bucket with one state directory across mounts; every daemon is stopped after each test (the
+ * killed one reports its death). `seed` fills the bucket before each test.
+ */
+function killedDaemonWorkspace(label: string, seed?: (g: GcsFixture) => Promise<void>) {
+  let fixture: GcsFixture | undefined;
+  let home = '';
   const mounts: TestMount[] = [];
+  const g = () => fixture as GcsFixture;
   const state = () => path.join(home, 'state');
   const mount = async () => {
-    const m = await startMount({ gcs: { emulator: g.emulator, bucket: g.bucket }, args: ['--state', state(), '--attr-timeout', '0.2', '--entry-timeout', '0.2', '--metadata-ttl', '0.2'] });
+    const m = await startMount({ gcs: { emulator: g().emulator, bucket: g().bucket }, args: ['--state', state(), '--attr-timeout', '0.2', '--entry-timeout', '0.2', '--metadata-ttl', '0.2'] });
     mounts.push(m);
     return m;
   };
+  const ledgerfs = (...args: string[]) =>
+    spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g().emulator.url } });
   beforeEach(async () => {
-    g = await startGcsFixture();
-    home = makeTemp('gcs-rename-crash');
-    await g.seed(Array.from({ length: N }, (_, i) => `dir/${i % 3 === 0 ? 'sub/' : ''}f${i}`), 'same');
+    fixture = await startGcsFixture();
+    home = makeTemp(label);
+    await seed?.(fixture);
   });
   afterEach(async () => {
-    for (const m of mounts.splice(0)) await m.stop().catch(() => undefined); // the killed one reports its death
-    await g?.stop();
+    for (const m of mounts.splice(0)) await m.stop().catch(() => undefined);
+    await fixture?.stop();
     rmTemp(home);
   });
+  return { g, state, mount, ledgerfs };
+}
+
+if (NEEDS_OWN_EMULATOR) console.warn(`test/gcs/rename-crash.test.ts (slows copies with injected delays): ${NEEDS_OWN_EMULATOR}`);
+describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed during a directory rename', () => {
+  const N = 300;
+  const { g, state, mount, ledgerfs } = killedDaemonWorkspace('gcs-rename-crash',
+    (f) => f.seed(Array.from({ length: N }, (_, i) => `dir/${i % 3 === 0 ? 'sub/' : ''}f${i}`), 'same'));
 
   /** Object names under a prefix, as another client sees them (the fixture's client does not
    * retry; a kept-alive socket the emulator closed meanwhile is worth another try here). */
   const names = async (prefix: string): Promise<string[]> => {
     for (let i = 0; ; i++) {
       try {
-        return (await g.storage.bucket(g.bucket).getFiles({ prefix }))[0].map((f) => f.name);
+        return (await g().storage.bucket(g().bucket).getFiles({ prefix }))[0].map((f) => f.name);
       } catch (err) {
         if (i >= 3 || !/socket hang up|ECONNRESET/.test((err as Error).message)) throw err;
       }
     }
   };
 
-  const ledgerfs = (...args: string[]) =>
-    spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
   type Entry = { seq: number; op: string; paths: string[]; status: string; recovered?: boolean; undoes?: number };
   const journal = () => JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Entry[];
   const allAt = (dir: string) => Array.from({ length: N }, (_, i) => `${dir}/${i % 3 === 0 ? 'sub/' : ''}f${i}`).sort();
@@ -60,7 +72,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed during a directory r
   async function killDuringMv(): Promise<void> {
     const a = await mount();
     // every copy (a rewrite POST) takes 20 ms more: 300 copies, 8 at a time, take ~0.8 s
-    await g.fault({ status: 0, delayMs: 20, count: -1, method: 'POST', pathPrefix: `/storage/v1/b/${g.bucket}/o/dir` });
+    await g().fault({ status: 0, delayMs: 20, count: -1, method: 'POST', pathPrefix: `/storage/v1/b/${g().bucket}/o/dir` });
     const mv = spawn('mv', ['dir', 'moved'], { cwd: a.mnt, stdio: 'ignore' });
     const mvDone = new Promise<void>((r) => mv.on('exit', () => r()));
     const t0 = Date.now();
@@ -70,7 +82,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed during a directory r
     }
     process.kill(a.daemon.pid as number, 'SIGKILL');
     await mvDone;
-    await g.clearFaults();
+    await g().clearFaults();
     const midDst = (await names('moved/')).length;
     const midSrc = (await names('dir/')).length;
     expect(midDst).toBeGreaterThanOrEqual(60);
@@ -104,7 +116,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed during a directory r
     await killDuringMv();
     const copied = new Set((await names('moved/')).map((n) => n.replace(/^moved\//, 'dir/')));
     const uncopied = allAt('dir').find((n) => !copied.has(n)) as string;
-    await g.storage.bucket(g.bucket).file(uncopied).save('changed by another host', { resumable: false });
+    await g().storage.bucket(g().bucket).file(uncopied).save('changed by another host', { resumable: false });
     const b = await mount();
     expect(await names('moved/')).toEqual([]);
     expect((await names('dir/')).sort()).toEqual(allAt('dir'));
@@ -139,39 +151,20 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed during a directory r
  * rounds of test/mount/crash.test.ts on a loaded machine).
  */
 describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed between a file rename\'s copy and its delete', () => {
-  let g: GcsFixture;
-  let home: string;
-  const mounts: TestMount[] = [];
-  const state = () => path.join(home, 'state');
-  const mount = async () => {
-    const m = await startMount({ gcs: { emulator: g.emulator, bucket: g.bucket }, args: ['--state', state(), '--attr-timeout', '0.2', '--entry-timeout', '0.2', '--metadata-ttl', '0.2'] });
-    mounts.push(m);
-    return m;
-  };
-  const ledgerfs = (...args: string[]) =>
-    spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
+  const { g, state, mount, ledgerfs } = killedDaemonWorkspace('gcs-file-rename-crash');
   const content = async (name: string): Promise<string | null> => {
     try {
-      return (await g.storage.bucket(g.bucket).file(name).download())[0].toString();
+      return (await g().storage.bucket(g().bucket).file(name).download())[0].toString();
     } catch {
       return null;
     }
   };
-  beforeEach(async () => {
-    g = await startGcsFixture();
-    home = makeTemp('gcs-file-rename-crash');
-  });
-  afterEach(async () => {
-    for (const m of mounts.splice(0)) await m.stop().catch(() => undefined);
-    await g?.stop();
-    rmTemp(home);
-  });
 
   it('the next mount leaves a state a rollback restores exactly', async () => {
     const a = await mount();
     sh('echo old-a > a && echo old-b > b', a.mnt);
     // the source's delete waits: the kill lands after the copy
-    await g.fault({ status: 0, delayMs: 30_000, count: -1, method: 'DELETE', pathPrefix: `/storage/v1/b/${g.bucket}/o/a` });
+    await g().fault({ status: 0, delayMs: 30_000, count: -1, method: 'DELETE', pathPrefix: `/storage/v1/b/${g().bucket}/o/a` });
     const mv = spawn('mv', ['a', 'b'], { cwd: a.mnt, stdio: 'ignore' });
     const mvDone = new Promise<void>((r) => mv.on('exit', () => r()));
     const t0 = Date.now();
@@ -181,7 +174,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed between a file renam
     }
     process.kill(a.daemon.pid as number, 'SIGKILL');
     await mvDone;
-    await g.clearFaults();
+    await g().clearFaults();
     expect(await content('a')).toBe('old-a\n');
     const b = await mount();
     // finished: the program asked for it, and the destination's old bytes are gone already
@@ -203,7 +196,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed between a file renam
     const a = await mount();
     // x -> y: in this daemon y keeps x's inode number; the next one numbers y by its path
     sh('echo data > x && mv x y', a.mnt);
-    await g.fault({ status: 0, delayMs: 30_000, count: -1, method: 'POST', pathPrefix: `/storage/v1/b/${g.bucket}/o/y` });
+    await g().fault({ status: 0, delayMs: 30_000, count: -1, method: 'POST', pathPrefix: `/storage/v1/b/${g().bucket}/o/y` });
     const mv = spawn('mv', ['y', 'z'], { cwd: a.mnt, stdio: 'ignore' });
     const mvDone = new Promise<void>((r) => mv.on('exit', () => r()));
     const t0 = Date.now();
@@ -215,7 +208,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed between a file renam
     }
     process.kill(a.daemon.pid as number, 'SIGKILL');
     await mvDone;
-    await g.clearFaults();
+    await g().clearFaults();
     await mount();
     expect(await content('y')).toBe('data\n');
     expect(await content('z')).toBe(null);
