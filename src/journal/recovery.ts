@@ -36,6 +36,11 @@ async function stateAfter(op: Operation, path: string, later: Operation[], backe
   return stateOf(backend, path);
 }
 
+/** `now` looks as `before` did: both nothing, or the same kind, content (size, mtime) and mode */
+function unchanged(before: State, now: State): boolean {
+  return before === null ? now === null : now !== null && mismatch(before, now, ['content', 'mode']) === null;
+}
+
 /**
  * Did a pending operation reach the backend? Only creations and removals can be told apart
  * by looking; for the rest "applied, with the state as found" is the safe answer: undoing it
@@ -51,18 +56,13 @@ function reached(op: Operation, now: State[]): boolean {
     case 'mknod':
     case 'link':
       return b0 !== null || n0 !== null;
-    case 'rename': {
-      // Both names as they were: not applied. Inode numbers alone cannot say so on a store
-      // whose numbers a new daemon gives afresh (GCS: a hash of the path, a moved node keeps its
-      // number only for the daemon that moved it).
-      const b1 = op.before[1] ?? null;
-      const n1 = now[1] ?? null;
-      const unchanged = (b: State, n: State) => (b === null ? n === null : n !== null && mismatch(b, n, ['content', 'mode']) === null);
-      if (b0 !== null && unchanged(b0, n0) && unchanged(b1, n1)) return false;
-      return b0 === null || n0 === null || n0.ino !== b0.ino;
-    }
     case 'unlink':
     case 'rmdir':
+    case 'rename':
+      // Every name as it was: not applied. Inode numbers alone cannot say so on a store whose
+      // numbers a new daemon gives afresh (GCS: a hash of the path; a node keeps the number of
+      // a name it was moved from only in the daemon that moved it).
+      if (b0 !== null && op.paths.every((_, i) => unchanged(op.before[i] ?? null, now[i] ?? null))) return false;
       return b0 === null || n0 === null || n0.ino !== b0.ino;
     default:
       return true;

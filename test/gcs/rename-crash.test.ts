@@ -221,4 +221,29 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed between a file renam
     expect(await content('y')).toBe(null);
     expect(await content('x')).toBe(null);
   });
+
+  it('an unlink killed before its delete, of a name moved earlier in the same daemon: not applied', async () => {
+    const a = await mount();
+    sh('echo data > x && mv x y', a.mnt);
+    await g().fault({ status: 0, delayMs: 30_000, count: -1, method: 'DELETE', pathPrefix: `/storage/v1/b/${g().bucket}/o/y` });
+    const rm = spawn('rm', ['y'], { cwd: a.mnt, stdio: 'ignore' });
+    const rmDone = new Promise<void>((r) => rm.on('exit', () => r()));
+    const entries = () => JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Array<{ op: string; status: string; paths: string[] }>;
+    const t0 = Date.now();
+    while (!entries().some((e) => e.op === 'unlink' && e.status === 'pending')) {
+      if (Date.now() - t0 > 30_000) throw new Error(`the unlink was not journaled\n${a.logs()}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    process.kill(a.daemon.pid as number, 'SIGKILL');
+    await rmDone;
+    await g().clearFaults();
+    await mount();
+    expect(await content('y')).toBe('data\n');
+    expect(entries().find((e) => e.op === 'unlink')).toMatchObject({ status: 'failed' });
+    const r = ledgerfs('rollback', '--state', state(), '--to', '0');
+    expect(r.stdout + r.stderr).not.toMatch(/conflict/);
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(await content('y')).toBe(null);
+    expect(await content('x')).toBe(null);
+  });
 });
