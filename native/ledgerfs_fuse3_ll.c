@@ -913,6 +913,9 @@ static void on_closed_handle(uv_handle_t *h) {
  * kernel offered it, and each request's "clear setuid/setgid" flag is noted for the op that
  * processes it (libfuse processes a request right after reading it, on this thread).
  */
+/* fuse_session_custom_io came with libfuse 3.13; an older one runs without v2 (no flags come) */
+#define HAVE_CUSTOM_IO (FUSE_MAJOR_VERSION > 3 || (FUSE_MAJOR_VERSION == 3 && FUSE_MINOR_VERSION >= 13))
+#if HAVE_CUSTOM_IO
 static ssize_t raw_read(int fd, void *buf, size_t len, void *userdata) {
   struct mnt *m = userdata;
   ssize_t n = read(fd, buf, len);
@@ -958,6 +961,7 @@ static ssize_t raw_writev(int fd, struct iovec *iov, int count, void *userdata) 
   }
   return writev(fd, iov, count);
 }
+#endif
 
 static napi_value js_mount(napi_env env, napi_callback_info info) {
   size_t argc = 4;
@@ -998,6 +1002,7 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
     return NULL;
   }
   int fd = fuse_session_fd(m->se);
+#if HAVE_CUSTOM_IO
   static const struct fuse_custom_io raw_io = { .read = raw_read, .writev = raw_writev };
   if (fuse_session_custom_io(m->se, &raw_io, fd) != 0) {
     fuse_session_unmount(m->se);
@@ -1006,6 +1011,7 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
     napi_throw_error(env, NULL, "cannot hook the FUSE session's reads and writes");
     return NULL;
   }
+#endif
   int fl = fcntl(fd, F_GETFL);
   uv_loop_t *loop;
   napi_get_uv_event_loop(env, &loop);
