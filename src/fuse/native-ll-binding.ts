@@ -111,6 +111,7 @@ const SET_MTIME_NOW = 1 << 8;
 const SET_KILL_SUIDGID = 1 << 11;
 const KEEP_ID = 0xffffffff; // chown: (uid_t)-1 leaves it
 
+const DONE = Promise.resolve();
 const ENOENT = -errnoOf('ENOENT');
 const EBADF = -errnoOf('EBADF');
 const EIO = -errnoOf('EIO');
@@ -397,6 +398,16 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
     const told = fhNode.get(fh)?.toldMode;
     return told === undefined || killedPrivMode(told) !== told;
   }
+  /**
+   * fallocate(2) and copy_file_range(2) into a setuid/setgid file: the kernel sends no flag with
+   * them and, under killpriv v2, leaves the clearing to us; a caller other than root (who has
+   * CAP_FSETID, as far as uids tell) drops the bits first, as should_remove_suid would.
+   */
+  function unprivileged(c: Caller, fh: number): Promise<void> {
+    if (c.uid === 0 || !mayHoldPriv(fh)) return DONE;
+    const node = fhNode.get(fh);
+    return node ? dropPriv(c, nodes.path(node.id), fh, node.id) : DONE;
+  }
   async function killThenWrite(id: number, c: Caller, fh: number, data: Buffer, length: number, position: number) {
     try {
       const node = fhNode.get(fh);
@@ -556,10 +567,16 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
         case Op.STATFS: return void statfs(id, who, ino);
         case Op.ACCESS: return void done(id, ops.access(who, need(nodes.path(ino)), a));
         // the mode is in the scratch (f64[0]); a: fh, b: offset, c: length
-        case Op.FALLOCATE: return void done(id, ops.fallocate(who, a, f64[0] as number, b, c));
+        case Op.FALLOCATE: {
+          const mode = f64[0] as number;
+          return void done(id, unprivileged(who, a).then(() => ops.fallocate(who, a, mode, b, c)));
+        }
         // ino/a/b: the source node, fh, offset; c: length; the destination's fh, offset and the
         // flags are in the scratch (f64[1..3]), read before anything awaits
-        case Op.COPY_FILE_RANGE: return void num(id, ops.copyFileRange(who, a, b, f64[1] as number, f64[2] as number, c, f64[3] as number));
+        case Op.COPY_FILE_RANGE: {
+          const [fhOut, offOut, flags] = [f64[1] as number, f64[2] as number, f64[3] as number];
+          return void num(id, unprivileged(who, fhOut).then(() => ops.copyFileRange(who, a, b, fhOut, offOut, c, flags)));
+        }
         // a: fh, b: offset, c: whence (SEEK_DATA/SEEK_HOLE)
         case Op.LSEEK: return void num(id, ops.lseek(who, a, b, c));
         case Op.GETXATTR: return void (x ? value(id, x.get(who, need(nodes.path(ino)), nm)) : reply(id, EIO));
