@@ -88,7 +88,6 @@ struct mnt {
   /* the raw request stream (see KILLPRIV) */
   uint64_t init_unique;     /* the INIT request's id, until its answer went out */
   uint32_t init_flags;      /* what the kernel offered in INIT */
-  int killpriv_v2;          /* negotiated: the file system clears setuid/setgid itself */
   uint32_t kill_suidgid;    /* the request being processed asks to clear setuid/setgid */
 };
 
@@ -380,7 +379,7 @@ static void ll_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
   }
   napi_value b = view(m, i, (char *)buf, size);
   if (!b) { slot_release_mem(m->env, s); fuse_reply_err(req, EIO); slot_free(i); return; }
-  /* the fourth number: the writer has no CAP_FSETID, clear setuid/setgid first (see KILLPRIV) */
+  /* scratch[0]: the writer lacks CAP_FSETID, setuid/setgid go first (see KILLPRIV) */
   ((double *)scratch)[0] = m->kill_suidgid ? 1 : 0;
   call_js(m, i, OP_WRITE, req, (double)ino, (double)fi->fh, (double)size, (double)off, NULL, NULL, b);
 }
@@ -897,7 +896,6 @@ static void on_closed_handle(uv_handle_t *h) {
   if (--m->closing_handles == 0) mnt_free(m);
 }
 
-/* mount(mountpoint, handler, options, xattrs) -> handle */
 /*
  * KILLPRIV: FUSE_HANDLE_KILLPRIV_V2. Without it the kernel asks for security.capability
  * (GETXATTR) before every write, to see whether the write must drop it: a second round trip per
@@ -955,7 +953,6 @@ static ssize_t raw_writev(int fd, struct iovec *iov, int count, void *userdata) 
       if (h->error == 0 && (m->init_flags & FUSE_HANDLE_KILLPRIV_V2) &&
           iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + sizeof(uint32_t)) {
         ((struct fuse_init_out *)iov[1].iov_base)->flags |= FUSE_HANDLE_KILLPRIV_V2;
-        m->killpriv_v2 = 1;
       }
     }
   }
@@ -963,6 +960,7 @@ static ssize_t raw_writev(int fd, struct iovec *iov, int count, void *userdata) 
 }
 #endif
 
+/* mount(mountpoint, handler, options, xattrs) -> handle */
 static napi_value js_mount(napi_env env, napi_callback_info info) {
   size_t argc = 4;
   napi_value argv[4];
