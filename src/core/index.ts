@@ -5,6 +5,7 @@ export * from './durable-file.js';
 export * from './errors.js';
 export * from './latency-counts.js';
 export * from './log.js';
+export * from './mode-bits.js';
 export * from './mutation.js';
 export * from './names.js';
 export * from './paths.js';

@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { type Attr, type Caller, errnoOf, kernelErrno, type TimeSpec, VfsError } from '../core/index.js';
+import { type Attr, type Caller, errnoOf, kernelErrno, type TimeSpec, VfsError, withoutSetid } from '../core/index.js';
 import type { Binding, BindingStats, DirEntryAttr, FsOps, MountedFs, MountOptions } from './binding.js';
 import { loadAddon, readTime, renameWithFlags, serveSession, writeAttr, writeStatfs } from './native-session.js';
 import { NodeTable, type Node, type NodeIdentity } from './node-table.js';
@@ -151,21 +151,6 @@ function need(p: string | null): string {
 }
 const gone = () => new VfsError('ENOENT', 'the node has no path any more (unlinked, or forgotten by the kernel)');
 
-const S_ISUID = 0o4000;
-const S_ISGID = 0o2000;
-const S_IXGRP = 0o010;
-/**
- * `mode` once a write, truncate or chown has dropped setuid and setgid, which the kernel leaves
- * to the file system (FUSE_HANDLE_KILLPRIV_V2, see KILLPRIV in native/ledgerfs_fuse3_ll.c):
- * setuid always, setgid only with group execute (without it, it marks mandatory locking), as
- * the kernel's own should_remove_suid does on a local disk.
- */
-export function killedPrivMode(mode: number): number {
-  let m = mode & ~S_ISUID;
-  if (m & S_IXGRP) m &= ~S_ISGID;
-  return m;
-}
-
 /** Remember the size and mtime an attribute reply gives the kernel for `node` (see `open`). */
 function told(node: Node | undefined, a: Attr): void {
   if (node) { node.toldSize = a.size; node.toldMtimeNs = a.mtimeNs; node.toldMode = a.mode; }
@@ -288,8 +273,8 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
       // the attributes the last change left, when the core read them after it (the journal does)
       let last: Attr | void = undefined;
       if (valid & SET_KILL_SUIDGID && !(valid & SET_MODE) && p !== null) {
-        const before = await attrOf(c, ino, fh);
-        if (before.type !== 'dir' && killedPrivMode(before.mode) !== before.mode) last = await ops.chmod(c, p, killedPrivMode(before.mode));
+        const cleared = await clearSetid(c, p, await attrOf(c, ino, fh));
+        if (cleared !== null) last = cleared;
       }
       if (valid & SET_MODE) last = await ops.chmod(c, need(p), mode);
       if (valid & (SET_UID | SET_GID)) last = await ops.chown(c, need(p), valid & SET_UID ? uid : KEEP_ID, valid & SET_GID ? gid : KEEP_ID);
@@ -338,7 +323,8 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
       let a = made.attr ?? await ops.fgetattr(c, p, fh);
       // O_TRUNC without O_EXCL by a caller without CAP_FSETID: the name may have been a file
       // that another host made meanwhile, truncated now
-      if (kill && killedPrivMode(a.mode) !== a.mode) a = (await ops.chmod(c, p, killedPrivMode(a.mode))) ?? await ops.fgetattr(c, p, fh);
+      const cleared = kill ? await clearSetid(c, p, a) : null;
+      if (cleared !== null) a = cleared ?? await ops.fgetattr(c, p, fh);
       entry(id, parent, name, a, fh);
     } catch (e) {
       if (fh >= 0) await ops.release(c, fh).catch(() => undefined);
@@ -379,15 +365,18 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
       reply(id, kernelErrno(e));
     }
   }
+  /** chmod `p` (attributes `a`) without setuid/setgid (withoutSetid): the chmod's outcome, or null
+   * when there is nothing to clear */
+  function clearSetid(c: Caller, p: string, a: Attr): Promise<Attr | void> | null {
+    const mode = withoutSetid(a.mode);
+    return mode === a.mode || a.type === 'dir' ? null : ops.chmod(c, p, mode);
+  }
   /**
    * A write, truncating open or truncate by a caller without CAP_FSETID drops setuid/setgid
-   * first (see killedPrivMode). The kernel keeps the mode it cached: it forgets it here.
+   * first (see withoutSetid). The kernel keeps the mode it cached: it forgets it here.
    */
   async function dropPriv(c: Caller, p: string | null, fh: number, ino: number): Promise<void> {
-    const a = await ops.fgetattr(c, p, fh);
-    const mode = killedPrivMode(a.mode);
-    if (mode === a.mode || p === null) return;
-    await ops.chmod(c, p, mode);
+    if (p === null || (await clearSetid(c, p, await ops.fgetattr(c, p, fh))) === null) return;
     const node = nodes.get(ino);
     if (node) node.toldMode = undefined;
     const handle = session();
@@ -396,7 +385,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
   /** whether the file behind `fh` may be setuid/setgid: not when the kernel was told otherwise */
   function mayHoldPriv(fh: number): boolean {
     const told = fhNode.get(fh)?.toldMode;
-    return told === undefined || killedPrivMode(told) !== told;
+    return told === undefined || withoutSetid(told) !== told;
   }
   /**
    * fallocate(2) and copy_file_range(2) into a setuid/setgid file: the kernel sends no flag with

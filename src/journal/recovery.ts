@@ -89,8 +89,7 @@ async function finishedHalfRename(op: Operation, now: State[], later: Operation[
   const [n0, n1] = [now[0] ?? null, now[1] ?? null];
   const from = op.paths[0];
   if (from === undefined || b0 === null || n0 === null || n1 === null || b0.type === 'dir') return false;
-  const looks: ['content', 'mode'] = ['content', 'mode'];
-  const copied = mismatch(b0, n0, looks) === null && mismatch(b0, n1, looks) === null && (b1 === null || mismatch(b1, n1, ['content']) !== null);
+  const copied = unchanged(b0, n0) && unchanged(b0, n1) && (b1 === null || mismatch(b1, n1, ['content']) !== null);
   if (!copied) return false;
   await backend.unlink(from);
   now[0] = null;

@@ -1,4 +1,4 @@
-import { type Attr, type Mutation, type MutationStage, typeOfMode, VfsError } from '../core/index.js';
+import { type Attr, type Mutation, type MutationStage, S_ISGID, S_ISUID, typeOfMode, VfsError } from '../core/index.js';
 import type { Privileges } from '../config/index.js';
 import type { DenialLog } from './denials.js';
 
@@ -12,8 +12,6 @@ import type { DenialLog } from './denials.js';
  * (the kernel clearing S_ISUID on a write or chown by someone else) is never refused.
  */
 
-const S_ISUID = 0o4000;
-const S_ISGID = 0o2000;
 /** (uid_t)-1: "leave unchanged" */
 const KEEP_ID = 0xffffffff;
 
