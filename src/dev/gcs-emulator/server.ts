@@ -201,8 +201,10 @@ export async function startGcsEmulator(opts: GcsEmulatorOptions = {}): Promise<G
       else res.destroy();
     });
   });
-  // Keep-alive connections from the client would otherwise hold close() open.
-  server.keepAliveTimeout = 5_000;
+  // Idle keep-alive connections stay open longer than a client keeps its end (Node's agents: 5 s),
+  // as GCS's front ends do: with equal timeouts, a request sent on a socket idle for about 5 s
+  // could meet the server's close ("socket hang up"). stop() closes every connection itself.
+  server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.port ?? 0, host, () => {
