@@ -75,6 +75,8 @@ export interface Mutation {
   allocate?: AllocateMode;
   /** create: O_TRUNC was given (an existing file loses its content) */
   truncate?: boolean;
+  /** create: O_EXCL was given, so the create succeeds only where nothing was (else EEXIST) */
+  exclusive?: boolean;
   /**
    * The open-file state of `path` when it is open: write and truncate through it; unlink,
    * rename (source) and link of an open file. Lets stages know sizes without a stat and

@@ -274,6 +274,9 @@ export class JournalStage implements MutationStage {
 
   /** Before-states, with a before-image of the content this mutation destroys. */
   private async beforeStates(m: Mutation, paths: string[]): Promise<State[]> {
+    // An O_EXCL create either finds nothing there or fails (EEXIST, journaled as failed): no
+    // look at the name first. Most creates are these (tar, git, editors' temp files).
+    if (m.op === 'create' && m.exclusive) return [null];
     const before = await Promise.all(paths.map((p) => stateOf(this.backend, p, { atime: m.op === 'utimens' })));
     const keep = async (i: number, size: number, cutFrom = 0) => {
       const s = before[i];

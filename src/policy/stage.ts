@@ -441,8 +441,9 @@ export class PolicyStage implements MutationStage {
     const root = this.creating(m, m.path, 'create', true);
     const u = this.usage.of(root);
     if (u === null) return apply();
-    // the kernel's lookup just before the create usually told us already that the name is free
-    const before = this.view.takeMissing(m.path) ? null : await this.statOrNull(m.path);
+    // the kernel's lookup just before the create usually told us already that the name is free;
+    // an O_EXCL create needs no telling (it fails with EEXIST where a name is)
+    const before = this.view.takeMissing(m.path) || m.exclusive ? null : await this.statOrNull(m.path);
     if (before === null) {
       this.checkFiles(m, m.path, 'create', root, u);
       u.files += 1;

@@ -220,7 +220,7 @@ export class Vfs {
       // replace the access mode (O_WRONLY|O_RDWR would be O_ACCMODE, i.e. not writable)
       return this.open(path, (flags & ~3) | C.O_RDWR, caller);
     }
-    const m: Mutation = { op: 'create', path, mode, truncate: f.truncate, caller };
+    const m: Mutation = { op: 'create', path, mode, truncate: f.truncate, exclusive: f.exclusive, caller };
     const file = await this.mutate(m, async () => {
       const file = await this.backend.open(path, { write: true, create: true, exclusive: f.exclusive, truncate: f.truncate }, mode & 0o7777);
       await this.giveToCaller(path, caller);
