@@ -1,4 +1,5 @@
-import { beforeEach, describe, expect, it } from 'vitest';
+import fs from 'node:fs';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { GcsBackend } from '../../src/backend/gcs.js';
 import { gcsBackendPerTest } from '../helpers/gcs-emulator.js';
 
@@ -26,6 +27,19 @@ describe('GcsFile uploads', () => {
     await f.sync(false);
     await f.close();
     expect(await content('a')).toBe('one two');
+  });
+
+  it('a written file is staged without a synchronous create (the event loop does not wait for the disk)', async () => {
+    const f = await b.open('/staged', { write: true, create: true }, 0o644);
+    const openSync = vi.spyOn(fs, 'openSync');
+    try {
+      await f.write(Buffer.from('staged bytes'), 12, 0);
+      expect(openSync).not.toHaveBeenCalled();
+    } finally {
+      openSync.mockRestore();
+    }
+    await f.close();
+    expect(await content('staged')).toBe('staged bytes');
   });
 
   it('two syncs at once make one upload after the other, no false conflict', async () => {
