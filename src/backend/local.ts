@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import nodePath from 'node:path';
-import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, mayHaveLostBytes, nameFromBytes, type NodeType, type OpenMode, osPath, rebase, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_NOW, UTIME_OMIT, VfsError } from '../core/index.js';
+import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, mayHaveLostBytes, nameFromBytes, type NodeType, type OpenMode, osPath, rebase, S_ISGID, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_NOW, UTIME_OMIT, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { loadBeneath, type Beneath } from './beneath.js';
 import { fdLimit } from './fd-limit.js';
@@ -709,7 +709,7 @@ export class LocalBackend implements Backend {
       // mkdir(2) keeps only the permission and sticky bits of its mode; a setgid parent adds S_ISGID
       const want = mode & 0o1777;
       if ((want & DAEMON_UMASK) === 0) return;
-      const inherited = sys(`stat ${path}`, () => fs.lstatSync(p)).mode & 0o2000;
+      const inherited = sys(`stat ${path}`, () => fs.lstatSync(p)).mode & S_ISGID;
       sys(`chmod ${path}`, () => fs.chmodSync(p, want | inherited));
     });
   }

@@ -1,5 +1,5 @@
 import { constants as C } from 'node:fs';
-import { type AllocateMode, type Attr, isSpecial, typeOfMode, type Backend, type BackendFile, type Caller, checkPath, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, type FsStats, isWithin, type Mutation, parentOf, SEEK_DATA, SEEK_HOLE, type TimeSpec, VfsError } from '../core/index.js';
+import { type AllocateMode, type Attr, isSpecial, typeOfMode, type Backend, type BackendFile, type Caller, checkPath, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, type FsStats, isWithin, type Mutation, parentOf, S_ISGID, SEEK_DATA, SEEK_HOLE, type TimeSpec, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { OpenFile, OpenFileTable, isFuseHiddenName } from './open-files.js';
 import { MutationPipeline } from './pipeline.js';
@@ -138,7 +138,7 @@ export class Vfs {
     if (posix && caller.uid === DAEMON_UID && caller.gid === DAEMON_GID) return;
     let gid = caller.gid ?? 0;
     const parent = await this.backend.stat(parentOf(path));
-    const setgid = (parent.mode & 0o2000) /* S_ISGID */ !== 0;
+    const setgid = (parent.mode & S_ISGID) !== 0;
     // a store that already gave the node the caller's ids (GCS: the daemon's, in the create
     // request's metadata) needs no chown, unless a setgid parent wants its group
     const own = this.backend.capabilities.newNodeOwner;
@@ -146,7 +146,7 @@ export class Vfs {
     if (setgid) gid = parent.gid;
     await this.backend.chown(path, caller.uid, gid);
     // a directory made in a setgid directory is setgid too (what the file system would do)
-    if (setgid && dirMode !== undefined && !posix) await this.backend.chmod(path, dirMode | 0o2000);
+    if (setgid && dirMode !== undefined && !posix) await this.backend.chmod(path, dirMode | S_ISGID);
   }
 
   // ---- metadata ------------------------------------------------------------------------------
