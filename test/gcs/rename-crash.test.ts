@@ -15,10 +15,14 @@ import { startGcsFixture, type GcsFixture } from './fixture.js';
  * as done (recovered), and `ledgerfs rollback` of it brings the whole directory back. If a source
  * not yet copied changed in between, finishing is impossible: the rename is undone instead.
  */
+type Entry = { seq: number; op: string; paths: string[]; status: string; recovered?: boolean; undoes?: number };
+
 /**
  * A workspace on its own emulator for daemons killed mid-way: `mount()` starts a daemon on the
  * bucket with one state directory across mounts; every daemon is stopped after each test (the
- * killed one reports its death). `seed` fills the bucket before each test.
+ * killed one reports its death). `seed` fills the bucket before each test. `killDuring` runs a
+ * program in a mount while the emulator delays some requests, and SIGKILLs the daemon once the
+ * program got far enough; `journal()` is the log, newest first.
  */
 function killedDaemonWorkspace(label: string, seed?: (g: GcsFixture) => Promise<void>) {
   let fixture: GcsFixture | undefined;
@@ -33,6 +37,22 @@ function killedDaemonWorkspace(label: string, seed?: (g: GcsFixture) => Promise<
   };
   const ledgerfs = (...args: string[]) =>
     spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g().emulator.url } });
+  const journal = () => JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Entry[];
+  /** `argv` in `m` while requests `method` on objects under `object` take `delayMs` more; SIGKILL
+   * the daemon once `reached()` (else fail with `what` after 30 s), then wait for the program's exit */
+  const killDuring = async (m: TestMount, argv: string[], hold: { method: string; object: string; delayMs: number }, reached: () => boolean | Promise<boolean>, what: string) => {
+    await g().fault({ status: 0, delayMs: hold.delayMs, count: -1, method: hold.method, pathPrefix: `/storage/v1/b/${g().bucket}/o/${hold.object}` });
+    const program = spawn(argv[0] as string, argv.slice(1), { cwd: m.mnt, stdio: 'ignore' });
+    const exited = new Promise<void>((r) => program.on('exit', () => r()));
+    const t0 = Date.now();
+    while (!(await reached())) {
+      if (Date.now() - t0 > 30_000) throw new Error(`${what}\n${m.logs()}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    process.kill(m.daemon.pid as number, 'SIGKILL');
+    await exited;
+    await g().clearFaults();
+  };
   beforeEach(async () => {
     fixture = await startGcsFixture();
     home = makeTemp(label);
@@ -43,46 +63,24 @@ function killedDaemonWorkspace(label: string, seed?: (g: GcsFixture) => Promise<
     await fixture?.stop();
     rmTemp(home);
   });
-  return { g, state, mount, ledgerfs };
+  return { g, state, mount, ledgerfs, journal, killDuring };
 }
 
 if (NEEDS_OWN_EMULATOR) console.warn(`test/gcs/rename-crash.test.ts (slows copies with injected delays): ${NEEDS_OWN_EMULATOR}`);
 describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed during a directory rename', () => {
   const N = 300;
-  const { g, state, mount, ledgerfs } = killedDaemonWorkspace('gcs-rename-crash',
+  const { g, state, mount, ledgerfs, journal, killDuring } = killedDaemonWorkspace('gcs-rename-crash',
     (f) => f.seed(Array.from({ length: N }, (_, i) => `dir/${i % 3 === 0 ? 'sub/' : ''}f${i}`), 'same'));
 
-  /** Object names under a prefix, as another client sees them (the fixture's client does not
-   * retry; a kept-alive socket the emulator closed meanwhile is worth another try here). */
-  const names = async (prefix: string): Promise<string[]> => {
-    for (let i = 0; ; i++) {
-      try {
-        return (await g().storage.bucket(g().bucket).getFiles({ prefix }))[0].map((f) => f.name);
-      } catch (err) {
-        if (i >= 3 || !/socket hang up|ECONNRESET/.test((err as Error).message)) throw err;
-      }
-    }
-  };
-
-  type Entry = { seq: number; op: string; paths: string[]; status: string; recovered?: boolean; undoes?: number };
-  const journal = () => JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Entry[];
+  /** object names under a prefix, as another client sees them */
+  const names = async (prefix: string): Promise<string[]> => (await g().storage.bucket(g().bucket).getFiles({ prefix }))[0].map((f) => f.name);
   const allAt = (dir: string) => Array.from({ length: N }, (_, i) => `${dir}/${i % 3 === 0 ? 'sub/' : ''}f${i}`).sort();
 
   /** Mount, start `mv dir moved`, SIGKILL the daemon once 60 objects are copied. */
   async function killDuringMv(): Promise<void> {
-    const a = await mount();
     // every copy (a rewrite POST) takes 20 ms more: 300 copies, 8 at a time, take ~0.8 s
-    await g().fault({ status: 0, delayMs: 20, count: -1, method: 'POST', pathPrefix: `/storage/v1/b/${g().bucket}/o/dir` });
-    const mv = spawn('mv', ['dir', 'moved'], { cwd: a.mnt, stdio: 'ignore' });
-    const mvDone = new Promise<void>((r) => mv.on('exit', () => r()));
-    const t0 = Date.now();
-    while ((await names('moved/')).length < 60) {
-      if (Date.now() - t0 > 30_000) throw new Error(`the rename did not get going\n${a.logs()}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    process.kill(a.daemon.pid as number, 'SIGKILL');
-    await mvDone;
-    await g().clearFaults();
+    await killDuring(await mount(), ['mv', 'dir', 'moved'], { method: 'POST', object: 'dir', delayMs: 20 },
+      async () => (await names('moved/')).length >= 60, 'the rename did not get going');
     const midDst = (await names('moved/')).length;
     const midSrc = (await names('dir/')).length;
     expect(midDst).toBeGreaterThanOrEqual(60);
@@ -151,7 +149,7 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed during a directory r
  * rounds of test/mount/crash.test.ts on a loaded machine).
  */
 describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed between a file rename\'s copy and its delete', () => {
-  const { g, state, mount, ledgerfs } = killedDaemonWorkspace('gcs-file-rename-crash');
+  const { g, state, mount, ledgerfs, journal, killDuring } = killedDaemonWorkspace('gcs-file-rename-crash');
   const content = async (name: string): Promise<string | null> => {
     try {
       return (await g().storage.bucket(g().bucket).file(name).download())[0].toString();
@@ -164,23 +162,13 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed between a file renam
     const a = await mount();
     sh('echo old-a > a && echo old-b > b', a.mnt);
     // the source's delete waits: the kill lands after the copy
-    await g().fault({ status: 0, delayMs: 30_000, count: -1, method: 'DELETE', pathPrefix: `/storage/v1/b/${g().bucket}/o/a` });
-    const mv = spawn('mv', ['a', 'b'], { cwd: a.mnt, stdio: 'ignore' });
-    const mvDone = new Promise<void>((r) => mv.on('exit', () => r()));
-    const t0 = Date.now();
-    while ((await content('b')) !== 'old-a\n') {
-      if (Date.now() - t0 > 30_000) throw new Error(`the copy did not land\n${a.logs()}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    process.kill(a.daemon.pid as number, 'SIGKILL');
-    await mvDone;
-    await g().clearFaults();
+    await killDuring(a, ['mv', 'a', 'b'], { method: 'DELETE', object: 'a', delayMs: 30_000 }, async () => (await content('b')) === 'old-a\n', 'the copy did not land');
     expect(await content('a')).toBe('old-a\n');
     const b = await mount();
     // finished: the program asked for it, and the destination's old bytes are gone already
     expect(await content('a')).toBe(null);
     expect(await content('b')).toBe('old-a\n');
-    const renames = (JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Array<{ op: string; status: string; recovered?: boolean }>).filter((e) => e.op === 'rename');
+    const renames = journal().filter((e) => e.op === 'rename');
     expect(renames).toEqual([expect.objectContaining({ status: 'done', recovered: true })]);
     const v = ledgerfs('verify', '--state', state());
     expect(v.status, v.stdout + v.stderr).toBe(0);
@@ -196,24 +184,12 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed between a file renam
     const a = await mount();
     // x -> y: in this daemon y keeps x's inode number; the next one numbers y by its path
     sh('echo data > x && mv x y', a.mnt);
-    await g().fault({ status: 0, delayMs: 30_000, count: -1, method: 'POST', pathPrefix: `/storage/v1/b/${g().bucket}/o/y` });
-    const mv = spawn('mv', ['y', 'z'], { cwd: a.mnt, stdio: 'ignore' });
-    const mvDone = new Promise<void>((r) => mv.on('exit', () => r()));
-    const t0 = Date.now();
-    const pending = () => (JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Array<{ op: string; status: string; paths: string[] }>)
-      .some((e) => e.op === 'rename' && e.paths[0] === '/y' && e.status === 'pending');
-    while (!pending()) {
-      if (Date.now() - t0 > 30_000) throw new Error(`the rename was not journaled\n${a.logs()}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    process.kill(a.daemon.pid as number, 'SIGKILL');
-    await mvDone;
-    await g().clearFaults();
+    await killDuring(a, ['mv', 'y', 'z'], { method: 'POST', object: 'y', delayMs: 30_000 },
+      () => journal().some((e) => e.op === 'rename' && e.paths[0] === '/y' && e.status === 'pending'), 'the rename was not journaled');
     await mount();
     expect(await content('y')).toBe('data\n');
     expect(await content('z')).toBe(null);
-    const last = (JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Array<{ op: string; status: string; paths: string[] }>)
-      .find((e) => e.op === 'rename' && e.paths[0] === '/y');
+    const last = journal().find((e) => e.op === 'rename' && e.paths[0] === '/y');
     expect(last).toMatchObject({ status: 'failed' });
     const r = ledgerfs('rollback', '--state', state(), '--to', '0');
     expect(r.stdout + r.stderr).not.toMatch(/conflict/);
@@ -225,21 +201,11 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: a daemon killed between a file renam
   it('an unlink killed before its delete, of a name moved earlier in the same daemon: not applied', async () => {
     const a = await mount();
     sh('echo data > x && mv x y', a.mnt);
-    await g().fault({ status: 0, delayMs: 30_000, count: -1, method: 'DELETE', pathPrefix: `/storage/v1/b/${g().bucket}/o/y` });
-    const rm = spawn('rm', ['y'], { cwd: a.mnt, stdio: 'ignore' });
-    const rmDone = new Promise<void>((r) => rm.on('exit', () => r()));
-    const entries = () => JSON.parse(ledgerfs('log', '--state', state(), '--json', '--all').stdout) as Array<{ op: string; status: string; paths: string[] }>;
-    const t0 = Date.now();
-    while (!entries().some((e) => e.op === 'unlink' && e.status === 'pending')) {
-      if (Date.now() - t0 > 30_000) throw new Error(`the unlink was not journaled\n${a.logs()}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    process.kill(a.daemon.pid as number, 'SIGKILL');
-    await rmDone;
-    await g().clearFaults();
+    await killDuring(a, ['rm', 'y'], { method: 'DELETE', object: 'y', delayMs: 30_000 },
+      () => journal().some((e) => e.op === 'unlink' && e.status === 'pending'), 'the unlink was not journaled');
     await mount();
     expect(await content('y')).toBe('data\n');
-    expect(entries().find((e) => e.op === 'unlink')).toMatchObject({ status: 'failed' });
+    expect(journal().find((e) => e.op === 'unlink')).toMatchObject({ status: 'failed' });
     const r = ledgerfs('rollback', '--state', state(), '--to', '0');
     expect(r.stdout + r.stderr).not.toMatch(/conflict/);
     expect(r.status, r.stdout + r.stderr).toBe(0);
