@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ContentCache } from '../../src/backend/layers/content-cache.js';
+import { waitUntil } from '../helpers/sandbox.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
 /*
@@ -42,7 +43,7 @@ describe('ContentCache fills', () => {
 
   it('put() keeps a version in the background', async () => {
     cache.put('b#7', Buffer.from('bytes'));
-    for (let i = 0; i < 200 && !cache.has('b#7'); i++) await new Promise((r) => setTimeout(r, 5));
+    await waitUntil(() => cache.has('b#7'), 5000);
     expect(fs.readFileSync(cache.get('b#7') as string, 'utf8')).toBe('bytes');
   });
 
@@ -50,7 +51,7 @@ describe('ContentCache fills', () => {
     const f = cache.fill('c#2', 3);
     f?.abandon();
     await f?.add(0, Buffer.from('abc'));
-    for (let i = 0; i < 1000 && parts().length > 0; i++) await new Promise((r) => setTimeout(r, 5));
+    await waitUntil(() => parts().length === 0, 5000);
     expect(parts(), cache.dir).toEqual([]);
     expect(cache.has('c#2')).toBe(false);
   });
@@ -60,7 +61,7 @@ describe('ContentCache fills', () => {
     await f?.add(0, Buffer.from('ab'));
     await f?.add(4, Buffer.from('ef'));
     await f?.add(2, Buffer.from('cd'));
-    for (let i = 0; i < 1000 && parts().length > 0; i++) await new Promise((r) => setTimeout(r, 5));
+    await waitUntil(() => parts().length === 0, 5000);
     expect(parts()).toEqual([]);
     expect(cache.has('d#3')).toBe(false);
   });
