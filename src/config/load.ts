@@ -291,7 +291,7 @@ export function parseMountFile(text: string, label: string, baseDir: string): Mo
     throw new ConfigError(`${label}${pos ? `:${pos.line}:${pos.col}` : ''}: not valid YAML or JSON: ${e.message.split('\n')[0]}`);
   }
   if (data === null || data === undefined) throw new ConfigError(`${label}: the file is empty; it needs at least backend and roots`);
-  const parsed = mountFileSchema.safeParse(data);
+  const parsed = mountFileSchema().safeParse(data);
   if (!parsed.success) {
     const lines = parsed.error.issues.flatMap((iss) => issueLines(iss, data));
     throw new ConfigError(lines.map((l) => `${label}: ${l}`).join('\n'));

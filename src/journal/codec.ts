@@ -1,5 +1,5 @@
 import { crc32c } from './crc32c.js';
-import { RecordSchema, type JournalRecord } from './record.js';
+import { recordSchema, type JournalRecord } from './record.js';
 
 /*
  * One record per line: "<crc32c of the JSON, 8 hex digits> <JSON>\n". JSON never contains a raw
@@ -54,7 +54,7 @@ function decodeLine(buf: Buffer, start: number, end: number): JournalRecord | st
   } catch {
     return 'checksum matches but the JSON does not parse';
   }
-  const parsed = RecordSchema.safeParse(value);
+  const parsed = recordSchema().safeParse(value);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     return `not a record this version understands (${issue ? `${issue.path.join('.')}: ${issue.message}` : 'invalid'})`;

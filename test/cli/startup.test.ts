@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openTestJournal, vfsFs } from '../helpers/journal.js';
 import { CLI } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
@@ -10,11 +11,13 @@ import { makeTemp, rmTemp } from '../helpers/tmp.js';
  * Every CLI process (and the tests start hundreds) would pay for the GCS client (about half a
  * second), prom-client, the YAML parser and the GCS emulator if they were imported at start;
  * they load on first use instead. A module resolve hook in the child lists every module the CLI
- * loads (its `import`s; a require() made later, as of the YAML parser, it does not see).
+ * `import`s, and a preloaded script adds, at exit, every module it loaded by require() (zod and
+ * the YAML parser are required on first use).
  */
 describe('CLI start-up', () => {
   let dir: string;
   let register: string;
+  let required: string;
   beforeAll(() => {
     dir = makeTemp('startup');
     const hook = path.join(dir, 'hook.mjs');
@@ -27,13 +30,18 @@ export async function resolve(spec, ctx, next) {
 `);
     register = path.join(dir, 'register.mjs');
     fs.writeFileSync(register, `import { register } from 'node:module';\nregister(${JSON.stringify(pathToFileURL(hook).href)});\n`);
+    required = path.join(dir, 'required.cjs');
+    fs.writeFileSync(required, `process.on('exit', () => {
+  require('node:fs').appendFileSync(${JSON.stringify(path.join(dir, 'loaded.txt'))}, Object.keys(require.cache).map((f) => require('node:url').pathToFileURL(f).href + '\\n').join(''));
+});
+`);
   });
   afterAll(() => rmTemp(dir));
 
   function loadedBy(args: string[]): string[] {
     const out = path.join(dir, 'loaded.txt');
     fs.rmSync(out, { force: true });
-    execFileSync(process.execPath, ['--import', register, CLI, ...args], { stdio: 'pipe', encoding: 'utf8' });
+    execFileSync(process.execPath, ['--import', register, '--require', required, CLI, ...args], { stdio: 'pipe', encoding: 'utf8' });
     return fs.readFileSync(out, 'utf8').split('\n').filter(Boolean);
   }
 
@@ -44,5 +52,26 @@ export async function resolve(spec, ctx, next) {
     // (the upload spool's reader is plain node: status and unmount --no-wait read it)
     const heavy = (u: string) => /\/dist\/backend\/(gcs\/|gcs\.js|gcs-stack\.js)/.test(u) && !u.endsWith('/dist/backend/gcs/spool-log.js');
     expect(loaded.filter((u) => /node_modules\/(@google-cloud\/storage|prom-client|yaml)\//.test(u) || u.includes('/dist/dev/') || heavy(u))).toEqual([]);
+  });
+
+  // zod is about 850 kB of JavaScript: only a mount file or a journal record needs it
+  it('`ledgerfs --version` and `ledgerfs log --help` do not load zod', () => {
+    const zod = (u: string) => u.includes('/node_modules/zod/');
+    for (const args of [['--version'], ['log', '--help']]) {
+      const loaded = loadedBy(args);
+      expect(loaded.some((u) => u.includes('/node_modules/commander/'))).toBe(true);
+      expect(loaded.filter(zod), args.join(' ')).toEqual([]);
+    }
+  });
+
+  it('a journal record read from disk is still validated: `ledgerfs log` on a journal loads zod', async () => {
+    const src = path.join(dir, 'src');
+    const state = path.join(dir, 'state');
+    fs.mkdirSync(src);
+    const j = await openTestJournal(src, state);
+    await vfsFs.write(j.vfs, '/a.txt', 'one');
+    await j.close();
+    const loaded = loadedBy(['log', '--state', state]);
+    expect(loaded.some((u) => u.includes('/node_modules/zod/'))).toBe(true);
   });
 });

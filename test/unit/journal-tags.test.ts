@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { buildHistory, makeTag, TagError } from '../../src/journal/index.js';
 import type { LocatedRecord } from '../../src/journal/reader.js';
 import type { JournalRecord } from '../../src/journal/record.js';
-import { RecordSchema } from '../../src/journal/record.js';
+import { recordSchema } from '../../src/journal/record.js';
 import { parseWhen, tagNameProblem } from '../../src/cli/journal-flags.js';
 
 /* Named checkpoints (issue 18): the record, the history's view of it, and what a name may be. */
@@ -13,8 +13,8 @@ describe('tags in the journal', () => {
   const tag: JournalRecord = { kind: 'tag', time: 1000, name: 'before-reorg', at: 41, actor: 'tag' };
 
   it('is a record the schema accepts, and the history finds by name', () => {
-    expect(RecordSchema.parse(tag)).toEqual(tag);
-    expect(RecordSchema.safeParse({ ...tag, at: -1 }).success).toBe(false);
+    expect(recordSchema().parse(tag)).toEqual(tag);
+    expect(recordSchema().safeParse({ ...tag, at: -1 }).success).toBe(false);
     const h = buildHistory(at([tag]));
     expect(h.tags.get('before-reorg')).toEqual(tag);
   });
