@@ -54,9 +54,9 @@ export async function resolve(spec, ctx, next) {
     expect(loaded.filter((u) => /node_modules\/(@google-cloud\/storage|prom-client|yaml)\//.test(u) || u.includes('/dist/dev/') || heavy(u))).toEqual([]);
   });
 
-  // zod is about 850 kB of JavaScript: only a mount file or a journal record needs it
-  it('`ledgerfs --version` and `ledgerfs log --help` do not load zod', () => {
-    const zod = (u: string) => u.includes('/node_modules/zod/');
+  // zod is about 850 kB of JavaScript: only a mount file or a journal record needs it; jsdiff only a diff
+  it('`ledgerfs --version` and `ledgerfs log --help` load neither zod nor jsdiff', () => {
+    const zod = (u: string) => /\/node_modules\/(zod|diff)\//.test(u);
     for (const args of [['--version'], ['log', '--help']]) {
       const loaded = loadedBy(args);
       expect(loaded.some((u) => u.includes('/node_modules/commander/'))).toBe(true);
