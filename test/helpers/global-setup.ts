@@ -5,8 +5,8 @@ import { leakedTestMounts, RUN_ENV, testRunId } from './run.js';
 import { isFuseMount, unmountPathSync } from '../../src/fuse/mounts.js';
 
 /**
- * Mounted tests run the real CLI (bin/ledgerfs.js -> dist/), so compile once before them
- * (unless scripts/test just did: LEDGERFS_TEST_DIST_BUILT=1).
+ * Mounted tests run the real CLI (bin/ledgerfs.js -> dist/), so build once before them, as
+ * `npm run build` does: tsc, then the CLI bundle (unless scripts/test just did: LEDGERFS_TEST_DIST_BUILT=1).
  * The teardown fails the run if any mount this run made (a temp dir named ledgerfs-test-<run>-*)
  * is still in /proc/self/mountinfo, after unmounting it so nothing stays behind.
  */
@@ -41,4 +41,10 @@ function compile(root: string): void {
     if (!fs.existsSync(path.join(root, 'dist/cli/main.js'))) throw err;
     process.stderr.write('global-setup: tsc reported errors (see above); testing the JavaScript it emitted\n');
   }
+  // tsc just wrote an unbundled dist/cli/main.js: bundle it, or the tests would run a CLI built
+  // unlike the one users get (test/unit/cli-bundle.test.ts checks it is the bundle)
+  execFileSync(process.execPath, [path.join(root, 'node_modules/rolldown/bin/cli.mjs'), '-c', 'rolldown.config.mjs'], {
+    cwd: root,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
 }
