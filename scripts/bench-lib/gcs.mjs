@@ -187,7 +187,7 @@ async function spoolDrained(repo, stateDir) {
 export async function mainGcs(argv) {
   const o = parseArgs(argv);
   const repo = path.resolve(import.meta.dirname, '../..');
-  if (!fs.existsSync(path.join(repo, 'dist/cli/main.js'))) throw new BenchError('ledgerfs is not built: run npx tsc -p .');
+  if (!fs.existsSync(path.join(repo, 'dist/cli/main.js'))) throw new BenchError('ledgerfs is not built: run npm run build');
   const { Storage } = await import('@google-cloud/storage');
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'ledgerfs-bench-gcs-'));
   const emu = await startEmulator(repo);

@@ -105,7 +105,7 @@ Options:
   -q, --quiet           no per-round progress on stderr
   -h, --help            this text
 
-Needs: root (FUSE mounts, drop_caches), /dev/fuse, node >= 20, a built ledgerfs (npx tsc -p .),
+Needs: root (FUSE mounts, drop_caches), /dev/fuse, node >= 20, a built ledgerfs (npm run build),
 and the Debian packages bindfs fio git tar coreutils fuse3.
 
 Examples:
@@ -570,7 +570,7 @@ export async function main(argv) {
   if (targets.some((t) => t.name === 'ledgerfs')) {
     const srcNewest = newestMtime(path.join(REPO, 'src'));
     const built = newestMtime(path.join(REPO, 'dist'));
-    if (srcNewest > built) warn('src/ is newer than dist/: the bench runs the last build (npx tsc -p . to rebuild)');
+    if (srcNewest > built) warn('src/ is newer than dist/: the bench runs the last build (npm run build to rebuild)');
   }
 
   const base = path.resolve(v.dir ?? os.tmpdir());

@@ -195,7 +195,7 @@ function ledgerfsTarget(name, fixedArgs, opts, repo) {
     name,
     describe: `node bin/ledgerfs.js mount --source SRC ${extra} MNT`.replace(/\s+MNT/, ' MNT'),
     problem: () => {
-      if (!fs.existsSync(path.join(repo, 'dist', 'cli', 'main.js'))) return `ledgerfs is not built (${repo}/dist missing): run npx tsc -p .`;
+      if (!fs.existsSync(path.join(repo, 'dist', 'cli', 'main.js'))) return `ledgerfs is not built (${repo}/dist missing): run npm run build`;
       for (const f of splitArgs(fixedArgs)) if (!ledgerfsHas(cli, f)) return `this ledgerfs build has no ${f} flag`;
       if (/--binding native-ll/.test(fixedArgs) && !fs.existsSync(path.join(repo, 'native', 'build', 'Release', 'ledgerfs_fuse3_ll.node'))) {
         return 'the native-ll binding is not built: node scripts/build-native.mjs (apt-get install -y libfuse3-dev)';

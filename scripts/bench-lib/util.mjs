@@ -89,7 +89,7 @@ export async function runOk(cmd, args, opts = {}) {
 // The mount table is read, and mounts unmounted, by ledgerfs's own module (built in dist/), so
 // the bench and the daemon agree; the bench unmounts any FUSE mount it made (bindfs, passthrough).
 const mounts = await import(path.resolve(import.meta.dirname, '../../dist/fuse/mounts.js')).catch(() => {
-  throw new Error('ledgerfs is not built: run npx tsc -p .');
+  throw new Error('ledgerfs is not built: run npm run build');
 });
 
 /** The topmost mount at `mnt`, or undefined. */
