@@ -28,7 +28,7 @@ const CLI_DIR = path.resolve(import.meta.dirname, 'dist/cli');
 const ENTRY = path.join(CLI_DIR, 'main.js');
 // the bundle's first line: tells a bundle from tsc's main.js
 const BANNER = '// ledgerfs CLI bundle (rolldown.config.mjs); tsc output bundled, see npm run build';
-// chunks carry this prefix so the next build can remove the previous build's (their names hold hashes)
+// chunks carry this prefix so a build can remove the previous build's (their names hold hashes)
 const CHUNK_PREFIX = 'bundle-';
 
 const entry = fs.readFileSync(ENTRY, 'utf8');
@@ -36,7 +36,6 @@ if (entry.startsWith(BANNER)) {
   // bundling the bundle would import chunks this build is about to delete
   throw new Error('dist/cli/main.js is already the bundle: run tsc first (npm run build does both)');
 }
-for (const f of fs.readdirSync(CLI_DIR)) if (f.startsWith(CHUNK_PREFIX)) fs.rmSync(path.join(CLI_DIR, f));
 
 /** Feeds tsc's source map of each dist/ file to the bundler, which chains it: the bundle's map names src/. */
 const readTscMap = {
@@ -47,11 +46,26 @@ const readTscMap = {
   },
 };
 
+/**
+ * Removes the chunks of earlier builds once this one is written. Not before: chunk names hash their
+ * contents, so a rebuild of the same source rewrites the same files, and a CLI started meanwhile
+ * (another vitest run in this checkout, whose global setup builds too) never finds one missing.
+ */
+const removeStaleChunks = {
+  name: 'remove-stale-chunks',
+  writeBundle(_options, bundle) {
+    for (const f of fs.readdirSync(CLI_DIR)) {
+      const chunk = f.replace(/\.map$/, '');
+      if (f.startsWith(CHUNK_PREFIX) && !(chunk in bundle)) fs.rmSync(path.join(CLI_DIR, f), { force: true });
+    }
+  },
+};
+
 export default {
   input: ENTRY,
   platform: 'node',
   external: ['@google-cloud/storage', 'prom-client', 'fuse-native'],
-  plugins: [readTscMap],
+  plugins: [readTscMap, removeStaleChunks],
   logLevel: 'warn',
   output: {
     dir: CLI_DIR,
