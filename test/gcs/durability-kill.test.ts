@@ -3,6 +3,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { CLI, startMount, type TestMount } from '../helpers/mount.js';
+import { readJournal } from '../../src/journal/reader.js';
+import type { JournalRecord } from '../../src/journal/record.js';
 import { spooledVersions } from '../helpers/spool.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { NEEDS_OWN_EMULATOR } from '../helpers/gcs-external.js';
@@ -256,12 +258,31 @@ for (const durability of ['bucket', 'journal'] as const) {
       const said = lines(p);
       await said('written');
       // hold every upload from here on: the fsync's never lands (503 after 15 s, no effect)
+      const since = await g.requests();
       await g.fault({ status: 503, delayMs: 15_000, count: -1, method: 'POST', pathPrefix: '/upload/' });
       p.stdin?.write('\n');
       await said('fsyncing');
-      // the journal's records (the futimens' outcomes, the fsync's end) reach its file within
-      // its flush delay; give it ample time on a loaded machine
-      await new Promise((r) => setTimeout(r, 2500));
+      // The kill lands once the fsync's upload is held by the emulator and the journal's file
+      // has the records of what the program's finished calls did (the futimens' and fchmod's
+      // outcomes, synced.txt's fsync): they reach it within its flush delay, later on a loaded
+      // machine. (The held fsync's own end record may never come: in journal durability it can
+      // wait on the backend.)
+      const uploadHeld = async () => (await g.requestLog(since)).some((q) => q.method === 'POST' && q.path.startsWith('/upload/') && decodeURIComponent(q.query).includes('out/fsync-in-flight.txt'));
+      const finished = (records: JournalRecord[], op: string, file: string, end: 'done' | 'end') => {
+        const seqs = records.filter((r) => r.kind === 'op' && r.session === 'killed' && r.op === op && r.paths[0] === file).map((r) => (r as { seq: number }).seq);
+        return seqs.length > 0 && seqs.every((seq) => records.some((r) => r.kind === end && r.of === seq));
+      };
+      const recorded = () => {
+        const records = readJournal(state()).records.map((r) => r.record);
+        return ['/out/new.txt', '/out/sub/deep.txt', '/out/synced.txt'].every((f) => finished(records, 'utimens', f, 'done')) &&
+          finished(records, 'chmod', '/keep.txt', 'done') &&
+          records.some((r) => r.kind === 'end' && r.reason === 'fsync' && records.some((o) => o.kind === 'op' && o.seq === r.of && o.paths[0] === '/out/synced.txt'));
+      };
+      const t0 = Date.now();
+      while (!(recorded() && (await uploadHeld()))) {
+        if (Date.now() - t0 > 60_000) throw new Error(`within 60 s: the journal has the program's records: ${recorded()}; the fsync's upload reached the emulator: ${await uploadHeld()}`);
+        await new Promise((r) => setTimeout(r, 25));
+      }
       process.kill(m.daemon.pid as number, 'SIGKILL');
       await m.stop().catch(() => undefined);
       p.kill('SIGKILL');

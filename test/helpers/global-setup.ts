@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { leakedTestMounts, RUN_ENV, testRunId } from './run.js';
 import { isFuseMount, unmountPathSync } from '../../src/fuse/mounts.js';
+import { pathWithRealPython } from './python.js';
 
 /**
  * Mounted tests run the real CLI (bin/ledgerfs.js -> dist/), so build once before them, as
@@ -16,8 +17,11 @@ export default function setup(): () => void {
   if (process.env.LEDGERFS_TEST_DIST_BUILT !== '1') compile(root);
   // Workers inherit the environment: every mount of this run carries the run id in its name.
   process.env[RUN_ENV] = testRunId();
+  // (and every `python3` they start is the interpreter itself, not pyenv's shim)
+  const pythonDir = pathWithRealPython(process.env);
 
   return () => {
+    if (pythonDir) fs.rmSync(pythonDir, { recursive: true, force: true });
     const leaked = leakedTestMounts(process.env[RUN_ENV]);
     // Mounts of other runs (another engineer's concurrent run, or a crashed one) are not ours to
     // judge or remove; name them so a stale one gets noticed.

@@ -138,6 +138,7 @@ function externalSourceBucket(src: string): string {
 
 const shared = new Map<string, Promise<TestEmulator>>();
 const sharedPids = new Set<number>();
+let exitHook = false;
 
 function sharedEmulator(key: string, bucket: string): Promise<TestEmulator> {
   let e = shared.get(key);
@@ -145,7 +146,8 @@ function sharedEmulator(key: string, bucket: string): Promise<TestEmulator> {
     e = startTestEmulator([bucket]);
     void e.then((em) => em.pid !== undefined && sharedPids.add(em.pid), () => undefined);
     shared.set(key, e);
-    if (shared.size === 1) {
+    if (!exitHook) {
+      exitHook = true;
       process.once('exit', () => {
         for (const pid of sharedPids) {
           try {
@@ -158,6 +160,22 @@ function sharedEmulator(key: string, bucket: string): Promise<TestEmulator> {
     }
   }
   return e;
+}
+
+/**
+ * Stop the emulators of the sources tests named (each outlives its mounts for a restart) once
+ * their file is done: a worker runs many files (vitest.config: isolate false), and would
+ * otherwise keep them all until it exits. (test/helpers/per-file.ts)
+ */
+export async function stopSharedEmulators(): Promise<void> {
+  const all = [...shared.values()];
+  shared.clear();
+  for (const e of all) {
+    const em = await e.catch(() => undefined);
+    if (!em) continue;
+    await em.stop();
+    if (em.pid !== undefined) sharedPids.delete(em.pid);
+  }
 }
 
 interface Daemon {

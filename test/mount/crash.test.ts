@@ -2,7 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CLI, onGcs, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, logsMatching, onGcs, startMount, type TestMount } from '../helpers/mount.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 import { snapshotTree } from '../helpers/tree.js';
 
@@ -123,7 +123,7 @@ describe('crash: SIGKILL of the daemon under load', () => {
     let torn = 0;
     for (let round = 0; round < ROUNDS; round++) {
       m = await startMount({ src, args: ['--state', state, '--session', `round-${round}`] });
-      await new Promise((r) => setTimeout(r, 50)); // the banner follows the mount
+      await logsMatching(m, /^ {2}stop: /m); // the banner (after any recovery notes) follows the mount
       if (/recovered after a crash|cut a torn record/.test(m.logs())) recoveries++;
       if (/cut a torn record/.test(m.logs())) torn++;
       const w = spawn('python3', ['-c', WRITER, m.mnt, String(SEED * 1000 + round)], { stdio: ['ignore', 'pipe', 'ignore'] });

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { onGcs, py, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { waitUntil } from '../helpers/sandbox.js';
 
 /** POSIX semantics through a real mount, driven by real programs (bash, coreutils, python3). */
 describe('mount: POSIX semantics', () => {
@@ -394,11 +395,20 @@ describe('mount: lifecycle', () => {
     const { spawn } = await import('node:child_process');
     const holder = spawn('bash', ['-c', 'exec 3<>held; sleep 30'], { cwd: m.mnt, stdio: 'ignore' });
     try {
-      await new Promise((r) => setTimeout(r, 300));
-      for (let i = 0; i < 100 && !m.logs().includes('  stop:'); i++) await new Promise((r) => setTimeout(r, 50));
+      // the holder has the file open, and the daemon its signal handlers (the banner's last line)
+      const holding = () => {
+        try {
+          return fs.readlinkSync(`/proc/${holder.pid}/fd/3`) === path.join(m.mnt, 'held');
+        } catch {
+          return false;
+        }
+      };
+      expect(await waitUntil(() => holding() && m.logs().includes('  stop:'), 15_000), m.logs()).toBe(true);
       m.daemon.kill('SIGTERM');
-      await new Promise((r) => setTimeout(r, 1000));
-      expect(m.daemon.exitCode).toBe(null); // busy: named in the log (test/mount/sigterm-busy.test.ts), still serving
+      // busy: it names the holder (test/mount/sigterm-busy.test.ts) and goes on serving
+      expect(await waitUntil(() => m.logs().includes('is in use by pid') || m.daemon.exitCode !== null, 15_000), m.logs()).toBe(true);
+      expect(sh('echo still > served && cat served', m.mnt)).toBe('still\n');
+      expect(m.daemon.exitCode).toBe(null);
       m.daemon.kill('SIGTERM');
       const end = Date.now() + 15_000;
       while (m.daemon.exitCode === null && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
