@@ -226,18 +226,20 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
       options: { fsName, allowOther: o.allowOther, attrTimeoutSec: o.attrTimeout, entryTimeoutSec: o.entryTimeout, busyPollMicros: o.busyPoll },
     });
     metrics?.attachMount(running);
-    // after a rollback through the daemon, wait out the kernel caches it cannot invalidate
+    // After a rollback or an apply changed files under the mount, the kernel must forget what it
+    // cached of them; fuse-native cannot tell it, so there its caches are waited out instead.
     const settleMs = 1000 * Math.max(o.attrTimeout ?? DEFAULTS.attrTimeoutSec, o.entryTimeout ?? DEFAULTS.entryTimeoutSec);
-    const staged = ws.store instanceof StagedBackend ? ws.store : undefined;
     const mounted = running;
+    const forgetCached = (paths: string[]): Promise<void> =>
+      mounted.invalidate ? mounted.invalidate(paths) : new Promise((r) => setTimeout(r, settleMs));
+    const staged = ws.store instanceof StagedBackend ? ws.store : undefined;
     const live = staged && journal
       ? liveStagedControl({
           ws, staged, service: journal.service, mountpoint, log, openWritePaths: () => (journal as MountJournal).stage.openWritePaths(),
-          // fuse-native cannot tell the kernel: its caches have expired after settleMs
-          invalidate: (paths) => (mounted.invalidate ? mounted.invalidate(paths) : new Promise((r) => setTimeout(r, settleMs))),
+          invalidate: forgetCached,
         })
       : undefined;
-    await journal?.serve(vfs, settleMs, live);
+    await journal?.serve(vfs, forgetCached, live);
   } catch (err) {
     dropEarlySignals();
     await running?.unmount().catch(() => undefined);

@@ -47,9 +47,10 @@ function socketPathFor(stateDir: string): string {
 
 export interface ControlServerOptions {
   mountpoint: string;
-  /** wait this long after a rollback before answering: the kernel's attribute and entry caches
-   * (which the daemon cannot invalidate through fuse-native) have expired by then */
-  settleMs: number;
+  /** after a rollback, before answering: the kernel forgets what it cached of these paths
+   * (their attributes, pages and names), or, where the binding cannot tell it (fuse-native),
+   * its caches are waited out */
+  forgetCached(paths: string[]): Promise<void>;
   log: Logger;
   /** a staged mount's review commands; absent on a live mount, which has nothing to hold for review */
   staged?: StagedControl;
@@ -143,7 +144,7 @@ async function serve(req: ControlRequest, service: JournalService, o: ControlSer
           send({ type: 'progress', done, total });
         }
       });
-      if (result.undone > 0) await new Promise((r) => setTimeout(r, o.settleMs));
+      if (result.undone > 0) await o.forgetCached([...new Set(result.planned.flatMap((s) => s.paths))]);
       o.log.info({ undone: result.undone, conflicts: result.conflicts.length, session: result.session }, 'rollback finished');
       send({ type: 'result', result });
       return;

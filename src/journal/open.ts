@@ -47,7 +47,7 @@ export interface MountJournal {
   /** a line for /.ledgerfs/usage when the state directory runs low on space, else null */
   spaceNote(): string | null;
   /** Start answering `ledgerfs rollback`/`gc` for this mount through its Vfs (and `freeze`/`apply`/`discard`, for a staged mount). */
-  serve(vfs: Vfs, settleMs: number, staged?: StagedControl): Promise<void>;
+  serve(vfs: Vfs, forgetCached: (paths: string[]) => Promise<void>, staged?: StagedControl): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -77,9 +77,9 @@ export async function openJournal(ws: JournaledWorkspace, flags: MountJournalFla
     service,
     startNote: service.startNote,
     spaceNote: () => space.note(),
-    async serve(vfs: Vfs, settleMs: number, staged?: StagedControl) {
+    async serve(vfs: Vfs, forgetCached: (paths: string[]) => Promise<void>, staged?: StagedControl) {
       service.attach(vfs);
-      control = await ControlServer.start(service, { mountpoint: flags.mountpoint, settleMs, log, ...(staged ? { staged } : {}) });
+      control = await ControlServer.start(service, { mountpoint: flags.mountpoint, forgetCached, log, ...(staged ? { staged } : {}) });
       retention?.start(DEFAULTS.journal.retentionFirstMs, DEFAULTS.journal.retentionIntervalMs);
       space.start(DEFAULTS.journal.spaceCheckMs);
     },
