@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import nodePath from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { CRC32C } from '@google-cloud/storage';
-import { type Attr, type BackendFile, fromNodeError, VfsError } from '../../core/index.js';
+import { type Attr, type BackendFile, fromNodeError, removeFileSoon, VfsError } from '../../core/index.js';
 import type { GcsRequests } from './client.js';
 import { isNotFound, isPreconditionFailed, toVfsError } from './errors.js';
 import { META, attrOf, nodeMetaEntries, type AttrDefaults, type ObjectInfo } from './metadata.js';
@@ -234,7 +234,7 @@ export class GcsFile implements BackendFile {
         this.staged = undefined;
         fs.closeSync(fd);
         // off the event loop: an unlink is a millisecond of ext4 journal on a busy disk
-        if (!keep) fs.rm(file, { force: true }, () => undefined);
+        if (!keep) removeFileSoon(file);
       }
     }
   }

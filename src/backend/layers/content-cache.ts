@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
-import { pidAlive } from '../../core/index.js';
+import { pidAlive, removeFileSoon } from '../../core/index.js';
 
 export interface ContentCacheOptions {
   /** a directory of its own is made under it for this process, and removed at close */
@@ -40,7 +40,7 @@ export class ContentCache {
       maxSize: Math.max(1, o.maxBytes),
       sizeCalculation: (e) => Math.max(1, e.size),
       // an open reader keeps its file descriptor: unlinking under it is safe
-      dispose: (e) => fs.rm(e.file, { force: true }, () => undefined),
+      dispose: (e) => removeFileSoon(e.file),
     });
   }
 
@@ -78,7 +78,7 @@ export class ContentCache {
   /** @internal CacheFill hands over a complete file. */
   commit(version: string, file: string, size: number): void {
     if (this.entries.has(version)) {
-      fs.rm(file, { force: true }, () => undefined);
+      removeFileSoon(file);
       return;
     }
     this.entries.set(version, { file, size });
@@ -160,7 +160,7 @@ export class CacheFill {
 
 function removeFile(fd: number, file: string): void {
   fs.closeSync(fd);
-  fs.rm(file, { force: true }, () => undefined);
+  removeFileSoon(file);
 }
 
 /** Directories of processes that ended without closing their cache (kill -9): removed. */
