@@ -2,7 +2,8 @@
  * Small helpers on file descriptors that Node's fs lacks: fallocate(2), lseek(2) with
  * SEEK_DATA/SEEK_HOLE and FIEMAP past the end (synchronous: quick syscalls, like the local
  * backend's other calls) and
- * copy_file_range(2) (on libuv's thread pool, a promise). The local backend (src/backend/fd-ops.ts)
+ * copy_file_range(2) (on libuv's thread pool, a promise), and a new small file created, written
+ * and closed in one thread-pool job (writeNewFile). The local backend (src/backend/fd-ops.ts)
  * uses them on its own backing fds to serve the FUSE ops of the same names. No libfuse: a
  * separate addon, so the backend never loads a FUSE binding. Failures throw (reject) an Error
  * whose `code` is the errno name (ENOSPC, EOPNOTSUPP, ENXIO, EXDEV...), as Node's fs does.
@@ -19,6 +20,7 @@
 #include <linux/fiemap.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 
 /* Throw the errno `err` as a JS error whose code is its name (EPERM, ...): the local-store addon's
  * one way to fail (ledgerfs_xattr.c uses it too). */
@@ -120,6 +122,101 @@ static napi_value js_copy_file_range(napi_env env, napi_callback_info info) {
   return promise;
 }
 
+/* writeNewFile(path, buffer, mode) -> a promise: the file created (O_EXCL), `buffer` written
+ * whole, closed, in one job on libuv's thread pool. Node's fs needs three (open, write, close),
+ * and on a busy host each trip's wake-ups of a pool thread and of the event loop cost more than
+ * the small file's syscalls (the GCS content cache keeps each uploaded object this way). A
+ * failed write removes what it made. */
+struct new_file_job {
+  napi_async_work work;
+  napi_deferred deferred;
+  napi_ref buffer_ref;
+  const char *data;
+  size_t length;
+  mode_t mode;
+  int err;
+  char path[];
+};
+
+static void new_file_execute(napi_env env, void *data) {
+  struct new_file_job *j = data;
+  int fd = open(j->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, j->mode);
+  if (fd < 0) {
+    j->err = errno;
+    return;
+  }
+  size_t done = 0;
+  while (done < j->length) {
+    ssize_t n = write(fd, j->data + done, j->length - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      j->err = errno;
+      break;
+    }
+    done += (size_t)n;
+  }
+  if (close(fd) != 0 && !j->err && errno != EINTR) j->err = errno;
+  if (j->err) unlink(j->path);
+}
+
+static void new_file_complete(napi_env env, napi_status status, void *data) {
+  struct new_file_job *j = data;
+  napi_value v;
+  if (status != napi_ok && !j->err) j->err = EIO;
+  if (j->err) {
+    char msg[256];
+    const char *name = strerrorname_np(j->err);
+    napi_value code, text;
+    snprintf(msg, sizeof msg, "writeNewFile: %s", strerror(j->err));
+    napi_create_string_utf8(env, name ? name : "EIO", NAPI_AUTO_LENGTH, &code);
+    napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &text);
+    napi_create_error(env, code, text, &v);
+    napi_reject_deferred(env, j->deferred, v);
+  } else {
+    napi_get_undefined(env, &v);
+    napi_resolve_deferred(env, j->deferred, v);
+  }
+  napi_delete_reference(env, j->buffer_ref);
+  napi_delete_async_work(env, j->work);
+  free(j);
+}
+
+static napi_value js_write_new_file(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  size_t argc = 3;
+  size_t path_len = 0;
+  bool is_buffer = false;
+  double mode = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3 ||
+      napi_get_value_string_utf8(env, argv[0], NULL, 0, &path_len) != napi_ok ||
+      napi_is_buffer(env, argv[1], &is_buffer) != napi_ok || !is_buffer ||
+      napi_get_value_double(env, argv[2], &mode) != napi_ok) {
+    napi_throw_type_error(env, NULL, "writeNewFile(path: string, data: Buffer, mode: number)");
+    return NULL;
+  }
+  struct new_file_job *j = calloc(1, sizeof *j + path_len + 1);
+  if (!j) return ledgerfs_throw_errno(env, "writeNewFile", ENOMEM);
+  void *bytes = NULL;
+  napi_get_value_string_utf8(env, argv[0], j->path, path_len + 1, &path_len);
+  napi_get_buffer_info(env, argv[1], &bytes, &j->length);
+  j->data = bytes;
+  j->mode = (mode_t)mode;
+  napi_value promise, name;
+  napi_create_string_utf8(env, "ledgerfs:writeNewFile", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_reference(env, argv[1], 1, &j->buffer_ref) != napi_ok) {
+    free(j);
+    return ledgerfs_throw_errno(env, "writeNewFile", EIO);
+  }
+  if (napi_create_promise(env, &j->deferred, &promise) != napi_ok ||
+      napi_create_async_work(env, NULL, name, new_file_execute, new_file_complete, j, &j->work) != napi_ok ||
+      napi_queue_async_work(env, j->work) != napi_ok) {
+    napi_delete_reference(env, j->buffer_ref);
+    free(j);
+    return ledgerfs_throw_errno(env, "writeNewFile", EIO);
+  }
+  return promise;
+}
+
 /* seek(fd, offset, whence) -> the offset lseek(2) answers (SEEK_DATA = 3, SEEK_HOLE = 4) */
 static napi_value js_seek(napi_env env, napi_callback_info info) {
   double a[3];
@@ -171,6 +268,7 @@ void ledgerfs_fdops_register(napi_env env, napi_value exports) {
     {"copyFileRange", NULL, js_copy_file_range, NULL, NULL, NULL, napi_default, NULL},
     {"seek", NULL, js_seek, NULL, NULL, NULL, napi_default, NULL},
     {"allocatedEnd", NULL, js_allocated_end, NULL, NULL, NULL, napi_default, NULL},
+    {"writeNewFile", NULL, js_write_new_file, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof *props, props);
 }

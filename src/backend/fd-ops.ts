@@ -3,7 +3,8 @@ import { localAddon } from './local-addon.js';
 /**
  * fallocate(2), copy_file_range(2), lseek(2) SEEK_DATA/SEEK_HOLE and FIEMAP on file descriptors, which
  * Node's fs lacks: native/ledgerfs_fdops.c, in the ledgerfs_local addon (local-addon.ts).
- * fallocate and seek are synchronous, like the local backend's other fs calls; a copy runs on libuv's thread pool.
+ * fallocate and seek are synchronous, like the local backend's other fs calls; a copy runs on libuv's thread pool,
+ * and so does writeNewFile (a small new file in one trip instead of Node's open, write, close).
  * Failures throw (reject) Errors with the errno name as `code`.
  */
 export interface FdOps {
@@ -13,6 +14,8 @@ export interface FdOps {
   seek(fd: number, offset: number, whence: number): number;
   /** end of the last extent allocated at or past `from` (FIEMAP), `from` when none; EOPNOTSUPP where FIEMAP is not served */
   allocatedEnd(fd: number, from: number): number;
+  /** create `path` (O_EXCL, `mode`), write `data` whole and close it, in one thread-pool job; a failed write removes the file */
+  writeNewFile(path: string, data: Buffer, mode: number): Promise<void>;
 }
 
 /** The helpers, or null when the addon was not built (the install said why). */

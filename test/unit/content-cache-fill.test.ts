@@ -65,4 +65,11 @@ describe('ContentCache fills', () => {
     expect(parts()).toEqual([]);
     expect(cache.has('d#3')).toBe(false);
   });
+  it('put() of a copy after close() keeps nothing and leaves no file behind', async () => {
+    cache.put('late#1', Buffer.from('late bytes'));
+    cache.close();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(cache.get('late#1')).toBeUndefined();
+    expect(parts()).toEqual([]);
+  });
 });

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { pidAlive, removeFileSoon } from '../../core/index.js';
+import { fdOps } from '../fd-ops.js';
 
 export interface ContentCacheOptions {
   /** a directory of its own is made under it for this process, and removed at close */
@@ -29,6 +30,8 @@ export class ContentCache {
   private readonly entries: LRUCache<string, Entry>;
   private readonly maxObjectBytes: number;
   private made = false;
+  /** bumped by close(): a copy still being written then is not kept */
+  private epoch = 0;
   hits = 0;
   misses = 0;
 
@@ -60,19 +63,37 @@ export class ContentCache {
   /** Start keeping `version` (of `size` bytes) as it is read front to back; undefined if it may not be kept. */
   fill(version: string, size: number): CacheFill | undefined {
     if (size <= 0 || size > this.maxObjectBytes || this.entries.has(version)) return undefined;
-    try {
-      if (!this.made) fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 }); // made on first use: commands that only list make none
-      this.made = true;
-      return new CacheFill(this, version, size, path.join(this.dir, `${randomUUID()}.part`));
-    } catch {
-      return undefined; // a cache that cannot write is no cache, not an error
-    }
+    if (!this.mkdir()) return undefined; // a cache that cannot write is no cache, not an error
+    return new CacheFill(this, version, size, path.join(this.dir, `${randomUUID()}.part`));
   }
 
   /** Keep `data` as `version` whole (bytes this process just uploaded as that generation). */
   put(version: string, data: Buffer): void {
-    const f = this.fill(version, data.length);
-    if (f) void f.add(0, data);
+    const ops = fdOps();
+    if (!ops) {
+      const f = this.fill(version, data.length);
+      if (f) void f.add(0, data);
+      return;
+    }
+    // every small file a program writes comes here once its upload landed: one thread-pool job
+    // (create, write, close) instead of a CacheFill's three
+    if (data.length <= 0 || data.length > this.maxObjectBytes || this.entries.has(version) || !this.mkdir()) return;
+    const file = path.join(this.dir, `${randomUUID()}.part`);
+    const epoch = this.epoch;
+    ops.writeNewFile(file, data, 0o600).then(
+      () => (epoch === this.epoch ? this.commit(version, file, data.length) : removeFileSoon(file)),
+      () => undefined, // a cache that cannot write is no cache, not an error (the job removed what it made)
+    );
+  }
+
+  private mkdir(): boolean {
+    try {
+      if (!this.made) fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 }); // made on first use: commands that only list make none
+      this.made = true;
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   /** @internal CacheFill hands over a complete file. */
@@ -85,6 +106,7 @@ export class ContentCache {
   }
 
   close(): void {
+    this.epoch++;
     this.entries.clear();
     fs.rmSync(this.dir, { recursive: true, force: true });
     this.made = false;
