@@ -3,7 +3,7 @@
  * SEEK_DATA/SEEK_HOLE and FIEMAP past the end (synchronous: quick syscalls, like the local
  * backend's other calls) and
  * copy_file_range(2) (on libuv's thread pool, a promise), and a new small file created, written
- * and closed in one thread-pool job (writeNewFile). The local backend (src/backend/fd-ops.ts)
+ * and closed in one thread-pool job (writeNewFile); and crc32c, GCS's upload checksum. The local backend (src/backend/fd-ops.ts)
  * uses them on its own backing fds to serve the FUSE ops of the same names. No libfuse: a
  * separate addon, so the backend never loads a FUSE binding. Failures throw (reject) an Error
  * whose `code` is the errno name (ENOSPC, EOPNOTSUPP, ENXIO, EXDEV...), as Node's fs does.
@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <node_api.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,14 +262,77 @@ static napi_value js_allocated_end(napi_env env, napi_callback_info info) {
   return v;
 }
 
+/* crc32c(buffer) -> the CRC-32C (Castagnoli) of the bytes, as an unsigned 32-bit number: the
+ * checksum GCS verifies on every upload. With SSE4.2 (every x86-64 since 2008) the CPU's crc32
+ * instruction, 8 bytes a step; otherwise a table, a byte a step. The JS implementation it
+ * replaces cost about 25 us per 4 KiB object on the event loop. */
+static uint32_t crc_table[256];
+static bool crc_sse42;
+
+static void crc_init(void) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    crc_table[i] = c;
+  }
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  crc_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const uint8_t *p, size_t n) {
+  uint64_t c64 = c;
+  while (n && ((uintptr_t)p & 7)) { c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++); n--; }
+  while (n >= 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    c64 = __builtin_ia32_crc32di(c64, w);
+    p += 8;
+    n -= 8;
+  }
+  while (n--) c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
+  return (uint32_t)c64;
+}
+#endif
+
+static uint32_t crc32c_of(const uint8_t *p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+#if defined(__x86_64__)
+  if (crc_sse42) return crc_hw(c, p, n) ^ 0xFFFFFFFFu;
+#endif
+  while (n--) c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+static napi_value js_crc32c(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = 1;
+  bool is_buffer = false;
+  void *bytes = NULL;
+  size_t length = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
+      napi_is_buffer(env, argv[0], &is_buffer) != napi_ok || !is_buffer ||
+      napi_get_buffer_info(env, argv[0], &bytes, &length) != napi_ok) {
+    napi_throw_type_error(env, NULL, "crc32c(data: Buffer)");
+    return NULL;
+  }
+  napi_value v;
+  napi_create_uint32(env, crc32c_of(bytes, length), &v);
+  return v;
+}
+
 /* the fd functions of the local-store addon (ledgerfs_local.c) */
 void ledgerfs_fdops_register(napi_env env, napi_value exports) {
+  crc_init();
   napi_property_descriptor props[] = {
     {"fallocate", NULL, js_fallocate, NULL, NULL, NULL, napi_default, NULL},
     {"copyFileRange", NULL, js_copy_file_range, NULL, NULL, NULL, napi_default, NULL},
     {"seek", NULL, js_seek, NULL, NULL, NULL, napi_default, NULL},
     {"allocatedEnd", NULL, js_allocated_end, NULL, NULL, NULL, napi_default, NULL},
     {"writeNewFile", NULL, js_write_new_file, NULL, NULL, NULL, napi_default, NULL},
+    {"crc32c", NULL, js_crc32c, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof *props, props);
 }

@@ -16,6 +16,8 @@ export interface FdOps {
   allocatedEnd(fd: number, from: number): number;
   /** create `path` (O_EXCL, `mode`), write `data` whole and close it, in one thread-pool job; a failed write removes the file */
   writeNewFile(path: string, data: Buffer, mode: number): Promise<void>;
+  /** the CRC-32C (Castagnoli) of `data`, unsigned: GCS's upload checksum (SSE4.2 where the CPU has it) */
+  crc32c(data: Buffer): number;
 }
 
 /** The helpers, or null when the addon was not built (the install said why). */
