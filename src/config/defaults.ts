@@ -216,6 +216,9 @@ export const DEFAULTS = {
     uploadChunkBytes: 8 * 1024 * 1024,
     /** where writes stage before upload (and where conflicting local versions are kept) */
     stagingDir: path.join(os.tmpdir(), 'ledgerfs-staging'),
+    /** emptied staging files kept open for the next handles that write (gcs/staging-files.ts):
+     * a new file per handle made ext4 scan past every inode freed in the last seconds */
+    stagingFilesKept: 32,
     /** attempts per request, including the first; backoff doubles from initial to max */
     retryAttempts: 6,
     retryInitialDelayMs: 100,
