@@ -3,7 +3,7 @@
  * SEEK_DATA/SEEK_HOLE and FIEMAP past the end (synchronous: quick syscalls, like the local
  * backend's other calls) and
  * copy_file_range(2) (on libuv's thread pool, a promise), and a new small file created, written
- * and closed in one thread-pool job (writeNewFile); and crc32c, GCS's upload checksum. The local backend (src/backend/fd-ops.ts)
+ * and closed, several in one thread-pool job (writeNewFiles); and crc32c, GCS's upload checksum. The local backend (src/backend/fd-ops.ts)
  * uses them on its own backing fds to serve the FUSE ops of the same names. No libfuse: a
  * separate addon, so the backend never loads a FUSE binding. Failures throw (reject) an Error
  * whose `code` is the errno name (ENOSPC, EOPNOTSUPP, ENXIO, EXDEV...), as Node's fs does.
@@ -123,97 +123,115 @@ static napi_value js_copy_file_range(napi_env env, napi_callback_info info) {
   return promise;
 }
 
-/* writeNewFile(path, buffer, mode) -> a promise: the file created (O_EXCL), `buffer` written
- * whole, closed, in one job on libuv's thread pool. Node's fs needs three (open, write, close),
- * and on a busy host each trip's wake-ups of a pool thread and of the event loop cost more than
- * the small file's syscalls (the GCS content cache keeps each uploaded object this way). A
- * failed write removes what it made. */
-struct new_file_job {
+/* writeNewFiles(paths, buffers, mode) -> a promise of an array of errno numbers (0: written):
+ * each file created (O_EXCL), its buffer written whole, closed, all in one job on libuv's thread
+ * pool. Node's fs needs three jobs per file (open, write, close), and on a busy host each job's
+ * wake-ups of a pool thread and of the event loop cost more than a small file's syscalls (the
+ * GCS content cache keeps the uploads that landed within a few milliseconds of each other this
+ * way). A failed write removes what it made. */
+struct new_files_job {
   napi_async_work work;
   napi_deferred deferred;
-  napi_ref buffer_ref;
-  const char *data;
-  size_t length;
+  napi_ref buffers_ref;
+  size_t count;
   mode_t mode;
-  int err;
-  char path[];
+  struct { char *path; const char *data; size_t length; int err; } *files;
 };
 
-static void new_file_execute(napi_env env, void *data) {
-  struct new_file_job *j = data;
-  int fd = open(j->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, j->mode);
-  if (fd < 0) {
-    j->err = errno;
-    return;
-  }
+static int write_new_file(const char *path, const char *data, size_t length, mode_t mode) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) return errno;
+  int err = 0;
   size_t done = 0;
-  while (done < j->length) {
-    ssize_t n = write(fd, j->data + done, j->length - done);
+  while (done < length) {
+    ssize_t n = write(fd, data + done, length - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      j->err = errno;
+      err = errno;
       break;
     }
     done += (size_t)n;
   }
-  if (close(fd) != 0 && !j->err && errno != EINTR) j->err = errno;
-  if (j->err) unlink(j->path);
+  if (close(fd) != 0 && !err && errno != EINTR) err = errno;
+  if (err) unlink(path);
+  return err;
 }
 
-static void new_file_complete(napi_env env, napi_status status, void *data) {
-  struct new_file_job *j = data;
-  napi_value v;
-  if (status != napi_ok && !j->err) j->err = EIO;
-  if (j->err) {
-    char msg[256];
-    const char *name = strerrorname_np(j->err);
-    napi_value code, text;
-    snprintf(msg, sizeof msg, "writeNewFile: %s", strerror(j->err));
-    napi_create_string_utf8(env, name ? name : "EIO", NAPI_AUTO_LENGTH, &code);
-    napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &text);
-    napi_create_error(env, code, text, &v);
-    napi_reject_deferred(env, j->deferred, v);
-  } else {
-    napi_get_undefined(env, &v);
-    napi_resolve_deferred(env, j->deferred, v);
-  }
-  napi_delete_reference(env, j->buffer_ref);
-  napi_delete_async_work(env, j->work);
+static void new_files_execute(napi_env env, void *data) {
+  struct new_files_job *j = data;
+  for (size_t k = 0; k < j->count; k++) j->files[k].err = write_new_file(j->files[k].path, j->files[k].data, j->files[k].length, j->mode);
+}
+
+static void new_files_free(napi_env env, struct new_files_job *j) {
+  for (size_t k = 0; k < j->count; k++) free(j->files[k].path);
+  free(j->files);
+  if (j->buffers_ref) napi_delete_reference(env, j->buffers_ref);
   free(j);
 }
 
-static napi_value js_write_new_file(napi_env env, napi_callback_info info) {
+static void new_files_complete(napi_env env, napi_status status, void *data) {
+  struct new_files_job *j = data;
+  napi_value out, v;
+  napi_create_array_with_length(env, j->count, &out);
+  for (size_t k = 0; k < j->count; k++) {
+    napi_create_int32(env, status == napi_ok ? j->files[k].err : EIO, &v);
+    napi_set_element(env, out, (uint32_t)k, v);
+  }
+  napi_resolve_deferred(env, j->deferred, out);
+  napi_delete_async_work(env, j->work);
+  new_files_free(env, j);
+}
+
+static napi_value js_write_new_files(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   size_t argc = 3;
-  size_t path_len = 0;
-  bool is_buffer = false;
+  bool paths_ok = false, buffers_ok = false;
+  uint32_t n = 0, nb = 0;
   double mode = 0;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3 ||
-      napi_get_value_string_utf8(env, argv[0], NULL, 0, &path_len) != napi_ok ||
-      napi_is_buffer(env, argv[1], &is_buffer) != napi_ok || !is_buffer ||
+      napi_is_array(env, argv[0], &paths_ok) != napi_ok || !paths_ok ||
+      napi_is_array(env, argv[1], &buffers_ok) != napi_ok || !buffers_ok ||
+      napi_get_array_length(env, argv[0], &n) != napi_ok || napi_get_array_length(env, argv[1], &nb) != napi_ok || n != nb ||
       napi_get_value_double(env, argv[2], &mode) != napi_ok) {
-    napi_throw_type_error(env, NULL, "writeNewFile(path: string, data: Buffer, mode: number)");
+    napi_throw_type_error(env, NULL, "writeNewFiles(paths: string[], data: Buffer[], mode: number)");
     return NULL;
   }
-  struct new_file_job *j = calloc(1, sizeof *j + path_len + 1);
-  if (!j) return ledgerfs_throw_errno(env, "writeNewFile", ENOMEM);
-  void *bytes = NULL;
-  napi_get_value_string_utf8(env, argv[0], j->path, path_len + 1, &path_len);
-  napi_get_buffer_info(env, argv[1], &bytes, &j->length);
-  j->data = bytes;
-  j->mode = (mode_t)mode;
-  napi_value promise, name;
-  napi_create_string_utf8(env, "ledgerfs:writeNewFile", NAPI_AUTO_LENGTH, &name);
-  if (napi_create_reference(env, argv[1], 1, &j->buffer_ref) != napi_ok) {
+  struct new_files_job *j = calloc(1, sizeof *j);
+  if (!j || !(j->files = calloc(n ? n : 1, sizeof *j->files))) {
     free(j);
-    return ledgerfs_throw_errno(env, "writeNewFile", EIO);
+    return ledgerfs_throw_errno(env, "writeNewFiles", ENOMEM);
   }
-  if (napi_create_promise(env, &j->deferred, &promise) != napi_ok ||
-      napi_create_async_work(env, NULL, name, new_file_execute, new_file_complete, j, &j->work) != napi_ok ||
+  j->mode = (mode_t)mode;
+  for (uint32_t k = 0; k < n; k++) {
+    napi_value p, b;
+    size_t len = 0;
+    bool is_buffer = false;
+    void *bytes = NULL;
+    if (napi_get_element(env, argv[0], k, &p) != napi_ok || napi_get_value_string_utf8(env, p, NULL, 0, &len) != napi_ok ||
+        napi_get_element(env, argv[1], k, &b) != napi_ok || napi_is_buffer(env, b, &is_buffer) != napi_ok || !is_buffer) {
+      new_files_free(env, j);
+      napi_throw_type_error(env, NULL, "writeNewFiles(paths: string[], data: Buffer[], mode: number)");
+      return NULL;
+    }
+    j->count = k + 1;
+    if (!(j->files[k].path = malloc(len + 1))) {
+      new_files_free(env, j);
+      return ledgerfs_throw_errno(env, "writeNewFiles", ENOMEM);
+    }
+    napi_get_value_string_utf8(env, p, j->files[k].path, len + 1, &len);
+    napi_get_buffer_info(env, b, &bytes, &j->files[k].length);
+    j->files[k].data = bytes;
+  }
+  j->count = n;
+  napi_value promise, name;
+  napi_create_string_utf8(env, "ledgerfs:writeNewFiles", NAPI_AUTO_LENGTH, &name);
+  /* the array keeps its buffers alive until the job is done */
+  if (napi_create_reference(env, argv[1], 1, &j->buffers_ref) != napi_ok ||
+      napi_create_promise(env, &j->deferred, &promise) != napi_ok ||
+      napi_create_async_work(env, NULL, name, new_files_execute, new_files_complete, j, &j->work) != napi_ok ||
       napi_queue_async_work(env, j->work) != napi_ok) {
-    napi_delete_reference(env, j->buffer_ref);
-    free(j);
-    return ledgerfs_throw_errno(env, "writeNewFile", EIO);
+    new_files_free(env, j);
+    return ledgerfs_throw_errno(env, "writeNewFiles", EIO);
   }
   return promise;
 }
@@ -331,7 +349,7 @@ void ledgerfs_fdops_register(napi_env env, napi_value exports) {
     {"copyFileRange", NULL, js_copy_file_range, NULL, NULL, NULL, napi_default, NULL},
     {"seek", NULL, js_seek, NULL, NULL, NULL, napi_default, NULL},
     {"allocatedEnd", NULL, js_allocated_end, NULL, NULL, NULL, napi_default, NULL},
-    {"writeNewFile", NULL, js_write_new_file, NULL, NULL, NULL, napi_default, NULL},
+    {"writeNewFiles", NULL, js_write_new_files, NULL, NULL, NULL, napi_default, NULL},
     {"crc32c", NULL, js_crc32c, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof *props, props);

@@ -304,6 +304,10 @@ export const DEFAULTS = {
     contentBytes: 1024 ** 3,
     /** objects larger than this are not kept in the content cache */
     contentMaxObjectBytes: 256 * 1024 ** 2,
+    /** the copies of uploads that land within this many milliseconds are written to the content
+     * cache in one thread-pool job (a job per file was a wake-up of a pool thread and of the
+     * event loop per small file: most of a busy host's cost of keeping it) */
+    contentCopyBatchMs: 5,
     /** a per-process directory is made under it (and removed at unmount) */
     contentDir: path.join(os.tmpdir(), 'ledgerfs-cache'),
   },

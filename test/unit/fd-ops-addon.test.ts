@@ -1,43 +1,45 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { fdOps } from '../../src/backend/fd-ops.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
-// The GCS backend's helpers in native/ledgerfs_fdops.c: writeNewFile (a new file created, written
-// and closed in one thread-pool job; the content cache keeps each uploaded object with it) and
+// The GCS backend's helpers in native/ledgerfs_fdops.c: writeNewFiles (new files created, written
+// and closed, several in one thread-pool job; the content cache keeps uploaded objects with it) and
 // crc32c (the checksum every upload carries for GCS to verify).
 const ops = fdOps();
-describe.skipIf(!ops)('fdOps.writeNewFile', () => {
+describe.skipIf(!ops)('fdOps.writeNewFiles', () => {
   let tmp: string;
   beforeEach(() => {
-    tmp = makeTemp('write-new-file');
+    tmp = makeTemp('write-new-files');
   });
   afterEach(() => rmTemp(tmp));
 
-  it('creates the file with its mode and every byte (past one write too)', async () => {
-    const data = Buffer.alloc(3 * 1024 * 1024 + 7);
-    for (let i = 0; i < data.length; i++) data[i] = (i * 131) & 0xff;
-    const f = path.join(tmp, 'a');
-    await ops!.writeNewFile(f, data, 0o640);
-    expect(fs.readFileSync(f).equals(data)).toBe(true);
-    expect(fs.statSync(f).mode & 0o777).toBe(0o640 & ~process.umask());
+  it('creates each file with its mode and every byte (past one write too), an empty one too', async () => {
+    const big = Buffer.alloc(3 * 1024 * 1024 + 7);
+    for (let i = 0; i < big.length; i++) big[i] = (i * 131) & 0xff;
+    const files = ['a', 'b', 'e'].map((n) => path.join(tmp, n));
+    expect(await ops!.writeNewFiles(files, [big, Buffer.from('small'), Buffer.alloc(0)], 0o640)).toEqual([0, 0, 0]);
+    expect(fs.readFileSync(files[0]!).equals(big)).toBe(true);
+    expect(fs.readFileSync(files[1]!, 'utf8')).toBe('small');
+    expect(fs.statSync(files[2]!).size).toBe(0);
+    expect(fs.statSync(files[0]!).mode & 0o777).toBe(0o640 & ~process.umask());
   });
 
-  it('refuses a path that exists (EEXIST) and leaves it as it was; a missing directory is ENOENT', async () => {
-    const f = path.join(tmp, 'b');
-    fs.writeFileSync(f, 'old');
-    await expect(ops!.writeNewFile(f, Buffer.from('new'), 0o600)).rejects.toMatchObject({ code: 'EEXIST' });
-    expect(fs.readFileSync(f, 'utf8')).toBe('old');
-    await expect(ops!.writeNewFile(path.join(tmp, 'no', 'c'), Buffer.from('x'), 0o600)).rejects.toMatchObject({ code: 'ENOENT' });
+  it('answers an errno per file: one that exists (EEXIST) is left as it was, a missing directory is ENOENT, the others are written', async () => {
+    const old = path.join(tmp, 'old');
+    fs.writeFileSync(old, 'old');
+    const errs = await ops!.writeNewFiles([old, path.join(tmp, 'no', 'c'), path.join(tmp, 'new')], [Buffer.from('x'), Buffer.from('y'), Buffer.from('z')], 0o600);
+    expect(errs).toEqual([os.constants.errno.EEXIST, os.constants.errno.ENOENT, 0]);
+    expect(fs.readFileSync(old, 'utf8')).toBe('old');
+    expect(fs.readFileSync(path.join(tmp, 'new'), 'utf8')).toBe('z');
   });
 
-  it('an empty buffer makes an empty file; wrong arguments throw a TypeError', async () => {
-    const f = path.join(tmp, 'e');
-    await ops!.writeNewFile(f, Buffer.alloc(0), 0o600);
-    expect(fs.statSync(f).size).toBe(0);
-    expect(() => ops!.writeNewFile(f, 'text' as unknown as Buffer, 0o600)).toThrow(TypeError);
+  it('wrong arguments throw a TypeError', () => {
+    expect(() => ops!.writeNewFiles([path.join(tmp, 'f')], ['text' as unknown as Buffer], 0o600)).toThrow(TypeError);
+    expect(() => ops!.writeNewFiles([path.join(tmp, 'f')], [], 0o600)).toThrow(TypeError);
   });
 });
 

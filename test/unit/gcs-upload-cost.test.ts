@@ -77,7 +77,7 @@ describe.each([['journal', 2.2], ['bucket', 0.2]] as const)('durability %s: a sm
         await s.gcs.uploads?.drain();
         await new Promise((r) => setTimeout(r, 200)); // the content cache's copies, written after the uploads
       });
-            expect(total(seen) / N).toBeLessThanOrEqual(most);
+      expect(total(seen) / N).toBeLessThanOrEqual(most);
       // a few staging files serve them all: each emptied at close and taken by a later handle
       // (one more is made when the last one's emptying has not finished yet)
       expect(inStaging(opens.mock.calls)).toBeLessThanOrEqual(N / 4);

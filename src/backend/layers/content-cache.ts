@@ -12,12 +12,18 @@ export interface ContentCacheOptions {
   maxBytes: number;
   /** objects larger than this are never kept */
   maxObjectBytes: number;
+  /** put(): copies made within this many milliseconds are written in one thread-pool job (0: each at the next timer turn) */
+  copyBatchMs?: number;
 }
 
 interface Entry {
   file: string;
   size: number;
 }
+
+/** a batch of put() copies is written at once past this many bytes or files */
+const COPY_BATCH_BYTES = 8 * 1024 * 1024;
+const COPY_BATCH_FILES = 256;
 
 /**
  * A local disk cache of whole objects, keyed by their version (object name + generation: a new
@@ -32,6 +38,10 @@ export class ContentCache {
   private made = false;
   /** bumped by close(): a copy still being written then is not kept */
   private epoch = 0;
+  /** copies waiting to be written together (see put) */
+  private batch: { versions: string[]; files: string[]; data: Buffer[]; bytes: number } = { versions: [], files: [], data: [], bytes: 0 };
+  private batchTimer: NodeJS.Timeout | undefined;
+  private readonly copyBatchMs: number;
   hits = 0;
   misses = 0;
 
@@ -39,6 +49,7 @@ export class ContentCache {
     this.dir = path.join(o.dir, `${process.pid}-${randomUUID().slice(0, 8)}`);
     removeOrphans(o.dir);
     this.maxObjectBytes = Math.min(o.maxObjectBytes, o.maxBytes);
+    this.copyBatchMs = o.copyBatchMs ?? 0;
     this.entries = new LRUCache<string, Entry>({
       maxSize: Math.max(1, o.maxBytes),
       sizeCalculation: (e) => Math.max(1, e.size),
@@ -75,14 +86,39 @@ export class ContentCache {
       if (f) void f.add(0, data);
       return;
     }
-    // every small file a program writes comes here once its upload landed: one thread-pool job
-    // (create, write, close) instead of a CacheFill's three
-    if (data.length <= 0 || data.length > this.maxObjectBytes || this.entries.has(version) || !this.mkdir()) return;
-    const file = path.join(this.dir, `${randomUUID()}.part`);
+    // every small file a program writes comes here once its upload landed: the copies of the
+    // uploads that land within copyBatchMs go to the disk in one thread-pool job (create,
+    // write, close each), not three jobs per file as a CacheFill's
+    if (data.length <= 0 || data.length > this.maxObjectBytes || this.entries.has(version) || this.batch.versions.includes(version) || !this.mkdir()) return;
+    const b = this.batch;
+    b.versions.push(version);
+    b.files.push(path.join(this.dir, `${randomUUID()}.part`));
+    b.data.push(data);
+    b.bytes += data.length;
+    if (b.bytes >= COPY_BATCH_BYTES || b.versions.length >= COPY_BATCH_FILES) this.writeBatch();
+    else if (!this.batchTimer) {
+      this.batchTimer = setTimeout(() => this.writeBatch(), this.copyBatchMs);
+      this.batchTimer.unref();
+    }
+  }
+
+  private writeBatch(): void {
+    clearTimeout(this.batchTimer);
+    this.batchTimer = undefined;
+    const b = this.batch;
+    this.batch = { versions: [], files: [], data: [], bytes: 0 };
+    const ops = fdOps();
+    if (!b.versions.length || !ops) return;
     const epoch = this.epoch;
-    ops.writeNewFile(file, data, 0o600).then(
-      () => (epoch === this.epoch ? this.commit(version, file, data.length) : removeFileSoon(file)),
-      () => undefined, // a cache that cannot write is no cache, not an error (the job removed what it made)
+    ops.writeNewFiles(b.files, b.data, 0o600).then(
+      (errs) => {
+        for (let i = 0; i < b.files.length; i++) {
+          if (errs[i] !== 0) continue; // a cache that cannot write is no cache, not an error (the job removed what it made)
+          if (epoch === this.epoch) this.commit(b.versions[i] as string, b.files[i] as string, (b.data[i] as Buffer).length);
+          else removeFileSoon(b.files[i] as string);
+        }
+      },
+      () => undefined,
     );
   }
 
@@ -107,6 +143,9 @@ export class ContentCache {
 
   close(): void {
     this.epoch++;
+    clearTimeout(this.batchTimer);
+    this.batchTimer = undefined;
+    this.batch = { versions: [], files: [], data: [], bytes: 0 };
     this.entries.clear();
     fs.rmSync(this.dir, { recursive: true, force: true });
     this.made = false;
