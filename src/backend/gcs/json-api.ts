@@ -21,7 +21,8 @@ import { fdOps } from '../fd-ops.js';
 /** The object's CRC-32C as GCS writes it (base64 of the big-endian 32 bits). */
 export function crc32cOf(data: Buffer): string {
   const ops = fdOps();
-  if (!ops) {
+  // (no addon, or one built before crc32c existed)
+  if (!ops?.crc32c) {
     const c = new CRC32C();
     c.update(data);
     return c.toString();

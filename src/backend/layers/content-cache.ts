@@ -81,7 +81,8 @@ export class ContentCache {
   /** Keep `data` as `version` whole (bytes this process just uploaded as that generation). */
   put(version: string, data: Buffer): void {
     const ops = fdOps();
-    if (!ops) {
+    // (an addon built before writeNewFiles existed: a checkout whose native build is older)
+    if (!ops?.writeNewFiles) {
       const f = this.fill(version, data.length);
       if (f) void f.add(0, data);
       return;
@@ -108,7 +109,7 @@ export class ContentCache {
     const b = this.batch;
     this.batch = { versions: [], files: [], data: [], bytes: 0 };
     const ops = fdOps();
-    if (!b.versions.length || !ops) return;
+    if (!b.versions.length || !ops?.writeNewFiles) return;
     const epoch = this.epoch;
     ops.writeNewFiles(b.files, b.data, 0o600).then(
       (errs) => {
