@@ -15,6 +15,7 @@ import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type Resol
 import { RenameIntents, inBatches, registerInstance, sameMetadata, unregisterInstance, type RenameIntent, type RenameRecovery } from './gcs/rename-intent.js';
 import { withRetries } from './gcs/retry.js';
 import { keepsPlaceholders as probePlaceholders } from './gcs/server-checks.js';
+import { StagingFiles } from './gcs/staging-files.js';
 import { UploadQueue, type PendingVersion, type UploadQueueHost } from './gcs/upload-queue.js';
 
 export type { GcsBackendOptions, GcsConflict } from './gcs/options.js';
@@ -94,6 +95,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
   readonly names: ObjectNames;
   readonly attrDefaults: AttrDefaults;
   readonly stagingDir: string;
+  readonly stagingFiles: StagingFiles;
   readonly conflictsDir: string;
   /** directory renames a crash had cut short, finished or undone when this backend opened */
   recoveredRenames: RenameRecovery[] = [];
@@ -136,6 +138,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     // new nodes carry opts.uid/gid in their metadata (newNodeMeta)
     this.capabilities = { xattrs: false, hardLinks: false, symlinks: true, owners: true, posixNewNodes: false, newNodeOwner: { uid: opts.uid, gid: opts.gid } };
     this.stagingDir = opts.stagingDir;
+    this.stagingFiles = new StagingFiles(opts.stagingDir, DEFAULTS.gcs.stagingFilesKept);
     this.conflictsDir = opts.conflictsDir;
     this.journalArea = new GcsJournalRemote(req, this.names.prefix + DEFAULTS.gcs.reservedName + '/');
     this.attrDefaults = { fileMode: opts.fileMode, dirMode: opts.dirMode, uid: opts.uid, gid: opts.gid, implicitTimeNs: nowNs() };
@@ -1102,6 +1105,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     // Queued versions stay in the spool for the next open (unmount drains the queue first,
     // unless told not to wait).
     this.uploads?.close();
+    this.stagingFiles.close();
     // Open files are closed by their owners (the Vfs); the client holds no other resources.
     // This backend's rename intents are no longer live: a later open may settle them.
     unregisterInstance(this.instance);

@@ -216,6 +216,9 @@ export const DEFAULTS = {
     uploadChunkBytes: 8 * 1024 * 1024,
     /** where writes stage before upload (and where conflicting local versions are kept) */
     stagingDir: path.join(os.tmpdir(), 'ledgerfs-staging'),
+    /** emptied staging files kept open for the next handles that write (gcs/staging-files.ts):
+     * a new file per handle made ext4 scan past every inode freed in the last seconds */
+    stagingFilesKept: 32,
     /** attempts per request, including the first; backoff doubles from initial to max */
     retryAttempts: 6,
     retryInitialDelayMs: 100,
@@ -301,6 +304,10 @@ export const DEFAULTS = {
     contentBytes: 1024 ** 3,
     /** objects larger than this are not kept in the content cache */
     contentMaxObjectBytes: 256 * 1024 ** 2,
+    /** the copies of uploads that land within this many milliseconds are written to the content
+     * cache in one thread-pool job (a job per file was a wake-up of a pool thread and of the
+     * event loop per small file: most of a busy host's cost of keeping it) */
+    contentCopyBatchMs: 5,
     /** a per-process directory is made under it (and removed at unmount) */
     contentDir: path.join(os.tmpdir(), 'ledgerfs-cache'),
   },

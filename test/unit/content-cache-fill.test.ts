@@ -1,6 +1,8 @@
+import { createHook } from 'node:async_hooks';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { fdOps } from '../../src/backend/fd-ops.js';
 import { ContentCache } from '../../src/backend/layers/content-cache.js';
 import { waitUntil } from '../helpers/sandbox.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
@@ -64,5 +66,30 @@ describe('ContentCache fills', () => {
     await waitUntil(() => parts().length === 0, 5000);
     expect(parts()).toEqual([]);
     expect(cache.has('d#3')).toBe(false);
+  });
+  it.skipIf(!fdOps())('the copies put() within a few milliseconds are written in one thread-pool job', async () => {
+    const batched = new ContentCache({ dir: path.join(tmp, 'batched'), maxBytes: 1 << 20, maxObjectBytes: 1 << 16, copyBatchMs: 300 });
+    const jobs: string[] = [];
+    const hook = createHook({ init: (_id, type) => void ((type.startsWith('ledgerfs:') || type.startsWith('FSREQ')) && jobs.push(type)) });
+    hook.enable();
+    try {
+      for (let i = 0; i < 10; i++) batched.put(`v#${i}`, Buffer.from(`copy ${i}`));
+      await new Promise((r) => setImmediate(r));
+      batched.put('v#10', Buffer.from('copy 10')); // a later turn, within the window: same batch
+      await waitUntil(() => batched.has('v#10'), 5000);
+    } finally {
+      hook.disable();
+    }
+    expect(jobs).toEqual(['ledgerfs:writeNewFiles']);
+    for (let i = 0; i <= 10; i++) expect(fs.readFileSync(batched.get(`v#${i}`) as string, 'utf8')).toBe(`copy ${i}`);
+    batched.close();
+  });
+
+  it('put() of a copy after close() keeps nothing and leaves no file behind', async () => {
+    cache.put('late#1', Buffer.from('late bytes'));
+    cache.close();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(cache.get('late#1')).toBeUndefined();
+    expect(parts()).toEqual([]);
   });
 });

@@ -281,15 +281,19 @@ describe('staging disk full', () => {
   it('a write that does not fit gives ENOSPC to the writer, and nothing reaches the bucket', async (ctx) => {
     if (!small) ctx.skip();
     const tiny = await createGcsBackend(testBackendOptions(fx.emu.url, 'conflict-test', small as string, { prefix }));
-    const f = await tiny.open('/huge', { write: true, create: true });
-    const chunk = Buffer.alloc(256 * 1024, 1);
-    let code: string | undefined;
-    for (let i = 0; i < 8 && !code; i++) {
-      await f.write(chunk, chunk.length, i * chunk.length).catch((e: { code: string }) => (code = e.code));
+    try {
+      const f = await tiny.open('/huge', { write: true, create: true });
+      const chunk = Buffer.alloc(256 * 1024, 1);
+      let code: string | undefined;
+      for (let i = 0; i < 8 && !code; i++) {
+        await f.write(chunk, chunk.length, i * chunk.length).catch((e: { code: string }) => (code = e.code));
+      }
+      expect(code).toBe('ENOSPC');
+      await f.truncate(0); // the writer gives up on it
+      await f.close();
+      expect((await obj('huge').getMetadata())[0].size).toBe('0');
+    } finally {
+      await tiny.close(); // its emptied staging file, kept open for reuse, goes (the tmpfs is unmounted next)
     }
-    expect(code).toBe('ENOSPC');
-    await f.truncate(0); // the writer gives up on it
-    await f.close();
-    expect((await obj('huge').getMetadata())[0].size).toBe('0');
   });
 });

@@ -3,7 +3,7 @@ import net from 'node:net';
 import { Storage, type Bucket } from '@google-cloud/storage';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { httpStatus, isPreconditionFailed, isTransient } from '../../src/backend/gcs/errors.js';
-import { JsonApi } from '../../src/backend/gcs/json-api.js';
+import { crc32cOf, JsonApi } from '../../src/backend/gcs/json-api.js';
 import { startEmulatorFixture, type EmulatorFixture } from '../helpers/gcs-emulator.js';
 
 // The small-object uploads sent on the JSON API directly (json-api.ts): what lands in the
@@ -63,6 +63,35 @@ describe('JsonApi.multipartUpload', () => {
       expect(httpStatus(await other.multipartUpload('q', Buffer.from('x'), { ifGenerationMatch: 0n, metadata: {} }).catch((e: unknown) => e))).toBe(404);
     } finally {
       other.close();
+    }
+  });
+
+  it('bytes changed on the way are refused by the checksum the upload carries: nothing lands', async () => {
+    // a proxy that flips one byte of the object's data as it passes (the request's length kept)
+    const emu = new URL(fx.emu.url);
+    const srv = net.createServer((c) => {
+      const up = net.connect(Number(emu.port), emu.hostname);
+      c.on('data', (d: Buffer) => up.write(Buffer.from(d.toString('latin1').replace('PAYLOAD-M', 'PAYLOAD-N'), 'latin1')));
+      up.pipe(c);
+      c.on('error', () => up.destroy());
+      up.on('error', () => c.destroy());
+      c.on('close', () => up.destroy());
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const port = (srv.address() as net.AddressInfo).port;
+    const through = new JsonApi(new Storage({ apiEndpoint: `http://127.0.0.1:${port}`, projectId: 't' }), 'json-api-test', { authenticate: false, requestTimeoutMs: 5_000 });
+    try {
+      const data = Buffer.concat([randomBytes(3000), Buffer.from('PAYLOAD-MARKER'), randomBytes(1000)]);
+      const err = await through.multipartUpload('corrupted', data, { ifGenerationMatch: 0n, metadata: {} }).catch((e: unknown) => e);
+      expect(httpStatus(err)).toBe(400);
+      expect(String((err as Error).message)).toMatch(/CRC32C/);
+      expect((await bucket.file('corrupted').exists())[0]).toBe(false);
+      // the same bytes unchanged land, with the checksum GCS computed equal to ours
+      const ok = await through.multipartUpload('intact', Buffer.from('no marker here'), { ifGenerationMatch: 0n, metadata: {} });
+      expect(ok.crc32c).toBe(crc32cOf(Buffer.from('no marker here')));
+    } finally {
+      through.close();
+      await new Promise((r) => srv.close(r));
     }
   });
 

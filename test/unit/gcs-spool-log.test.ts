@@ -86,6 +86,36 @@ describe('SpoolLog', () => {
     log.close();
   });
 
+  it('the done records of one turn go to the disk in one write after it, in order with the records around them', async () => {
+    const log = new SpoolLog(dir, 1 << 20);
+    log.open();
+    for (let i = 0; i < 10; i++) log.appendVersion(`v${i}`, entry(`k${i}`, 1), Buffer.from(`${i}`));
+    await log.durable();
+    const writes = () => vi.mocked(fs.writevSync).mock.calls.length + vi.mocked(fs.writeSync).mock.calls.length;
+    vi.spyOn(fs, 'writevSync');
+    vi.spyOn(fs, 'writeSync');
+    for (let i = 0; i < 7; i++) log.appendDone(`v${i}`, 1); // seven uploads landed in one turn
+    expect(writes()).toBe(0);
+    await new Promise((r) => setImmediate(r));
+    expect(writes()).toBe(1);
+    expect(readSpool(dir).versions.map((v) => v.id)).toEqual(['v7', 'v8', 'v9']);
+    // a base record is written at once, behind the done record before it
+    log.appendDone('v7', 1);
+    log.appendBase('v9', '5', '1');
+    expect(writes()).toBe(3);
+    expect(readSpool(dir).versions.map((v) => [v.id, v.entry.baseGeneration])).toEqual([['v8', '0'], ['v9', '5']]);
+    // so is a version, each in one write
+    log.appendDone('v8', 1);
+    log.appendVersion('w', entry('w', 2), Buffer.from('ww'));
+    expect(writes()).toBe(5);
+    expect(readSpool(dir).versions.map((v) => v.id)).toEqual(['v9', 'w']);
+    // and a sync writes what waits before it syncs
+    log.appendDone('v9', 1);
+    await log.durable();
+    expect(readSpool(dir).versions.map((v) => v.id)).toEqual(['w']);
+    log.close();
+  });
+
   it('segments are removed once every version in them and before them is done; an empty spool is left empty at close', async () => {
     const log = new SpoolLog(dir, 64); // every version rolls to a new segment
     log.open();

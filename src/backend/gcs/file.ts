@@ -7,6 +7,7 @@ import type { GcsRequests } from './client.js';
 import { isNotFound, isPreconditionFailed, toVfsError } from './errors.js';
 import { META, attrOf, nodeMetaEntries, type AttrDefaults, type ObjectInfo } from './metadata.js';
 import type { GcsConflict } from './options.js';
+import type { StagingFiles } from './staging-files.js';
 import type { UploadQueue } from './upload-queue.js';
 
 /** Bytes fetched per request when a whole object is downloaded into the staging file. */
@@ -17,6 +18,8 @@ export interface GcsFileHost {
   readonly req: GcsRequests;
   readonly attrDefaults: AttrDefaults;
   readonly stagingDir: string;
+  /** where handles get their staging files (reused: staging-files.ts) */
+  readonly stagingFiles: StagingFiles;
   readonly conflictsDir: string;
   /** durability: journal: close(2) queues the version here (durable in the spool) instead of uploading */
   readonly writeBack: UploadQueue | undefined;
@@ -230,11 +233,10 @@ export class GcsFile implements BackendFile {
       }
     } finally {
       if (this.staged) {
-        const { fd, file } = this.staged;
+        const staged = this.staged;
         this.staged = undefined;
-        fs.closeSync(fd);
-        // off the event loop: an unlink is a millisecond of ext4 journal on a busy disk
-        if (!keep) fs.rm(file, { force: true }, () => undefined);
+        if (keep) fs.closeSync(staged.fd);
+        else this.host.stagingFiles.give(staged);
       }
     }
   }
@@ -302,25 +304,19 @@ export class GcsFile implements BackendFile {
     return this.staging;
   }
 
-  /** Create the staging file; with `keepContent`, fill it with the object's bytes first. */
+  /** Take a staging file; with `keepContent`, fill it with the object's bytes first. */
   private async stage(keepContent: boolean): Promise<void> {
-    const file = nodePath.join(this.host.stagingDir, `${Date.now()}-${randomUUID()}.stage`);
-    // created on the thread pool: a new file costs the disk a metadata write (about 0.5 ms on an
-    // ext4 state directory here), which the event loop every request waits for must not sit through
-    const fd = await new Promise<number>((resolve, reject) =>
-      fs.open(file, 'wx+', 0o600, (err, n) => (err ? reject(fromNodeError(err, `stage ${this.path}`)) : resolve(n))),
-    );
+    const staged = await this.host.stagingFiles.take(this.path);
     try {
       const size = keepContent ? this.base.size : 0;
       for (let off = 0; off < size; off += STAGE_FETCH_BYTES) {
-        await this.fetch(off, Math.min(size, off + STAGE_FETCH_BYTES) - 1, (d, at) => sys(`stage ${this.path}`, () => fs.writeSync(fd, d, 0, d.length, at)));
+        await this.fetch(off, Math.min(size, off + STAGE_FETCH_BYTES) - 1, (d, at) => sys(`stage ${this.path}`, () => fs.writeSync(staged.fd, d, 0, d.length, at)));
       }
     } catch (err) {
-      fs.closeSync(fd);
-      fs.rmSync(file, { force: true });
+      this.host.stagingFiles.give(staged);
       throw err;
     }
-    this.staged = { fd, file };
+    this.staged = staged;
   }
 
   /**

@@ -3,6 +3,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { CRC32C, type Storage } from '@google-cloud/storage';
 import { DEFAULTS } from '../../config/index.js';
+import { fdOps } from '../fd-ops.js';
 
 /*
  * The hottest requests of a small-file workload, sent on the JSON API directly instead of
@@ -17,10 +18,20 @@ import { DEFAULTS } from '../../config/index.js';
  * (ECONNRESET, ETIMEDOUT, ...), so the one retry policy treats both as before.
  */
 
-function crc32cOf(data: Buffer): string {
-  const c = new CRC32C();
-  c.update(data);
-  return c.toString();
+/** The object's CRC-32C as GCS writes it (base64 of the big-endian 32 bits). */
+export function crc32cOf(data: Buffer): string {
+  const ops = fdOps();
+  // (no addon, or one built before crc32c existed)
+  if (!ops?.crc32c) {
+    const c = new CRC32C();
+    c.update(data);
+    return c.toString();
+  }
+  // the CPU's crc32 instruction in native/ledgerfs_fdops.c: about 1 us per 4 KiB object where
+  // the client's JS table took 25, on the event loop every FUSE request waits for
+  const b = Buffer.allocUnsafe(4);
+  b.writeUInt32BE(ops.crc32c(data));
+  return b.toString('base64');
 }
 
 export class JsonApiError extends Error {

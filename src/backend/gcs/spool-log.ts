@@ -155,6 +155,9 @@ export class SpoolLog {
   private syncing = false;
   private syncQueued = false;
   private reaping = false;
+  /** done records, written at the end of the turn (see append) */
+  private deferred: Buffer[] = [];
+  private flushQueued = false;
   /** descriptors of rolled segments a running sync still uses */
   private readonly retired: number[] = [];
 
@@ -198,7 +201,7 @@ export class SpoolLog {
 
   /** The version `id` (recorded in `segment`) needs no upload any more. */
   appendDone(id: string, segment: number): void {
-    if (segment >= 0) this.append({ t: 'd', id });
+    if (segment >= 0) this.append({ t: 'd', id }, undefined, true);
     const n = (this.live.get(segment) ?? 1) - 1;
     this.live.set(segment, n);
     if (n <= 0) this.reapSoon();
@@ -226,6 +229,7 @@ export class SpoolLog {
   close(): void {
     if (this.fd < 0) return;
     try {
+      this.flushDeferred();
       fs.fdatasyncSync(this.fd);
     } catch {
       /* closing anyway: what was acknowledged was synced before */
@@ -244,6 +248,11 @@ export class SpoolLog {
     if (this.syncing || !this.waiters.length) return;
     const waiters = this.waiters;
     this.waiters = [];
+    try {
+      this.flushDeferred();
+    } catch {
+      // dropped (see append); what the waiters appended themselves was written at once
+    }
     this.syncing = true;
     const fd = this.fd;
     fs.fdatasync(fd, (err) => {
@@ -255,7 +264,18 @@ export class SpoolLog {
     });
   }
 
-  private append(h: Header, data?: Buffer): number {
+  /**
+   * Write a record at the end of the log (a version's: its bytes' offset is returned), after
+   * the deferred records before it. `defer`: a done record (no sync of its own, and nobody
+   * waits for it) waits in memory for the end of this turn of the event loop, the next record
+   * or the next sync, and all of them go in one write: every landed upload appends one, and a
+   * write each was a syscall on the loop every FUSE request waits for. The log's order is the
+   * order of the calls either way; a daemon killed within the turn loses them as a crash loses
+   * an unsynced record (replayed without them, the upload answers 412 and is recognized as
+   * ours). Base records are written at once: a close's answer follows its supersede's record,
+   * so what `ledgerfs status` counts is what the program saw.
+   */
+  private append(h: Header, data?: Buffer, defer = false): number {
     const header = Buffer.from(JSON.stringify(h));
     const dlen = data?.length ?? 0;
     const head = Buffer.alloc(HEAD);
@@ -263,16 +283,47 @@ export class SpoolLog {
     head.writeUInt32LE(header.length, 4);
     head.writeUInt32LE(dlen, 8);
     head.writeUInt32LE(data ? zlib.crc32(data, zlib.crc32(header)) : zlib.crc32(header), 12);
-    const parts = data ? [head, header, data] : [head, header];
+    if (defer) {
+      this.deferred.push(head, header);
+      if (!this.flushQueued) {
+        this.flushQueued = true;
+        setImmediate(() => {
+          this.flushQueued = false;
+          try {
+            this.flushDeferred();
+          } catch {
+            // dropped (see above); the next record is written where they would have been
+          }
+        });
+      }
+      return -1;
+    }
+    this.flushDeferred();
     const at = this.pos;
-    let off = at;
-    for (const p of parts) {
-      let done = 0;
-      while (done < p.length) done += fs.writeSync(this.fd, p, done, p.length - done, off + done);
-      off += p.length;
+    this.writeAt(data ? [head, header, data] : [head, header]);
+    return at + HEAD + header.length;
+  }
+
+  /** The deferred records, in one write. */
+  private flushDeferred(): void {
+    if (!this.deferred.length || this.fd < 0) return;
+    const parts = this.deferred;
+    this.deferred = [];
+    this.writeAt(parts);
+  }
+
+  /** `parts` at the end of the log; the end moves only once all of them are written. */
+  private writeAt(parts: Buffer[]): void {
+    let off = this.pos;
+    let rest = parts;
+    while (rest.length) {
+      let n = fs.writevSync(this.fd, rest, off);
+      off += n;
+      // drop what was written (a short write is rare: the disk filled, a signal)
+      while (rest.length && n >= (rest[0] as Buffer).length) n -= (rest.shift() as Buffer).length;
+      if (n > 0) rest = [(rest[0] as Buffer).subarray(n), ...rest.slice(1)];
     }
     this.pos = off;
-    return at + HEAD + header.length;
   }
 
   private startSegment(n: number): void {
@@ -290,6 +341,7 @@ export class SpoolLog {
   }
 
   private roll(): void {
+    this.flushDeferred();
     fs.fdatasyncSync(this.fd); // its records stay durable whatever happens to the new one
     // a sync on the thread pool may still hold it: closed when that one ends
     if (this.syncing) this.retired.push(this.fd);
