@@ -85,7 +85,12 @@ export class UploadQueue {
   private inFlight = 0;
   private seq = 0;
   private conflicts = 0;
+  /** no new versions (the backend closed) */
   private closed = false;
+  /** no uploads started any more, the log closed */
+  private stopped = false;
+  /** the unmount drains the queue after the backend's close (app/mount.ts): close() does not stop it then */
+  private drainFollows = false;
   private pumpQueued = false;
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly log: SpoolLog;
@@ -244,6 +249,8 @@ export class UploadQueue {
       for (const chain of this.chains.values()) for (const q of chain) all.push(this.waitFor(q));
       await Promise.race([Promise.allSettled(all), sleep(Math.min(everyMs, Math.max(0, until - Date.now())))]);
     }
+    // the unmount's drain, after the backend's close: done now (the log closes, its segments go)
+    if (this.closed) this.stop();
     return true;
   }
 
@@ -343,9 +350,28 @@ export class UploadQueue {
     };
   }
 
-  /** Stop starting uploads (those running finish); what is left stays in the spool for the next start. */
+  /**
+   * The unmount drains the queue (or says it leaves it: stop()) after the backend is closed:
+   * the uploads must go on after close() until then. A closed version waits uploadDelayMs
+   * before it starts, so at an unmount some always wait; they used to stay in the spool, and
+   * the drain waited for them for ever.
+   */
+  expectDrain(): void {
+    this.drainFollows = true;
+  }
+
+  /** No new versions; unless a drain follows (expectDrain) and something is queued, stop() too. */
   close(): void {
     this.closed = true;
+    if (this.drainFollows && !this.isEmpty && !this.stopped) return;
+    this.stop();
+  }
+
+  /** Stop starting uploads (those running finish); what is left stays in the spool for the next start. */
+  stop(): void {
+    if (this.stopped) return;
+    this.closed = true;
+    this.stopped = true;
     this.log.close();
     for (const t of this.timers) clearTimeout(t);
     for (const chain of this.chains.values()) for (const q of chain) clearTimeout(q.hold);
@@ -404,7 +430,7 @@ export class UploadQueue {
   }
 
   private pump(): void {
-    while (!this.closed && this.inFlight < this.concurrency && this.ready.length) {
+    while (!this.stopped && this.inFlight < this.concurrency && this.ready.length) {
       const q = this.ready.shift() as Queued;
       this.inFlight++;
       q.running = true;
