@@ -325,6 +325,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     );
     if (!linked) log.warn('--parent-link without a parent process: serving as a plain mount');
   }
+  // (the store's close at unmount must leave the queue uploading: drainUploads below decides)
+  store.uploads?.expectDrain();
   await running.closed;
   if (process.env.NOTIFY_SOCKET) sdNotify('STOPPING=1');
   await drainUploads(store, journal?.stateDir ?? null, log);
@@ -403,7 +405,11 @@ function refuseSecondMount(fsName: string, sourceDir: string | undefined): void 
  */
 async function drainUploads(store: StoreStats, stateDir: string | null, log: Logger): Promise<void> {
   const q = store.uploads;
-  if (!q || q.stats().files === 0) return;
+  if (!q) return;
+  if (q.stats().files === 0) {
+    q.stop();
+    return;
+  }
   const noWait = stateDir !== null && takeNoWaitRequest(stateDir);
   const left = (s: UploadQueueStats) => `${s.files} file(s), ${formatSize(s.bytes)}, oldest ${Math.round(s.oldestAgeSec)} s`;
   if (!noWait) {
@@ -416,6 +422,7 @@ async function drainUploads(store: StoreStats, stateDir: string | null, log: Log
     });
     return;
   }
+  q.stop();
   const s = q.stats();
   log.warn({ files: s.files, bytes: s.bytes, spool: stateDir }, 'unmount --no-wait: queued uploads left in the spool; the next mount on this state directory uploads them');
   process.stderr.write(`ledgerfs: unmount --no-wait: ${left(s)} not uploaded yet, kept in ${stateDir}; the next mount on this state directory uploads them\n`);

@@ -36,6 +36,10 @@ export interface UploadsHandle {
   stats(): UploadQueueStats;
   /** wait for the queue to empty, up to timeoutMs; true when it did */
   drain(timeoutMs: number, onProgress?: (s: UploadQueueStats) => void): Promise<boolean>;
+  /** the unmount will drain (or stop) the queue after the store is closed: closing it must not stop the uploads */
+  expectDrain(): void;
+  /** stop starting uploads; what is left stays in the spool for the next mount */
+  stop(): void;
 }
 
 const storeStats = new WeakMap<Backend, StoreStats>();
@@ -230,6 +234,8 @@ async function openStore(b: BackendConfig, label: string, flags: OpenWorkspaceOp
                 durability: gcs.durability,
                 stats: () => (gcs.uploads as NonNullable<typeof gcs.uploads>).stats(),
                 drain: (timeoutMs: number, onProgress?: (s: UploadQueueStats) => void) => (gcs.uploads as NonNullable<typeof gcs.uploads>).drain(timeoutMs, onProgress),
+                expectDrain: () => (gcs.uploads as NonNullable<typeof gcs.uploads>).expectDrain(),
+                stop: () => (gcs.uploads as NonNullable<typeof gcs.uploads>).stop(),
               },
             }
           : {}),

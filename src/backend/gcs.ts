@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { LRUCache } from 'lru-cache';
-import { type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, type FsStats, isWithin, type MkdirHint, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, type TreePage, typeOfMode, VfsError } from '../core/index.js';
+import { type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, type FsStats, isWithin, type MkdirHint, type NodeType, type OpenMode, parentOf, rebase, type RenameHint, type TimeSpec, type TreePage, typeOfMode, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { GcsRequests, makeStorage, type ListPage } from './gcs/client.js';
 import { isNotFound, isPreconditionFailed, setupErrorMessage, toVfsError } from './gcs/errors.js';
@@ -840,7 +840,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
    * finish or undo it on restart). A directory is renamed object by object: all copies first,
    * then all deletes.
    */
-  async rename(from: string, to: string): Promise<void> {
+  async rename(from: string, to: string, hint?: RenameHint): Promise<void> {
     checkPath(from);
     checkPath(to);
     if (from === to) return;
@@ -849,6 +849,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     for (const k of [...this.placeholders.keys()]) if (isWithin(k, from) || isWithin(k, to)) this.placeholders.delete(k);
     for (const k of [...this.objectHints.keys()]) if (isWithin(k, from) || isWithin(k, to)) this.objectHints.delete(k);
     if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
+    if (await this.renameQueued(from, to, hint?.toKnownAbsent === true)) return;
     // Local changes of open files go first, so the copy carries them; so do queued versions.
     for (const of of this.filesUnder(from)) if (of.isDirty) await of.sync();
     await this.settle(from, to);
@@ -868,6 +869,37 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     this.entriesChanged(from);
     this.entriesChanged(to);
     await this.keepDir(parentOf(from));
+  }
+
+  /**
+   * durability journal: a file that exists only as queued versions not started (created here,
+   * never in the bucket) is renamed in the queue (UploadQueue.move): the destination is looked
+   * up for the generation its first upload replaces, the versions take its name, durable in the
+   * spool before this returns. The bucket never held the source, so its directory keeps what it
+   * had. False when that does not hold (a handle with unsaved changes, a version running or
+   * tried, the destination not a file): the usual copy and delete after the uploads.
+   * `toKnownAbsent` (a cache in front knows nothing is there and the parent is a directory):
+   * no lookup; another host's object made there meanwhile is found at upload (ifGenerationMatch=0),
+   * a late conflict, as for a create the caches know is new (createQueued).
+   */
+  private async renameQueued(from: string, to: string, toKnownAbsent: boolean): Promise<boolean> {
+    const q = this.writeBack;
+    if (!q || !this.pendingAt(from) || this.pendingAt(to) || this.pins.has(from) || this.pins.has(to)) return false;
+    if (this.filesAt(to).length || this.filesAt(from).some((f) => f.isDirty)) return false;
+    const [dst] = toKnownAbsent ? [{ type: 'none' } as Found] : await Promise.all([this.lookup(to), this.requireParentDir(to)]);
+    if (dst.type !== 'none' && dst.type !== 'file') return false;
+    const toKey = this.names.key(to);
+    if (!q.move(this.names.key(from), toKey, to, dst.type === 'file' ? dst.object : undefined)) return false;
+    this.inodes.renamed(from, to);
+    // a handle whose release is not in yet follows: a later version of it is the new name's
+    for (const of of this.filesAt(from)) {
+      this.forget(of);
+      of.moveQueued(to, toKey);
+      this.track(of);
+    }
+    this.entriesChanged(from);
+    this.entriesChanged(to);
+    return true;
   }
 
   private async renameObject(from: string, to: string, src: ObjectInfo, replaced: ObjectInfo | undefined): Promise<void> {
@@ -1047,6 +1079,17 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     // first. Only this path's own versions: a directory's placeholder is no queued version's
     // base, so tar's fix-ups of directory times at its end do not wait for the uploads under
     // them (they did: tar's exit waited for the whole queue).
+    // a queued version not started yet takes the change along, durable in the spool (git's and
+    // cp -p's chmod/utime of a file just closed): no wait for its upload, no patch after it
+    if (this.writeBack && !this.pins.has(path) && this.pendingAt(path)) {
+      const amended = this.writeBack.amendMetadata(this.names.key(path), entries);
+      if (amended) {
+        // a handle still open (its release not in yet) is based on the closed version: its next
+        // version must not put the old attributes back
+        for (const of of this.filesAt(path)) of.noteAmended(entries);
+        return pendingAttr(amended, this.attrDefaults, this.inodes.of(path));
+      }
+    }
     if (this.pendingAt(path)) await this.uploads?.waitPath(path).catch(() => undefined);
     let pinned = false;
     for (let attempt = 0; attempt < RACE_ATTEMPTS; attempt++) {

@@ -262,6 +262,10 @@ export const DEFAULTS = {
     spoolMemoryBytes: 64 * 1024 * 1024,
     /** durability journal: a new file's create waits this long in the spool for its close's version to replace it before it is uploaded alone (a file held open) */
     spoolHoldMs: 2000,
+    /** durability journal: a closed version waits this long before its upload starts (unless something waits for it), so a
+     * rename, chmod or utimens right after the close (git's objects: close, then rename into place) is taken into the queue
+     * instead of waiting for the upload and copying it after */
+    uploadDelayMs: 300,
     /** name, below the workspace prefix, of the reserved area holding the journal's mirror
      * (journal/<writer>/..., blobs/..) and rename intents: the view never shows it, and refuses to make it */
     reservedName: GCS_RESERVED,

@@ -169,6 +169,12 @@ export interface BackendCapabilities {
   newNodeOwner?: { uid: number; gid: number };
 }
 
+/** What a cache in front knows before a rename (see OpenMode.knownAbsent). */
+export interface RenameHint {
+  /** nothing is at the destination and its parent is a directory: the store may skip its lookups */
+  toKnownAbsent?: boolean;
+}
+
 /** What a cache in front knows before a mkdir (see OpenMode.knownAbsent). */
 export interface MkdirHint {
   /** nothing is at the path and its parent is a directory: the store may skip its lookups */
@@ -228,7 +234,7 @@ export interface Backend {
   rmdir(path: string): Promise<void>;
   unlink(path: string): Promise<void>;
   /** POSIX rename: replaces a file, or an empty directory, at `to`. */
-  rename(from: string, to: string): Promise<void>;
+  rename(from: string, to: string, hint?: RenameHint): Promise<void>;
   symlink(target: string, path: string): Promise<void>;
   /**
    * Optional: make a FIFO, socket or device node (`mode` carries S_IFMT; `rdev` the device).

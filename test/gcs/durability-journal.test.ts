@@ -65,8 +65,9 @@ describe.skipIf(!!NEEDS_OWN_EMULATOR)('gcs: --durability journal', () => {
   it('close returns before the upload, reads see the queued version, fsync waits for the bucket', async () => {
     const m = await mount();
     // (long enough that the checks below run before it lands on a loaded machine too: at load 9
-    // they once took more than 2.5 s)
-    await slowUploads(5000, 1);
+    // they once took more than 2.5 s; every upload: f's starts uploadDelayMs after its close,
+    // and the journal mirror's may come first)
+    await slowUploads(5000);
     // open, write, then time close(2) alone
     const out = py(
       `import os, time
@@ -137,6 +138,9 @@ t = time.time(); os.fsync(fd); print(round((time.time() - t) * 1000)); os.close(
     const a = await mount();
     const N = 30;
     sh(`for i in $(seq 1 ${N}); do touch f$i; done`, a.mnt);
+    // (the creates in the bucket first: an open for writing waits for the file's queued versions,
+    // which a closed version starts only uploadDelayMs after its close)
+    await eventually('the creates uploaded', async () => spooled() === 0);
     await g.fault({ status: 503, count: -1, method: 'POST', pathPrefix: '/upload/' }); // GCS unreachable for uploads
     sh(`for i in $(seq 1 ${N}); do echo content-$i > f$i; done`, a.mnt); // every close returns: durable locally
     // bash's `>` closes twice (empty, then written): the empty versions not yet started are dropped
@@ -187,6 +191,7 @@ t = time.time(); os.fsync(fd); print(round((time.time() - t) * 1000)); os.close(
     const a = await startMount({ omitSource: true, args: ['--policy', policy, '--attr-timeout', '0', '--entry-timeout', '0'], env: { LEDGERFS_MIRROR_DRAIN_TIMEOUT_MS: '1000' } });
     mounts.push(a);
     sh('for i in 1 2 3 4 5; do touch f$i; done', a.mnt);
+    await eventually('the creates uploaded', async () => spooled() === 0); // (as in the SIGKILL case above)
     await g.fault({ status: 503, count: -1, method: 'POST', pathPrefix: '/upload/' });
     py("for i in range(1, 6): open(f'f{i}', 'w').write('x' * 1000)", a.mnt);
     expect(spooled()).toBe(5);

@@ -47,6 +47,33 @@ describe('SpoolLog', () => {
     again.close();
   });
 
+  it('a rename and an attribute change of queued versions replay with the versions (one record each; a sync makes them durable)', async () => {
+    const log = new SpoolLog(dir, 1 << 20);
+    log.open();
+    log.appendVersion('t1', entry('tmp', 3), Buffer.from('obj'));
+    log.appendVersion('t2', entry('tmp', 4), Buffer.from('obj2'));
+    log.appendVersion('o1', entry('other', 1), Buffer.from('o'));
+    await log.durable();
+    const renamed = log.appendRename(['t1', 't2'], 'objects/ab', '/objects/ab', '9', '2');
+    const amended = log.appendMetadata('t2', { m: 'tmp', mode: '444' });
+    expect(log.isSynced(renamed) || log.isSynced(amended)).toBe(false);
+    await log.durable();
+    expect(log.isSynced(renamed) && log.isSynced(amended)).toBe(true);
+    // a crash: the next daemon uploads both versions under the new name, the first on the
+    // generation the rename replaced, the second with the new attributes
+    const again = new SpoolLog(dir, 1 << 20);
+    const vs = again.open();
+    expect(vs.map((v) => [v.id, v.entry.key, v.entry.path])).toEqual([
+      ['t1', 'objects/ab', '/objects/ab'],
+      ['t2', 'objects/ab', '/objects/ab'],
+      ['o1', 'other', '/other'],
+    ]);
+    expect(vs[0]?.entry).toMatchObject({ baseGeneration: '9', baseMetageneration: '2', metadata: { m: 'tmp' } });
+    expect(vs[1]?.entry.metadata).toEqual({ m: 'tmp', mode: '444' });
+    expect(vs.map(bytesAt)).toEqual(['obj', 'obj2', 'o']);
+    again.close();
+  });
+
   it('a torn last record (its sync never returned) is dropped and cut off; appends after it replay', async () => {
     const log = new SpoolLog(dir, 1 << 20);
     log.open();

@@ -331,6 +331,18 @@ export class GcsFile implements BackendFile {
     await q.add({ key: this.key, path: this.path, source: (this.staged as { file: string }).file, size: 0, metadata: this.base.metadata, baseGeneration: 0n, baseMetageneration: 0n, hold: true });
   }
 
+  /** chmod/chown/utimens went into the queued version this handle's close made. */
+  noteAmended(entries: Record<string, string>): void {
+    this.base = { ...this.base, metadata: { ...this.base.metadata, ...entries } };
+  }
+
+  /** Renamed in the upload queue (its versions never reached the bucket): same base, new name. */
+  moveQueued(path: string, key: string): void {
+    this.path = path;
+    this.key = key;
+    this.base = { ...this.base, name: key };
+  }
+
   /** A version landed from the upload queue: a handle based on the one it replaced is now based on it. */
   noteUploaded(replaced: bigint, info: ObjectInfo): void {
     if (this.base.generation !== replaced) return;

@@ -39,7 +39,15 @@ type Header =
   /** the version's base changed (its predecessor `after` landed, or was replaced by it: done) */
   | { t: 'b'; id: string; baseGeneration: string; baseMetageneration?: string; after?: string }
   /** uploaded, replaced before its upload, or set aside */
-  | { t: 'd'; id: string };
+  | { t: 'd'; id: string }
+  /** before its upload: the version's metadata changed (chmod, chown, utimens of the closed file) */
+  | { t: 'a'; id: string; metadata: Record<string, string> }
+  /**
+   * before any of them was tried: the versions `ids` (one file's, oldest first) were renamed to
+   * `key`/`path`; the first is based on `baseGeneration` there (what the rename replaced, or 0).
+   * One record, so a crash keeps all of the rename or none of it.
+   */
+  | { t: 'r'; ids: string[]; key: string; path: string; baseGeneration: string; baseMetageneration: string };
 
 /** Where a version's bytes are: `entry.size` bytes from `offset` of `file`. */
 export interface SpoolBytes {
@@ -135,6 +143,21 @@ export function readSpool(dir: string, opts: { headersOnly?: boolean } = {}): { 
           }
           if (h.after !== undefined) versions.delete(h.after);
         } else if (h.t === 'd') versions.delete(h.id);
+        else if (h.t === 'a') {
+          const v = versions.get(h.id);
+          if (v) v.entry.metadata = h.metadata;
+        } else if (h.t === 'r') {
+          h.ids.forEach((id, i) => {
+            const v = versions.get(id);
+            if (!v) return;
+            v.entry.key = h.key;
+            v.entry.path = h.path;
+            if (i === 0) {
+              v.entry.baseGeneration = h.baseGeneration;
+              v.entry.baseMetageneration = h.baseMetageneration;
+            }
+          });
+        }
       }
       if (seg === segs[segs.length - 1]) goodEnd = at;
     } finally {
@@ -152,6 +175,9 @@ export class SpoolLog {
   /** versions not done, by the segment their record is in */
   private readonly live = new Map<number, number>();
   private waiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
+  /** records appended since open, and how many of them a finished sync covers */
+  private appended = 0;
+  private synced = 0;
   private syncing = false;
   private syncQueued = false;
   private reaping = false;
@@ -197,6 +223,26 @@ export class SpoolLog {
 
   appendBase(id: string, baseGeneration: string, baseMetageneration: string | undefined, after?: string): void {
     this.append({ t: 'b', id, baseGeneration, ...(baseMetageneration !== undefined ? { baseMetageneration } : {}), ...(after !== undefined ? { after } : {}) });
+  }
+
+  /**
+   * chmod/chown/utimens of a version not started: what its upload carries. Returns the record's
+   * mark: it survives the daemon's death once appended, a power loss once `isSynced(mark)`.
+   */
+  appendMetadata(id: string, metadata: Record<string, string>): number {
+    this.append({ t: 'a', id, metadata });
+    return this.appended;
+  }
+
+  /** A rename of versions never tried: they go to `key` instead. Returns the record's mark (see appendMetadata). */
+  appendRename(ids: string[], key: string, path: string, baseGeneration: string, baseMetageneration: string): number {
+    this.append({ t: 'r', ids, key, path, baseGeneration, baseMetageneration });
+    return this.appended;
+  }
+
+  /** Whether the record `mark` (appendMetadata, appendRename) is on disk. */
+  isSynced(mark: number): boolean {
+    return this.synced >= mark;
   }
 
   /** The version `id` (recorded in `segment`) needs no upload any more. */
@@ -255,8 +301,10 @@ export class SpoolLog {
     }
     this.syncing = true;
     const fd = this.fd;
+    const upTo = this.appended;
     fs.fdatasync(fd, (err) => {
       this.syncing = false;
+      if (!err) this.synced = Math.max(this.synced, upTo);
       for (const r of this.retired.splice(0)) fs.close(r, () => undefined);
       for (const w of waiters) if (err) w.reject(err);
       else w.resolve();
@@ -301,6 +349,8 @@ export class SpoolLog {
     this.flushDeferred();
     const at = this.pos;
     this.writeAt(data ? [head, header, data] : [head, header]);
+    // (the marks of isSynced count the records written at once; deferred ones need none)
+    this.appended++;
     return at + HEAD + header.length;
   }
 
@@ -343,6 +393,7 @@ export class SpoolLog {
   private roll(): void {
     this.flushDeferred();
     fs.fdatasyncSync(this.fd); // its records stay durable whatever happens to the new one
+    this.synced = this.appended;
     // a sync on the thread pool may still hold it: closed when that one ends
     if (this.syncing) this.retired.push(this.fd);
     else fs.closeSync(this.fd);

@@ -42,6 +42,8 @@ interface Queued {
   reject: (e: VfsError) => void;
   failures: number;
   lastError?: string;
+  /** a rename or attribute record of this version not synced when made: synced before its upload starts */
+  syncMark?: number;
 }
 
 export interface UploadQueueHost {
@@ -83,7 +85,12 @@ export class UploadQueue {
   private inFlight = 0;
   private seq = 0;
   private conflicts = 0;
+  /** no new versions (the backend closed) */
   private closed = false;
+  /** no uploads started any more, the log closed */
+  private stopped = false;
+  /** the unmount drains the queue after the backend's close (app/mount.ts): close() does not stop it then */
+  private drainFollows = false;
   private pumpQueued = false;
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly log: SpoolLog;
@@ -156,7 +163,7 @@ export class UploadQueue {
     }
     const chain = this.chains.get(v.key);
     const prev = chain?.[chain.length - 1];
-    const q = this.push(id, entry, at.bytes, at.segment, ownFile, buf, v.hold);
+    const q = this.push(id, entry, at.bytes, at.segment, ownFile, buf, v.hold ? DEFAULTS.gcs.spoolHoldMs : DEFAULTS.gcs.uploadDelayMs);
     // A version not started yet that this one replaces whole is not uploaded at all (bash's
     // `echo x > f` closes twice: once empty, once written): the newer one takes its place.
     if (prev && chain && !prev.running && prev.failures === 0) this.supersede(chain, prev, q);
@@ -187,7 +194,7 @@ export class UploadQueue {
       if (prev.entry.baseMetageneration !== undefined) q.entry.baseMetageneration = prev.entry.baseMetageneration;
       else delete q.entry.baseMetageneration;
       this.log.appendBase(q.id, q.entry.baseGeneration, q.entry.baseMetageneration, prev.id);
-      this.ready.push(q);
+      if (!q.hold) this.ready.push(q);
     }
     this.release(prev);
     q.done.then(prev.resolve, prev.reject);
@@ -242,6 +249,63 @@ export class UploadQueue {
       for (const chain of this.chains.values()) for (const q of chain) all.push(this.waitFor(q));
       await Promise.race([Promise.allSettled(all), sleep(Math.min(everyMs, Math.max(0, until - Date.now())))]);
     }
+    // the unmount's drain, after the backend's close: done now (the log closes, its segments go)
+    if (this.closed) this.stop();
+    return true;
+  }
+
+  /**
+   * durability journal, chmod/chown/utimens of a file whose newest version has not started
+   * uploading: the change goes into that version, no wait for the upload and no patch after
+   * it. Undefined when it runs or was tried (the caller waits and patches).
+   *
+   * The record is in the spool's log when this returns: the daemon's death keeps it (the page
+   * cache does), and the next close's sync or the version's upload, whichever is first, puts it
+   * on disk (no fdatasync of its own: a local file system makes a chmod or rename durable at
+   * the next fsync too, not before it returns). The upload never starts before it is synced,
+   * so a power loss cannot leave a bucket ahead of the spool.
+   */
+  amendMetadata(key: string, entries: Record<string, string>): PendingVersion | undefined {
+    const chain = this.chains.get(key);
+    const last = chain?.[chain.length - 1];
+    if (!last || last.running || last.failures > 0) return undefined;
+    const metadata = { ...last.entry.metadata, ...entries };
+    last.syncMark = this.log.appendMetadata(last.id, metadata);
+    last.entry.metadata = metadata;
+    return this.view(last);
+  }
+
+  /**
+   * durability journal, a rename of a file that exists only as queued versions none of which
+   * was tried (created here, never in the bucket: git's tmp_obj_* -> objects/xx/...): the
+   * versions take the new name, the first based on `replaces` (what the rename replaces in
+   * the bucket, or nothing), in the spool's log when this returns (as amendMetadata). No copy,
+   * no delete, no wait. False when that does not hold (one runs or ran, the destination has
+   * versions queued): the caller waits for the uploads and renames in the bucket.
+   */
+  move(fromKey: string, toKey: string, toPath: string, replaces: { generation: bigint; metageneration: bigint } | undefined): boolean {
+    const chain = this.chains.get(fromKey);
+    if (!chain?.length || this.chains.has(toKey) || chain.some((q) => q.running || q.failures > 0)) return false;
+    const head = chain[0] as Queued;
+    if ((head.entry.baseGeneration ?? '0') !== '0') return false;
+    const baseGeneration = (replaces?.generation ?? 0n).toString();
+    const baseMetageneration = (replaces?.metageneration ?? 0n).toString();
+    const mark = this.log.appendRename(
+      chain.map((q) => q.id),
+      toKey,
+      toPath,
+      baseGeneration,
+      baseMetageneration,
+    );
+    for (const q of chain) {
+      q.entry.key = toKey;
+      q.entry.path = toPath;
+      q.syncMark = mark;
+    }
+    head.entry.baseGeneration = baseGeneration;
+    head.entry.baseMetageneration = baseMetageneration;
+    this.chains.delete(fromKey);
+    this.chains.set(toKey, chain);
     return true;
   }
 
@@ -286,9 +350,28 @@ export class UploadQueue {
     };
   }
 
-  /** Stop starting uploads (those running finish); what is left stays in the spool for the next start. */
+  /**
+   * The unmount drains the queue (or says it leaves it: stop()) after the backend is closed:
+   * the uploads must go on after close() until then. A closed version waits uploadDelayMs
+   * before it starts, so at an unmount some always wait; they used to stay in the spool, and
+   * the drain waited for them for ever.
+   */
+  expectDrain(): void {
+    this.drainFollows = true;
+  }
+
+  /** No new versions; unless a drain follows (expectDrain) and something is queued, stop() too. */
   close(): void {
     this.closed = true;
+    if (this.drainFollows && !this.isEmpty && !this.stopped) return;
+    this.stop();
+  }
+
+  /** Stop starting uploads (those running finish); what is left stays in the spool for the next start. */
+  stop(): void {
+    if (this.stopped) return;
+    this.closed = true;
+    this.stopped = true;
     this.log.close();
     for (const t of this.timers) clearTimeout(t);
     for (const chain of this.chains.values()) for (const q of chain) clearTimeout(q.hold);
@@ -319,7 +402,8 @@ export class UploadQueue {
     return { path: e.path, key: e.key, size: e.size, metadata: e.metadata, ...(e.contentType ? { contentType: e.contentType } : {}), bytes: q.bytes, enqueuedAt: e.enqueuedAt };
   }
 
-  private push(id: string, entry: SpoolEntry, bytes: SpoolBytes, segment: number, ownFile?: string, buf?: Buffer, hold = false): Queued {
+  /** `holdMs`: not uploaded before then unless waited for (a new file's create; a closed version's short delay, see uploadDelayMs) */
+  private push(id: string, entry: SpoolEntry, bytes: SpoolBytes, segment: number, ownFile?: string, buf?: Buffer, holdMs = 0): Queued {
     let resolve!: () => void;
     let reject!: (e: VfsError) => void;
     const done = new Promise<void>((res, rej) => {
@@ -338,15 +422,15 @@ export class UploadQueue {
       delete entry.baseMetageneration;
     }
     chain.push(q);
-    if (hold) {
-      q.hold = setTimeout(() => this.unhold(q), DEFAULTS.gcs.spoolHoldMs);
+    if (holdMs > 0) {
+      q.hold = setTimeout(() => this.unhold(q), holdMs);
       q.hold.unref();
     } else if (chain.length === 1) this.ready.push(q);
     return q;
   }
 
   private pump(): void {
-    while (!this.closed && this.inFlight < this.concurrency && this.ready.length) {
+    while (!this.stopped && this.inFlight < this.concurrency && this.ready.length) {
       const q = this.ready.shift() as Queued;
       this.inFlight++;
       q.running = true;
@@ -370,6 +454,8 @@ export class UploadQueue {
     let info: ObjectInfo | undefined;
     let conflict: ObjectInfo | null = null;
     try {
+      // its rename or attribute record first: the bucket never gets ahead of the spool
+      if (q.syncMark !== undefined && !this.log.isSynced(q.syncMark)) await this.log.durable();
       info = q.ownFile ? await this.host.req.uploadFile(e.key, q.ownFile, e.size, spec) : await this.host.req.uploadBuffer(e.key, this.bytesOf(q), spec);
     } catch (err) {
       if (isPreconditionFailed(err)) {

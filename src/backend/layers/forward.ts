@@ -1,4 +1,4 @@
-import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, MkdirHint, OpenMode, TimeSpec, TreePage } from '../../core/index.js';
+import type { Attr, Backend, BackendCapabilities, BackendFile, DirEntry, FsStats, MkdirHint, OpenMode, RenameHint, TimeSpec, TreePage } from '../../core/index.js';
 
 /**
  * A layer that passes every call to the backend it wraps (OpenDAL's layer model): concrete
@@ -53,8 +53,8 @@ export class ForwardingLayer implements Backend {
   unlink(path: string): Promise<void> {
     return this.inner.unlink(path);
   }
-  rename(from: string, to: string): Promise<void> {
-    return this.inner.rename(from, to);
+  rename(from: string, to: string, hint?: RenameHint): Promise<void> {
+    return this.inner.rename(from, to, hint);
   }
   symlink(target: string, path: string): Promise<void> {
     return this.inner.symlink(target, path);

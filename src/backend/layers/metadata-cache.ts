@@ -404,7 +404,9 @@ export class MetadataCacheLayer extends ForwardingLayer {
     const type = (this.nodes.get(from) as { attr?: Attr } | undefined)?.attr?.type;
     // only a directory has a subtree to forget: a file's rename (git, editors' save) must not
     // walk the whole cache; an unknown type counts as a directory
-    await this.change([from, to], type !== 'file' && type !== 'symlink', () => this.inner.rename(from, to));
+    // (git renames each new object's temp file to a name it just found absent: the store need not look)
+    const hint = type === 'file' && this.knownAbsent(to) ? { toKnownAbsent: true } : undefined;
+    await this.change([from, to], type !== 'file' && type !== 'symlink', () => this.inner.rename(from, to, hint));
     if (from !== to) this.gone(to); // renamed over
     // writable handles follow the file (the backend retargets them)
     for (const w of this.writers) if (isWithin(w.path, from)) w.path = rebase(w.path, from, to);

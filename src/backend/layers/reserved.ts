@@ -1,4 +1,4 @@
-import { type Attr, type Backend, type BackendFile, type DirEntry, isWithin, type MkdirHint, type OpenMode, type TimeSpec, type TreePage, VfsError } from '../../core/index.js';
+import { type Attr, type Backend, type BackendFile, type DirEntry, isWithin, type MkdirHint, type OpenMode, type RenameHint, type TimeSpec, type TreePage, VfsError } from '../../core/index.js';
 import { ForwardingLayer } from './forward.js';
 
 /**
@@ -88,10 +88,10 @@ export class ReservedNameLayer extends ForwardingLayer {
     this.absent(path);
     return super.unlink(path);
   }
-  override async rename(from: string, to: string): Promise<void> {
+  override async rename(from: string, to: string, hint?: RenameHint): Promise<void> {
     this.absent(from);
     this.refuseNew(to, 'rename to');
-    return super.rename(from, to);
+    return super.rename(from, to, hint);
   }
   override async symlink(target: string, path: string): Promise<void> {
     this.refuseNew(path, 'symlink');
