@@ -16,6 +16,8 @@ export interface GcsFixture {
   clearFaults(): Promise<void>;
   /** upload `names` (each with `data`), `concurrency` at a time */
   seed(names: string[], data?: string, concurrency?: number): Promise<void>;
+  /** each object's name and text, but the journal mirror's (.ledgerfs/), and directory placeholders only with `placeholders` */
+  objects(opts?: { placeholders?: boolean }): Promise<Record<string, string>>;
   stop(): Promise<void>;
 }
 
@@ -62,6 +64,15 @@ export async function startGcsFixture(base = 'ledgerfs-gcs-test'): Promise<GcsFi
           while (next < names.length) await upload(names[next++] as string);
         }),
       );
+    },
+    objects: async ({ placeholders = true } = {}) => {
+      const [files] = await storage.bucket(bucket).getFiles();
+      const out: Record<string, string> = {};
+      for (const f of files) {
+        if (f.name.startsWith('.ledgerfs/') || (!placeholders && f.name.endsWith('/'))) continue;
+        out[f.name] = (await f.download())[0].toString();
+      }
+      return out;
     },
     stop: () => emulator.stop(),
   };
