@@ -138,7 +138,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     // new nodes carry opts.uid/gid in their metadata (newNodeMeta)
     this.capabilities = { xattrs: false, hardLinks: false, symlinks: true, owners: true, posixNewNodes: false, newNodeOwner: { uid: opts.uid, gid: opts.gid } };
     this.stagingDir = opts.stagingDir;
-    this.stagingFiles = new StagingFiles(opts.stagingDir, DEFAULTS.gcs.stagingFilesKept);
+    this.stagingFiles = new StagingFiles(opts.stagingDir, DEFAULTS.gcs.stagingFilesKept, DEFAULTS.gcs.stagingReuseMaxBytes);
     this.conflictsDir = opts.conflictsDir;
     this.journalArea = new GcsJournalRemote(req, this.names.prefix + DEFAULTS.gcs.reservedName + '/');
     this.attrDefaults = { fileMode: opts.fileMode, dirMode: opts.dirMode, uid: opts.uid, gid: opts.gid, implicitTimeNs: nowNs() };

@@ -219,6 +219,9 @@ export const DEFAULTS = {
     /** emptied staging files kept open for the next handles that write (gcs/staging-files.ts):
      * a new file per handle made ext4 scan past every inode freed in the last seconds */
     stagingFilesKept: 32,
+    /** a staging file larger than this is removed on the thread pool, not emptied for reuse on
+     * the event loop: freeing its blocks (ftruncate) is disk work every request would wait for */
+    stagingReuseMaxBytes: 1024 * 1024,
     /** attempts per request, including the first; backoff doubles from initial to max */
     retryAttempts: 6,
     retryInitialDelayMs: 100,

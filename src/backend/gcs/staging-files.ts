@@ -26,6 +26,8 @@ export class StagingFiles {
     private readonly dir: string,
     /** emptied files kept at most (each holds a descriptor) */
     private readonly keep: number,
+    /** larger files are removed, not emptied (see give) */
+    private readonly reuseMaxBytes: number,
   ) {}
 
   /** An empty staging file of this process's, open for reading and writing. */
@@ -41,24 +43,25 @@ export class StagingFiles {
 
   /**
    * A handle is done with `f` (its bytes are in the spool or the bucket): emptied for the next
-   * one, or removed. Emptied here, on the event loop: a small file's ftruncate frees a few
+   * one, or removed. A small file is emptied here, on the event loop: its ftruncate frees a few
    * blocks in memory, far less than a trip through the thread pool, whose wake-ups of a pool
-   * thread and of the loop cost most on a busy host.
+   * thread and of the loop cost most on a busy host. A large one is removed on the pool (its
+   * blocks are disk work), as is any file beyond the `keep` kept.
    */
   give(f: StagingFile): void {
-    if (this.closed || this.free.length >= this.keep) {
-      fs.closeSync(f.fd);
-      removeFileSoon(f.file);
-      return;
+    if (!this.closed && this.free.length < this.keep) {
+      try {
+        if (fs.fstatSync(f.fd).size <= this.reuseMaxBytes) {
+          fs.ftruncateSync(f.fd, 0);
+          this.free.push(f);
+          return;
+        }
+      } catch {
+        // removed below
+      }
     }
-    try {
-      fs.ftruncateSync(f.fd, 0);
-    } catch {
-      fs.closeSync(f.fd);
-      removeFileSoon(f.file);
-      return;
-    }
-    this.free.push(f);
+    fs.closeSync(f.fd);
+    removeFileSoon(f.file);
   }
 
   /** Files still kept are removed (the backend closes). */
