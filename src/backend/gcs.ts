@@ -890,7 +890,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     if (dst.type !== 'none' && dst.type !== 'file') return false;
     const toKey = this.names.key(to);
     if (!q.move(this.names.key(from), toKey, to, dst.type === 'file' ? dst.object : undefined)) return false;
-    this.inodes.renamed(from, to);
+    this.inodes.renamedFile(from, to);
     // a handle whose release is not in yet follows: a later version of it is the new name's
     for (const of of this.filesAt(from)) {
       this.forget(of);
@@ -910,7 +910,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       of.unlinked = true;
       this.forget(of);
     }
-    this.inodes.renamed(from, to);
+    this.inodes.renamedFile(from, to);
     await this.deleteSource(src, from);
     for (const of of this.filesAt(from)) {
       this.forget(of);

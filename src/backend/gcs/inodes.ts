@@ -35,6 +35,18 @@ export class InodeNumbers {
     }
   }
 
+  /**
+   * A file (or symlink) at `from` was renamed to `to`: as renamed(), without looking for paths
+   * below either (a file has none; a path left from a directory once there keeps a number no
+   * live node has). Constant time: git renames every object it writes, and a scan of all the
+   * moved paths per rename made a 3,000-file `git add` spend 2 s of CPU here.
+   */
+  renamedFile(from: string, to: string): void {
+    const n = this.of(from);
+    this.moved.set(to, n);
+    this.moved.set(from, this.fresh());
+  }
+
   private fresh(): number {
     return this.next++;
   }
