@@ -141,6 +141,16 @@ describe('MetadataCacheLayer', () => {
     expect((await c.readdir('/t')).map((e) => e.name)).toEqual(['f']);
   });
 
+  it("a link the store refuses whole (EPERM) keeps the directory's listing: git's link-then-rename of each object asks nothing", async () => {
+    await c.mkdir('/g', 0o755);
+    await writeFile(c, '/g/tmp_obj_1', 'blob');
+    await expectCode(c.link('/g/tmp_obj_1', '/g/ab12'), 'EPERM');
+    expect(await cost(() => expectCode(c.stat('/g/ab12'), 'ENOENT'))).toBe(0);
+    expect(await cost(() => expectCode(c.stat('/g/tmp_obj_2'), 'ENOENT'))).toBe(0);
+    await c.rename('/g/tmp_obj_1', '/g/ab12');
+    expect((await c.readdir('/g')).map((e) => e.name)).toEqual(['ab12']);
+  });
+
   it('a file unlinked or renamed over while open is not brought back by its close', async () => {
     await put('u.txt', 'u');
     const f = await c.open('/u.txt', { write: true });

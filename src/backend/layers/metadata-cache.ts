@@ -303,11 +303,17 @@ export class MetadataCacheLayer extends ForwardingLayer {
   private entry(path: string, type: NodeType | null): void {
     if (path === '/') return;
     this.parentChanged(parentOf(path));
-    const list = this.lists.get(parentOf(path));
-    if (!list) return;
+    const dir = parentOf(path);
+    const size = this.listedSize.get(dir);
+    const list = this.lists.get(dir);
+    if (!list) {
+      if (size !== undefined) this.listedSize.set(dir, Math.max(0, size + (type ? 1 : -1)));
+      return;
+    }
     const name = path.slice(path.lastIndexOf('/') + 1);
     if (type) list.set(name, type);
     else list.delete(name);
+    this.listedSize.set(dir, list.size);
   }
 
   private parentChanged(dir: string): void {
@@ -328,8 +334,10 @@ export class MetadataCacheLayer extends ForwardingLayer {
       return await fn();
     } catch (err) {
       // the outcome is unknown (a failure may come after the change): forget the parents'
-      // listings too (the paths themselves are forgotten below, as after a success)
-      for (const p of paths) if (p !== '/') this.lists.delete(parentOf(p));
+      // listings too (the paths themselves are forgotten below, as after a success); unless the
+      // store refused it before changing anything (git tries link() before rename() for every
+      // object: a listing dropped each time is a lookup per file in its directory after)
+      if (!refusedUnchanged(err)) for (const p of paths) if (p !== '/') this.lists.delete(parentOf(p));
       throw err;
     } finally {
       for (const p of paths) this.forget(p, below);
@@ -381,6 +389,9 @@ export class MetadataCacheLayer extends ForwardingLayer {
     if (attr) this.remember(path, { attr }, this.epoch);
     // A new directory is empty: lookups in it (tar, cp -r create right after) need not ask.
     if (this.enabled) this.lists.set(path, new Map());
+    // and small: once that expires, lookups that keep missing in it list it again (git's
+    // objects/xx, written to for the whole of a long `git add`)
+    this.listedSize.set(path, 0);
   }
 
   override async rmdir(path: string): Promise<void> {
@@ -457,6 +468,14 @@ export class MetadataCacheLayer extends ForwardingLayer {
     return this.change([path], false, () => this.inner.truncate(path, size));
   }
 }
+
+/**
+ * Errors a store gives only for a request it refuses whole, before it changes anything, and that
+ * say nothing about the names involved. Not EEXIST or ENOENT (the listing that let it be tried is
+ * wrong), nor EACCES or EINVAL (GCS answers them too, and may halfway through a directory's rename).
+ */
+const UNCHANGED_REFUSALS = new Set(['EPERM', 'EROFS', 'EXDEV', 'ENAMETOOLONG', 'ENOTSUP', 'EOPNOTSUPP', 'ENOSYS']);
+const refusedUnchanged = (err: unknown): boolean => err instanceof VfsError && UNCHANGED_REFUSALS.has(err.code);
 
 /**
  * A writable file opened through the cache layer: its path is not answered from the cache while
