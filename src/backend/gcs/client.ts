@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Storage, type Bucket, type File } from '@google-cloud/storage';
-import { httpStatus, isNotFound } from './errors.js';
+import { httpStatus } from './errors.js';
 import { JsonApi } from './json-api.js';
 import { objectInfo, type ObjectInfo, type RawObjectMetadata } from './metadata.js';
 import type { ResolvedGcsOptions } from './options.js';
@@ -90,13 +90,8 @@ export class GcsRequests {
 
   /** The live object, or undefined if there is none. */
   async head(key: string): Promise<ObjectInfo | undefined> {
-    try {
-      const [m] = await this.retry(() => this.file(key).getMetadata());
-      return objectInfo(m as RawObjectMetadata);
-    } catch (err) {
-      if (isNotFound(err)) return undefined;
-      throw err;
-    }
+    const m = await this.retry(() => this.json.getObject(key));
+    return m && objectInfo(m as unknown as RawObjectMetadata);
   }
 
   /**
@@ -105,19 +100,14 @@ export class GcsRequests {
    * answer that is the same either way.
    */
   async headOnce(key: string): Promise<ObjectInfo | undefined> {
-    try {
-      const [m] = await this.file(key).getMetadata();
-      return objectInfo(m as RawObjectMetadata);
-    } catch (err) {
-      if (isNotFound(err)) return undefined;
-      throw err;
-    }
+    const m = await this.json.getObject(key);
+    return m && objectInfo(m as unknown as RawObjectMetadata);
   }
 
   /**
-   * One page of objects.list. A plain JSON request through the client (its auth, endpoint and
-   * errors) rather than bucket.getFiles(), which builds a File object per item: for a page of
-   * 1,000 that costs several times the request itself.
+   * One page of objects.list, a plain JSON request (json-api.ts) rather than bucket.getFiles(),
+   * which builds a File object per item: for a page of 1,000 that costs several times the
+   * request itself.
    */
   async list(q: { prefix: string; delimiter?: string; includeTrailingDelimiter?: boolean; maxResults?: number; pageToken?: string; startOffset?: string }): Promise<ListPage> {
     const qs = {
@@ -128,7 +118,7 @@ export class GcsRequests {
       ...(q.maxResults ? { maxResults: q.maxResults } : {}),
       ...(q.pageToken ? { pageToken: q.pageToken } : {}),
     };
-    const [resp] = await this.retry(() => this.bucket.request({ uri: '/o', qs }));
+    const resp = await this.retry(() => this.json.listObjects(qs));
     const r = (resp ?? {}) as { items?: RawObjectMetadata[]; prefixes?: string[]; nextPageToken?: string };
     return {
       items: (r.items ?? []).map((m) => objectInfo(m)),

@@ -100,13 +100,34 @@ export class JsonApi {
     return this.send('POST', path, Buffer.concat([head, data, tail]), `multipart/related; boundary=${boundary}`);
   }
 
+  /**
+   * objects.get (the metadata) of the live object: its resource, or undefined when there is
+   * none. A lookup asks this of every name it is given, absent ones most of all (a create's
+   * O_EXCL check, git's check for each object): a 404 is an answer here, not an error.
+   */
+  async getObject(key: string): Promise<Record<string, unknown> | undefined> {
+    const path = `${this.prefix()}/storage/v1/b/${encodeURIComponent(this.bucketName)}/o/${encodeURIComponent(key)}`;
+    return this.send('GET', path, undefined, undefined, true);
+  }
+
+  /** objects.list, one page, as GCS answers it. */
+  async listObjects(qs: Record<string, string | number | boolean>): Promise<Record<string, unknown>> {
+    const q = new URLSearchParams(Object.entries(qs).map(([k, v]) => [k, String(v)]));
+    const path = `${this.prefix()}/storage/v1/b/${encodeURIComponent(this.bucketName)}/o?${q}`;
+    return this.send('GET', path) as Promise<Record<string, unknown>>;
+  }
+
   /** the endpoint's own path (an apiEndpoint may carry one), without a trailing slash */
   private prefix(): string {
     return this.base.pathname.replace(/\/+$/, '');
   }
 
-  private async headers(body: Buffer, contentType: string): Promise<Record<string, string | number>> {
-    const h: Record<string, string | number> = { 'Content-Type': contentType, 'Content-Length': body.length, 'User-Agent': this.userAgent, Accept: 'application/json' };
+  private async headers(body: Buffer | undefined, contentType: string | undefined): Promise<Record<string, string | number>> {
+    const h: Record<string, string | number> = { 'User-Agent': this.userAgent, Accept: 'application/json' };
+    if (body) {
+      h['Content-Type'] = contentType ?? 'application/octet-stream';
+      h['Content-Length'] = body.length;
+    }
     if (this.opts.authenticate) {
       // the client's auth: cached tokens, refreshed by google-auth-library when they expire.
       // A plain object in google-auth-library 9, a fetch Headers from 10 on: take either.
@@ -117,7 +138,9 @@ export class JsonApi {
     return h;
   }
 
-  private async send(method: string, path: string, body: Buffer, contentType: string): Promise<Record<string, unknown>> {
+  private send(method: string, path: string, body?: Buffer, contentType?: string): Promise<Record<string, unknown>>;
+  private send(method: string, path: string, body: Buffer | undefined, contentType: string | undefined, notFoundIsUndefined: true): Promise<Record<string, unknown> | undefined>;
+  private async send(method: string, path: string, body?: Buffer, contentType?: string, notFoundIsUndefined = false): Promise<Record<string, unknown> | undefined> {
     const headers = await this.headers(body, contentType);
     const mod = this.base.protocol === 'https:' ? https : http;
     return new Promise((resolve, reject) => {
@@ -135,13 +158,15 @@ export class JsonApi {
             json = undefined;
           }
           if (status >= 200 && status < 300 && json) return resolve(json);
+          if (status === 404 && notFoundIsUndefined) return resolve(undefined);
           const e = (json?.error ?? {}) as { message?: string; errors?: Array<{ reason?: string; message?: string }> };
           reject(new JsonApiError(status || 500, e.message ?? (text.slice(0, 200) || `HTTP ${status}`), e.errors));
         });
       });
       req.setTimeout(this.opts.requestTimeoutMs, () => req.destroy(Object.assign(new Error(`network timeout after ${this.opts.requestTimeoutMs} ms`), { code: 'ETIMEDOUT' })));
       req.on('error', reject);
-      req.end(body);
+      if (body) req.end(body);
+      else req.end();
     });
   }
 
