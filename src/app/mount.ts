@@ -286,7 +286,13 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   let warnedBusy = false;
   let detachedLazily = false;
   let unmounting = false;
+  /** set while the unmount waits for queued uploads: a signal then stops the wait */
+  let stopDrain: ((sig: NodeJS.Signals | 'parent gone') => void) | undefined;
   const onSignal = (sig: NodeJS.Signals | 'parent gone') => {
+    if (stopDrain) {
+      stopDrain(sig);
+      return;
+    }
     const holders = sig === 'parent gone' ? [] : mountHolders(mountpoint);
     if (holders.length > 0 && !warnedBusy) {
       warnedBusy = true;
@@ -329,7 +335,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   store.uploads?.expectDrain();
   await running.closed;
   if (process.env.NOTIFY_SOCKET) sdNotify('STOPPING=1');
-  await drainUploads(store, journal?.stateDir ?? null, log);
+  const drained = await drainUploads(store, journal?.stateDir ?? null, log, (stop) => (stopDrain = stop));
+  stopDrain = undefined;
   unregister();
   await metricsServer?.close();
   await limitCounts?.stop();
@@ -346,7 +353,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
       /* not empty, or already gone: leave it */
     }
   }
-  return detachedLazily ? 130 : 0;
+  return detachedLazily || drained === 'interrupted' ? 130 : 0;
 }
 
 /** What /.ledgerfs/session says of this mount's session: live, or staged with its pending changes as the program sees their paths. */
@@ -400,15 +407,22 @@ function refuseSecondMount(fsName: string, sourceDir: string | undefined): void 
 
 /**
  * Unmount with durability journal: the closed files still queued are uploaded before the daemon
- * exits, with a progress line, unless `ledgerfs unmount --no-wait` asked not to (then, as after
- * a crash, the next mount on this state directory uploads them). Either way it says what is left.
+ * exits, with a progress line, unless `ledgerfs unmount --no-wait` asked not to, or a signal
+ * (Ctrl-C, systemd's stop) arrives while it waits (then, as after a crash, the next mount on
+ * this state directory uploads them: a bucket out of reach must not keep the daemon for ever).
+ * Either way it says what is left.
  */
-async function drainUploads(store: StoreStats, stateDir: string | null, log: Logger): Promise<void> {
+async function drainUploads(
+  store: StoreStats,
+  stateDir: string | null,
+  log: Logger,
+  onWait: (stop: (sig: NodeJS.Signals | 'parent gone') => void) => void,
+): Promise<'done' | 'left' | 'interrupted'> {
   const q = store.uploads;
-  if (!q) return;
+  if (!q) return 'done';
   if (q.stats().files === 0) {
     q.stop();
-    return;
+    return 'done';
   }
   const noWait = stateDir !== null && takeNoWaitRequest(stateDir);
   const left = (s: UploadQueueStats) => `${s.files} file(s), ${formatSize(s.bytes)}, oldest ${Math.round(s.oldestAgeSec)} s`;
@@ -416,16 +430,26 @@ async function drainUploads(store: StoreStats, stateDir: string | null, log: Log
     const start = q.stats();
     log.info({ files: start.files, bytes: start.bytes }, 'unmount: waiting for queued uploads');
     process.stderr.write(`ledgerfs: unmount: uploading ${left(start)} still queued (ledgerfs unmount --no-wait leaves them for the next mount)\n`);
-    await q.drain(Infinity, (s) => {
+    let signal: NodeJS.Signals | 'parent gone' | undefined;
+    onWait((sig) => {
+      signal = sig;
+      q.stop(); // the drain below returns; uploads running finish or are replayed
+    });
+    const done = await q.drain(Infinity, (s) => {
       log.info({ files: s.files, bytes: s.bytes, inFlight: s.inFlight, retrying: s.retrying, lastError: s.lastError }, 'unmount: uploads left');
       process.stderr.write(`ledgerfs: unmount: ${left(s)} left to upload${s.retrying ? ` (${s.retrying} retrying: ${s.lastError ?? ''})` : ''}\n`);
     });
-    return;
+    if (done || signal === undefined) return 'done';
+    const s = q.stats();
+    log.warn({ sig: signal, files: s.files, bytes: s.bytes, spool: stateDir }, 'signal while waiting for uploads: left in the spool; the next mount on this state directory uploads them');
+    process.stderr.write(`ledgerfs: unmount: stopped waiting (${signal}): ${left(s)} not uploaded yet, kept in ${stateDir}; the next mount on this state directory uploads them\n`);
+    return 'interrupted';
   }
   q.stop();
   const s = q.stats();
   log.warn({ files: s.files, bytes: s.bytes, spool: stateDir }, 'unmount --no-wait: queued uploads left in the spool; the next mount on this state directory uploads them');
   process.stderr.write(`ledgerfs: unmount --no-wait: ${left(s)} not uploaded yet, kept in ${stateDir}; the next mount on this state directory uploads them\n`);
+  return 'left';
 }
 
 /** /.ledgerfs/usage (GCS): the upload queue, and the conflicts its background uploads found. */

@@ -165,7 +165,8 @@ lazily (their open files then fail with ENOTCONN; exit status 130).`,
     .option('--no-wait', 'GCS --durability journal: do not wait for queued uploads; they stay in the state directory\'s spool and the next mount on it uploads them')
     .addHelpText('after', `
 With GCS --durability journal, unmount waits until the daemon has uploaded every closed file
-still queued, printing what is left every second; --no-wait leaves them in the spool instead.
+still queued, printing what is left every second; --no-wait leaves them in the spool instead,
+and so does a signal to the daemon while it waits (Ctrl-C on a foreground mount, systemctl stop).
 
 Example:
   ledgerfs unmount /mnt/ws

@@ -184,6 +184,34 @@ t = time.time(); os.fsync(fd); print(round((time.time() - t) * 1000)); os.close(
 
   const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
 
+  it('a signal while the unmount waits for a bucket out of reach stops the wait: the daemon exits, the queue stays in the spool for the next mount', async () => {
+    const a = await mount();
+    sh('for i in 1 2 3; do touch f$i; done', a.mnt);
+    await eventually('the creates uploaded', async () => spooled() === 0);
+    await g.fault({ status: 503, count: -1, method: 'POST', pathPrefix: '/upload/' });
+    py("for i in range(1, 4): open(f'f{i}', 'w').write('y' * 100)", a.mnt);
+    expect(spooled()).toBe(3);
+    const exited = new Promise<number | null>((r) => a.daemon.once('exit', (code) => r(code)));
+    spawnSync('fusermount3', ['-u', a.mnt]); // as `umount` does: the daemon now waits for the queue
+    const waitLine = async () => {
+      for (let i = 0; i < 300 && !/unmount: uploading 3 file\(s\)/.test(a.logs()); i++) await new Promise((r) => setTimeout(r, 50));
+      return /unmount: uploading 3 file\(s\)/.test(a.logs());
+    };
+    expect(await waitLine(), a.logs()).toBe(true);
+    const t0 = Date.now();
+    a.daemon.kill('SIGTERM');
+    const code = await Promise.race([exited, new Promise<string>((r) => setTimeout(() => r('still running after 20 s'), 20_000))]);
+    expect(code, a.logs()).toBe(130);
+    expect(Date.now() - t0).toBeLessThan(20_000);
+    expect(a.logs()).toMatch(/unmount: stopped waiting \(SIGTERM\): 3 file\(s\), 300 B, oldest \d+ s not uploaded yet, kept in /);
+    expect(spooled()).toBe(3);
+    await g.clearFaults();
+    const b = await mount();
+    await eventually('the spool uploaded', async () => spooled() === 0);
+    for (let i = 1; i <= 3; i++) expect(await inBucket(`f${i}`)).toBe('y'.repeat(100));
+    expect(sh('cat f2', b.mnt)).toBe('y'.repeat(100));
+  });
+
   it('the mount file\'s backend.durability; status, /.ledgerfs/usage and unmount show the queue; --no-wait leaves it for the next mount', async () => {
     const policy = path.join(home, 'ws.yaml');
     fs.writeFileSync(policy, `backend: {type: gcs, bucket: ${g.bucket}, apiEndpoint: "${g.emulator.url}", durability: journal}\nroots: [{path: /, mode: rw}]\nstate: ${state()}\n`);

@@ -240,7 +240,7 @@ export class UploadQueue {
     const until = Date.now() + timeoutMs;
     let last = 0;
     while (!this.isEmpty) {
-      if (Date.now() >= until) return false;
+      if (Date.now() >= until || this.stopped) return false;
       if (onProgress && Date.now() - last >= everyMs) {
         onProgress(this.stats());
         last = Date.now();
