@@ -1,11 +1,8 @@
-import { promisify } from 'node:util';
 import fs from 'node:fs';
 import { type Attr, type Backend, type BackendFile, fromNodeError, type OpenMode } from '../../core/index.js';
 import { DEFAULTS } from '../../config/index.js';
 import { type CacheFill, ContentCache } from './content-cache.js';
 import { ForwardingFile, ForwardingLayer } from './forward.js';
-
-const readAt = promisify(fs.read);
 
 export interface ReadCacheOptions {
   /** first read-ahead window of a sequential reader; it doubles up to readAheadMaxBytes */
@@ -177,9 +174,11 @@ class ReadAheadFile extends ForwardingFile {
 
   override async read(buf: Buffer, length: number, position: number): Promise<number> {
     if (this.local) {
-      // through libuv's pool: a cache on a slow disk must not stall every other request
+      // on the loop, as the local backend reads its files: the copy is a local file, mostly in
+      // the page cache (written moments ago by an upload, or read before), and a trip through
+      // libuv's pool and back cost 15 times the read (git add hashing what tar just wrote)
       try {
-        return (await readAt(this.local.fd, buf, 0, length, position)).bytesRead;
+        return fs.readSync(this.local.fd, buf, 0, length, position);
       } catch (err) {
         throw fromNodeError(err, `read ${this.ver} (content cache)`);
       }
