@@ -261,6 +261,10 @@ export const DEFAULTS = {
     spoolInlineBytes: 1024 * 1024,
     /** durability journal: a spool log segment is closed past this size (removed whole once its versions landed) */
     spoolSegmentBytes: 16 * 1024 * 1024,
+    /** durability journal: the log is written with zeros this far ahead of its end, so a close's
+     * fdatasync rewrites blocks the file already has and waits for no file-system journal commit
+     * (a size change made each one wait for ext4's commit of everything else on the disk) */
+    spoolZeroAheadBytes: 1024 * 1024,
     /** durability journal: queued versions' bytes kept in memory for their upload, at most (past it they are read back from the spool) */
     spoolMemoryBytes: 64 * 1024 * 1024,
     /** durability journal: a new file's create waits this long in the spool for its close's version to replace it before it is uploaded alone (a file held open) */

@@ -95,6 +95,35 @@ describe('SpoolLog', () => {
     expect(readSpool(dir).versions.map((v) => v.id)).toEqual(['x']);
   });
 
+  it('written with zeros ahead of its end (a sync rewrites blocks the file has): readers stop at the zeros, a restart cuts them off', async () => {
+    const log = new SpoolLog(dir, 1 << 20, 4096);
+    log.open();
+    const seg = () => path.join(dir, fs.readdirSync(dir).filter((n) => n.endsWith('.log')).sort().pop() as string);
+    log.appendVersion('p', entry('p', 5), Buffer.from('ppppp'));
+    await log.durable();
+    expect(fs.statSync(seg()).size).toBe(4096); // one record, and the zeros after it
+    expect(readSpool(dir).versions.map((v) => v.id)).toEqual(['p']); // what `ledgerfs status` reads meanwhile
+    log.appendVersion('q', entry('q', 5000), Buffer.alloc(5000, 'q')); // past the zeros: more of them
+    await log.durable();
+    expect(fs.statSync(seg()).size).toBe(8192);
+    expect(readSpool(dir).versions.map((v) => v.id)).toEqual(['p', 'q']);
+    // a crash mid-record: its head made it, its body did not (the zeros are still there)
+    log.appendVersion('r', entry('r', 3), Buffer.from('rrr'));
+    const raw = fs.readFileSync(seg());
+    const rAt = raw.lastIndexOf(Buffer.from('{"t":"v","id":"r"')) - 16;
+    fs.writeFileSync(seg(), Buffer.concat([raw.subarray(0, rAt + 20), Buffer.alloc(raw.length - rAt - 20)]));
+    const before = seg();
+    const again = new SpoolLog(dir, 1 << 20, 4096);
+    const vs = again.open();
+    expect(vs.map((v) => v.id)).toEqual(['p', 'q']);
+    expect(vs.map(bytesAt)).toEqual(['ppppp', 'q'.repeat(5000)]);
+    expect(fs.statSync(before).size).toBe(rAt); // the torn record and the zeros cut off
+    again.appendVersion('s', entry('s', 1), Buffer.from('s'));
+    await again.durable();
+    expect(readSpool(dir).versions.map((v) => v.id)).toEqual(['p', 'q', 's']);
+    again.close();
+  });
+
   it('the closes of one turn of the event loop share one fdatasync', async () => {
     const log = new SpoolLog(dir, 1 << 20);
     log.open();

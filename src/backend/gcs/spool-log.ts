@@ -19,6 +19,8 @@ import zlib from 'node:zlib';
 
 const MAGIC = 0x4c465331; // "LFS1"
 const HEAD = 16;
+/** what zeroAhead writes from (read-only: never handed to anything that writes into it) */
+const ZEROS = Buffer.alloc(256 * 1024);
 
 /** One queued version as the spool keeps it. */
 export interface SpoolEntry {
@@ -186,10 +188,14 @@ export class SpoolLog {
   private flushQueued = false;
   /** descriptors of rolled segments a running sync still uses */
   private readonly retired: number[] = [];
+  /** the active segment holds zeros (or records) up to here (see zeroAhead) */
+  private zeroedTo = 0;
 
   constructor(
     readonly dir: string,
     private readonly segmentBytes: number,
+    /** write zeros this far ahead of the end (0: append only); see DEFAULTS.gcs.spoolZeroAheadBytes */
+    private readonly zeroAheadBytes = 0,
   ) {}
 
   /**
@@ -366,6 +372,11 @@ export class SpoolLog {
   private writeAt(parts: Buffer[]): void {
     let off = this.pos;
     let rest = parts;
+    if (this.zeroAheadBytes > 0) {
+      let len = 0;
+      for (const p of parts) len += p.length;
+      if (off + len > this.zeroedTo) this.zeroAhead(off + len);
+    }
     while (rest.length) {
       let n = fs.writevSync(this.fd, rest, off);
       off += n;
@@ -376,10 +387,29 @@ export class SpoolLog {
     this.pos = off;
   }
 
+  /**
+   * Zeros from the written end of the segment to past `end`, a multiple of zeroAheadBytes. A
+   * record then rewrites blocks the file has: an fdatasync after it writes the data and needs
+   * no file-system journal commit (an append changes the size, and ext4 makes every such sync
+   * wait for the commit of all else changed on the disk meanwhile: content-cache copies,
+   * staging files, other programs). One sync per zeroAheadBytes of log still commits the
+   * growth. A reader stops at the zeros as at any tail without a record's magic (readSpool),
+   * and the next open cuts them off.
+   */
+  private zeroAhead(end: number): void {
+    const to = Math.ceil(end / this.zeroAheadBytes) * this.zeroAheadBytes;
+    for (let at = this.zeroedTo; at < to; ) {
+      const n = Math.min(ZEROS.length, to - at);
+      at += fs.writeSync(this.fd, ZEROS, 0, n, at);
+    }
+    this.zeroedTo = to;
+  }
+
   private startSegment(n: number): void {
     this.seg = n;
     this.fd = fs.openSync(nodePath.join(this.dir, segName(n)), 'wx', 0o600);
     this.pos = 0;
+    this.zeroedTo = 0;
     this.live.set(n, this.live.get(n) ?? 0);
     // the new name must survive a crash before any record in it counts
     const d = fs.openSync(this.dir, 'r');

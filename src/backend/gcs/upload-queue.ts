@@ -103,7 +103,7 @@ export class UploadQueue {
     private readonly concurrency: number,
     private readonly retryMs: { initial: number; max: number },
   ) {
-    this.log = new SpoolLog(dir, DEFAULTS.gcs.spoolSegmentBytes);
+    this.log = new SpoolLog(dir, DEFAULTS.gcs.spoolSegmentBytes, DEFAULTS.gcs.spoolZeroAheadBytes);
   }
 
   /**
