@@ -25,14 +25,15 @@ export function parseMultipart(body: Buffer, contentType: string): Part[] {
     const next = body.indexOf(Buffer.concat([Buffer.from('\r\n'), delim]), pos);
     if (next < 0) throw badRequest('Malformed multipart body: missing closing boundary');
     const raw = body.subarray(pos, next);
-    const sep = raw.indexOf('\r\n\r\n');
+    // a part without headers (Go's client sends the media so) starts with the empty line itself
+    const sep = raw.subarray(0, 2).toString() === '\r\n' ? -2 : raw.indexOf('\r\n\r\n');
     const headText = sep < 0 ? '' : raw.subarray(0, sep).toString('utf8');
     const headers: Record<string, string> = {};
     for (const line of headText.split('\r\n')) {
       const i = line.indexOf(':');
       if (i > 0) headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
     }
-    parts.push({ headers, body: sep < 0 ? raw : raw.subarray(sep + 4) });
+    parts.push({ headers, body: sep === -1 ? raw : raw.subarray(sep + 4) });
     pos = next + 2;
   }
   return parts;
