@@ -14,7 +14,7 @@ import { SpoolLog, type SpoolBytes, type SpoolEntry } from './spool-log.js';
  * The upload queue of `durability: journal` (src/backend/gcs/README.md, "Durability").
  *
  * A version is durable once its record is in the spool's log (spool-log.ts: its description
- * and bytes, one fdatasync shared by the closes of one turn of the event loop); close(2) returns
+ * and bytes, one fdatasync shared by the closes of one batch of FUSE requests); close(2) returns
  * then. Uploads run in the background, `concurrency` at a time. The versions of one object form
  * a chain: only its oldest is uploaded, on the generation the one before it produced, so
  * versions land in order and a version is never overtaken by an older one. A landed version's
