@@ -3,6 +3,7 @@ export * from './backend.js';
 export * from './clock.js';
 export * from './durable-file.js';
 export * from './remove-file.js';
+export * from './find-on-path.js';
 export * from './errors.js';
 export * from './latency-counts.js';
 export * from './log.js';

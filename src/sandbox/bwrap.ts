@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { DEFAULTS } from '../config/index.js';
+import { findOnPath } from '../core/index.js';
 
 export interface SandboxSpec {
   /** host path of the mounted workspace */
@@ -59,16 +60,8 @@ export class SandboxError extends Error {}
 
 /** Where bwrap is, or a clear error saying how to get it. */
 export function findBwrap(): string {
-  for (const dir of (process.env.PATH ?? '/usr/bin:/bin').split(':')) {
-    if (!dir) continue;
-    const p = path.join(dir, 'bwrap');
-    try {
-      fs.accessSync(p, fs.constants.X_OK);
-      return p;
-    } catch {
-      /* keep looking */
-    }
-  }
+  const found = findOnPath('bwrap', process.env.PATH ?? '/usr/bin:/bin');
+  if (found) return found;
   throw new SandboxError('bubblewrap (bwrap) is not installed or not on PATH: apt-get install -y bubblewrap');
 }
 

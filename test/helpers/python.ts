@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { findOnPath } from '../../src/core/find-on-path.js';
 
 /**
  * Tests start python3 a few hundred times (helpers' py(), spawned writers, `sh` lines). Where
@@ -15,25 +16,11 @@ export function pathWithRealPython(env: NodeJS.ProcessEnv, tmpRoot = os.tmpdir()
   const r = spawnSync('python3', ['-c', 'import sys; print(sys.executable)'], { encoding: 'utf8', env, timeout: 30_000 });
   const exe = r.status === 0 ? r.stdout.trim() : '';
   if (!path.isAbsolute(exe) || !fs.existsSync(exe)) return undefined;
-  const onPath = firstOnPath('python3', env.PATH ?? '');
+  const onPath = findOnPath('python3', env.PATH ?? '');
   if (onPath && fs.realpathSync(onPath) === fs.realpathSync(exe)) return undefined;
   const dir = fs.mkdtempSync(path.join(tmpRoot, 'ledgerfs-python-'));
   // a link, not a copy: Python finds its standard library from the link's target
   fs.symlinkSync(exe, path.join(dir, 'python3'));
   env.PATH = `${dir}${path.delimiter}${env.PATH ?? ''}`;
   return dir;
-}
-
-function firstOnPath(name: string, PATH: string): string | undefined {
-  for (const d of PATH.split(path.delimiter)) {
-    if (!path.isAbsolute(d)) continue;
-    const p = path.join(d, name);
-    try {
-      fs.accessSync(p, fs.constants.X_OK);
-      return p;
-    } catch {
-      /* not here */
-    }
-  }
-  return undefined;
 }
