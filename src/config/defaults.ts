@@ -319,6 +319,9 @@ export const DEFAULTS = {
      * cache in one thread-pool job (a job per file was a wake-up of a pool thread and of the
      * event loop per small file: most of a busy host's cost of keeping it) */
     contentCopyBatchMs: 5,
+    /** ... and a batch is written at once past this many bytes or files */
+    contentCopyBatchMaxBytes: 8 * 1024 * 1024,
+    contentCopyBatchMaxFiles: 256,
     /** a per-process directory is made under it (and removed at unmount) */
     contentDir: path.join(os.tmpdir(), 'ledgerfs-cache'),
   },

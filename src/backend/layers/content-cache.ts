@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
+import { DEFAULTS } from '../../config/index.js';
 import { pidAlive, removeFileSoon } from '../../core/index.js';
 import { fdOps } from '../fd-ops.js';
 
@@ -21,9 +22,7 @@ interface Entry {
   size: number;
 }
 
-/** a batch of put() copies is written at once past this many bytes or files */
-const COPY_BATCH_BYTES = 8 * 1024 * 1024;
-const COPY_BATCH_FILES = 256;
+const { contentCopyBatchMaxBytes, contentCopyBatchMaxFiles } = DEFAULTS.gcsCache;
 
 /**
  * A local disk cache of whole objects, keyed by their version (object name + generation: a new
@@ -96,7 +95,7 @@ export class ContentCache {
     b.files.push(path.join(this.dir, `${randomUUID()}.part`));
     b.data.push(data);
     b.bytes += data.length;
-    if (b.bytes >= COPY_BATCH_BYTES || b.versions.length >= COPY_BATCH_FILES) this.writeBatch();
+    if (b.bytes >= contentCopyBatchMaxBytes || b.versions.length >= contentCopyBatchMaxFiles) this.writeBatch();
     else if (!this.batchTimer) {
       this.batchTimer = setTimeout(() => this.writeBatch(), this.copyBatchMs);
       this.batchTimer.unref();

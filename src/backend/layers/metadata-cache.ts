@@ -1,6 +1,6 @@
 import { DEFAULTS } from '../../config/index.js';
 import { LRUCache } from 'lru-cache';
-import { type Attr, type Backend, type BackendFile, type Clock, type DirEntry, systemClock, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, typeOfMode, VfsError } from '../../core/index.js';
+import { type Attr, type Backend, type BackendFile, type Clock, type DirEntry, type ErrnoCode, systemClock, isWithin, type NodeType, type OpenMode, parentOf, rebase, type TimeSpec, typeOfMode, VfsError } from '../../core/index.js';
 import { ForwardingFile, ForwardingLayer } from './forward.js';
 
 export interface MetadataCacheOptions {
@@ -474,7 +474,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
  * say nothing about the names involved. Not EEXIST or ENOENT (the listing that let it be tried is
  * wrong), nor EACCES or EINVAL (GCS answers them too, and may halfway through a directory's rename).
  */
-const UNCHANGED_REFUSALS = new Set(['EPERM', 'EROFS', 'EXDEV', 'ENAMETOOLONG', 'ENOTSUP', 'EOPNOTSUPP', 'ENOSYS']);
+const UNCHANGED_REFUSALS = new Set<ErrnoCode>(['EPERM', 'EROFS', 'EXDEV', 'ENAMETOOLONG', 'ENOTSUP', 'EOPNOTSUPP', 'ENOSYS']);
 const refusedUnchanged = (err: unknown): boolean => err instanceof VfsError && UNCHANGED_REFUSALS.has(err.code);
 
 /**
