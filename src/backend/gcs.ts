@@ -610,7 +610,8 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       if (local) return new LocalChangesReader(local);
       const pending = this.pendingAt(path);
       if (pending) {
-        const reader = PendingReader.open(pending, this.attrDefaults, this.inodes.of(path));
+        const uploads = this.uploads;
+        const reader = PendingReader.open(pending, this.attrDefaults, this.inodes.of(path), () => (uploads ? uploads.waitPath(pending.path) : Promise.resolve()));
         if (reader) return reader;
       }
     }
@@ -1214,7 +1215,11 @@ function pendingAttr(p: PendingVersion, defaults: AttrDefaults, ino: number): At
   return attrOf('file', p.path, pendingInfo(p), defaults, ino);
 }
 
-/** A read-only handle on a version waiting in the upload queue: its bytes in the spool, the file held open (it may land and leave meanwhile). */
+/**
+ * A read-only handle on a version waiting in the upload queue: its bytes in the spool, the file
+ * held open (it may land and leave meanwhile). Its fsync waits for the upload, as a writer's
+ * does: fsync means "in the bucket" whichever descriptor asks (`sync FILE` opens it read-only).
+ */
 class PendingReader implements BackendFile {
   readonly writable = false;
   private constructor(
@@ -1222,11 +1227,12 @@ class PendingReader implements BackendFile {
     private readonly defaults: AttrDefaults,
     private readonly ino: number,
     private readonly fd: number,
+    private readonly landed: () => Promise<void>,
   ) {}
   /** undefined when the version landed (and left the spool) meanwhile: the bucket has it */
-  static open(p: PendingVersion, defaults: AttrDefaults, ino: number): PendingReader | undefined {
+  static open(p: PendingVersion, defaults: AttrDefaults, ino: number, landed: () => Promise<void>): PendingReader | undefined {
     try {
-      return new PendingReader(p, defaults, ino, fs.openSync(p.bytes.file, 'r'));
+      return new PendingReader(p, defaults, ino, fs.openSync(p.bytes.file, 'r'), landed);
     } catch {
       return undefined;
     }
@@ -1244,7 +1250,9 @@ class PendingReader implements BackendFile {
   async stat(): Promise<Attr> {
     return pendingAttr(this.p, this.defaults, this.ino);
   }
-  async sync(): Promise<void> {}
+  sync(): Promise<void> {
+    return this.landed();
+  }
   async close(): Promise<void> {
     fs.closeSync(this.fd);
   }
