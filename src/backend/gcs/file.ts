@@ -7,7 +7,7 @@ import type { GcsRequests } from './client.js';
 import { isNotFound, isPreconditionFailed, toVfsError } from './errors.js';
 import { META, attrOf, nodeMetaEntries, type AttrDefaults, type ObjectInfo } from './metadata.js';
 import type { GcsConflict } from './options.js';
-import type { StagingFiles } from './staging-files.js';
+import type { StagingFile, StagingFiles } from './staging-files.js';
 import type { UploadQueue } from './upload-queue.js';
 
 /** Bytes fetched per request when a whole object is downloaded into the staging file. */
@@ -58,7 +58,7 @@ export class GcsFile implements BackendFile {
   /** unlinked (or renamed over) while open: keeps working locally, never uploaded */
   unlinked = false;
   private base: ObjectInfo;
-  private staged: { fd: number; file: string } | undefined;
+  private staged: StagingFile | undefined;
   private staging: Promise<void> | undefined;
   private dirty = false;
   /** local mtime, set by writes and utimens, until uploaded */
@@ -161,8 +161,9 @@ export class GcsFile implements BackendFile {
   async write(buf: Buffer, length: number, position: number): Promise<number> {
     if (!this.writable) throw new VfsError('EBADF', `${this.path} is open read-only in the backend`);
     await this.ensureStaged(true);
-    const fd = (this.staged as { fd: number }).fd;
-    const n = sys(`write ${this.path} (staging file)`, () => fs.writeSync(fd, buf, 0, length, position));
+    const staged = this.staged as StagingFile;
+    const n = sys(`write ${this.path} (staging file)`, () => fs.writeSync(staged.fd, buf, 0, length, position));
+    if (position + n > staged.size) staged.size = position + n;
     this.dirty = true;
     this.changes++;
     this.mtimeNs = nowNs();
@@ -172,8 +173,9 @@ export class GcsFile implements BackendFile {
   async truncate(size: number): Promise<void> {
     if (!this.writable) throw new VfsError('EBADF', `${this.path} is open read-only in the backend`);
     await this.ensureStaged(size > 0);
-    const fd = (this.staged as { fd: number }).fd;
-    sys(`truncate ${this.path} (staging file)`, () => fs.ftruncateSync(fd, size));
+    const staged = this.staged as StagingFile;
+    sys(`truncate ${this.path} (staging file)`, () => fs.ftruncateSync(staged.fd, size));
+    staged.size = size;
     this.dirty = true;
     this.changes++;
     this.mtimeNs = nowNs();
@@ -184,8 +186,7 @@ export class GcsFile implements BackendFile {
     const a = attrOf('file', this.path, base, this.host.attrDefaults, this.ino);
     if (this.unlinked) a.nlink = 0; // fstat of a file unlinked while open, as on a disk
     if (this.staged) {
-      const fd = this.staged.fd;
-      a.size = sys(`fstat ${this.path}`, () => fs.fstatSync(fd)).size;
+      a.size = this.staged.size;
       a.blocks = Math.ceil(a.size / 512);
     }
     if (this.mtimeNs !== undefined) {
@@ -310,7 +311,10 @@ export class GcsFile implements BackendFile {
     try {
       const size = keepContent ? this.base.size : 0;
       for (let off = 0; off < size; off += STAGE_FETCH_BYTES) {
-        await this.fetch(off, Math.min(size, off + STAGE_FETCH_BYTES) - 1, (d, at) => sys(`stage ${this.path}`, () => fs.writeSync(staged.fd, d, 0, d.length, at)));
+        await this.fetch(off, Math.min(size, off + STAGE_FETCH_BYTES) - 1, (d, at) => {
+          sys(`stage ${this.path}`, () => fs.writeSync(staged.fd, d, 0, d.length, at));
+          if (at + d.length > staged.size) staged.size = at + d.length;
+        });
       }
     } catch (err) {
       this.host.stagingFiles.give(staged);
@@ -328,7 +332,7 @@ export class GcsFile implements BackendFile {
     await this.ensureStaged(false);
     this.dirty = true;
     this.changes++;
-    await q.add({ key: this.key, path: this.path, source: (this.staged as { file: string }).file, size: 0, metadata: this.base.metadata, baseGeneration: 0n, baseMetageneration: 0n, hold: true });
+    await q.add({ key: this.key, path: this.path, source: this.staged as StagingFile, size: 0, metadata: this.base.metadata, baseGeneration: 0n, baseMetageneration: 0n, hold: true });
   }
 
   /** chmod/chown/utimens went into the queued version this handle's close made. */
@@ -359,14 +363,14 @@ export class GcsFile implements BackendFile {
     if (this.conflict) throw this.conflict.error;
     if (!this.dirty || this.unlinked) return;
     this.uploading = (async () => {
-      const staged = this.staged as { fd: number; file: string };
+      const staged = this.staged as StagingFile;
       const at = this.changes;
-      const size = sys(`fstat ${this.path}`, () => fs.fstatSync(staged.fd)).size;
+      const size = staged.size;
       const metadata = { ...this.base.metadata, ...this.pendingMeta, ...nodeMetaEntries({ mtimeNs: this.mtimeNs ?? nowNs() }) };
       await q.add({
         key: this.key,
         path: this.path,
-        source: staged.file,
+        source: staged,
         size,
         metadata,
         ...(this.base.contentType ? { contentType: this.base.contentType } : {}),
@@ -393,9 +397,9 @@ export class GcsFile implements BackendFile {
   }
 
   private async upload(): Promise<void> {
-    const staged = this.staged as { fd: number; file: string };
+    const staged = this.staged as StagingFile;
     const at = this.changes;
-    const size = sys(`fstat ${this.path}`, () => fs.fstatSync(staged.fd)).size;
+    const size = staged.size;
     const metadata = { ...this.base.metadata, ...this.pendingMeta, ...nodeMetaEntries({ mtimeNs: this.mtimeNs ?? nowNs() }) };
     const spec = {
       ifGenerationMatch: this.base.generation,
@@ -453,7 +457,7 @@ export class GcsFile implements BackendFile {
 
   /** Move the staged file to the conflicts area, report it, and remember the error. */
   private setAside(reason: GcsConflict['reason'], cur: ObjectInfo | undefined, failure?: VfsError): VfsError {
-    const staged = this.staged as { fd: number; file: string };
+    const staged = this.staged as StagingFile;
     const dir = this.host.conflictsDir;
     const flat = this.path.slice(1).replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
     const dest = nodePath.join(dir, `${new Date().toISOString().replace(/[:.]/g, '-')}-${flat}-${randomUUID().slice(0, 8)}`);
@@ -471,7 +475,7 @@ export class GcsFile implements BackendFile {
       expectedGeneration: this.base.generation.toString(),
       ...(cur ? { currentGeneration: cur.generation.toString() } : {}),
       localFile: staged.file,
-      size: fs.fstatSync(staged.fd).size,
+      size: staged.size,
       time: new Date(),
     };
     const error =

@@ -357,7 +357,8 @@ export class SpoolLog {
     }
     this.flushDeferred();
     const at = this.pos;
-    this.writeAt(data ? [head, header, data] : [head, header]);
+    // (an empty buffer in the vector costs libuv one more pwrite, of nothing)
+    this.writeAt(data?.length ? [head, header, data] : [head, header]);
     // (the marks of isSynced count the records written at once; deferred ones need none)
     this.appended++;
     return at + HEAD + header.length;
