@@ -611,7 +611,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       const pending = this.pendingAt(path);
       if (pending) {
         const uploads = this.uploads;
-        const reader = PendingReader.open(pending, this.attrDefaults, this.inodes.of(path), () => (uploads ? uploads.waitPath(pending.path) : Promise.resolve()));
+        const reader = PendingReader.open(pending, this.attrDefaults, this.inodes.of(path), () => (uploads ? uploads.waitVersion(pending.id) : Promise.resolve()));
         if (reader) return reader;
       }
     }

@@ -100,6 +100,24 @@ t = time.time(); os.fsync(fd); print(round((time.time() - t) * 1000)); os.close(
     expect(await inBucket('g')).toBe('synced');
   });
 
+  it('an fsync through a read-only descriptor waits for the upload of the version it reads, renamed in the queue since', async () => {
+    const m = await mount();
+    await slowUploads(1500);
+    // the rename comes within uploadDelayMs of the close: the queued version takes the new name
+    // (no upload yet); the fsync that follows must wait for it under that name
+    const ms = py(
+      `import os, time
+with open('a', 'w') as f: f.write('version one')
+r = os.open('a', os.O_RDONLY)
+os.rename('a', 'b')
+t = time.time(); os.fsync(r); print(round((time.time() - t) * 1000))
+os.close(r)`,
+      m.mnt,
+    );
+    expect(await inBucket('b'), `fsync returned after ${ms.trim()} ms`).toBe('version one');
+    expect(await inBucket('a')).toBeUndefined();
+  });
+
   it('a file read after its queued version landed is read from the content cache, not downloaded again', async () => {
     const m = await mount();
     const body = 'tar wrote it, git reads it\n'.repeat(200);

@@ -70,6 +70,8 @@ export interface UploadQueueStats {
 
 /** What a pending version looks like to stat/open (read-your-writes). */
 export interface PendingVersion {
+  /** the version's id in the spool (waitVersion) */
+  id: string;
   path: string;
   key: string;
   size: number;
@@ -226,6 +228,22 @@ export class UploadQueue {
     const waits: Promise<void>[] = [];
     for (const chain of this.chains.values()) for (const q of chain) if (q.entry.path === path) waits.push(this.waitFor(q));
     await Promise.all(waits);
+  }
+
+  /**
+   * Wait until version `id` and the versions queued after it for the same object are uploaded,
+   * whatever name they have now (a read-only handle's fsync: the file may have been renamed in
+   * the queue since it was opened, see move); rejects with a conflict's ESTALE. A version no
+   * longer queued has landed.
+   */
+  async waitVersion(id: string): Promise<void> {
+    for (const chain of this.chains.values()) {
+      const at = chain.findIndex((q) => q.id === id);
+      if (at >= 0) {
+        await Promise.all(chain.slice(at).map((q) => this.waitFor(q)));
+        return;
+      }
+    }
   }
 
   /** Wait (whatever the outcome) for the versions at or under `path`: a namespace change there must not overtake them. */
@@ -400,7 +418,7 @@ export class UploadQueue {
 
   private view(q: Queued): PendingVersion {
     const e = q.entry;
-    return { path: e.path, key: e.key, size: e.size, metadata: e.metadata, ...(e.contentType ? { contentType: e.contentType } : {}), bytes: q.bytes, enqueuedAt: e.enqueuedAt };
+    return { id: q.id, path: e.path, key: e.key, size: e.size, metadata: e.metadata, ...(e.contentType ? { contentType: e.contentType } : {}), bytes: q.bytes, enqueuedAt: e.enqueuedAt };
   }
 
   /** `holdMs`: not uploaded before then unless waited for (a new file's create; a closed version's short delay, see uploadDelayMs) */
