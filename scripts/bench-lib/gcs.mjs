@@ -31,7 +31,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { cleanupAllSync, daemonTarget } from './targets.mjs';
-import { BenchError, cpuSeconds, fmtBytes, parseSize, prng, run, runOk, say, which } from './util.mjs';
+import { BenchError, cpuSeconds, fmtBytes, parseSize, prng, rotate, run, runOk, say, which } from './util.mjs';
 
 const MB = 1e6;
 const BUCKET = 'bench';
@@ -231,7 +231,8 @@ export async function mainGcs(argv) {
       add('  raw download CPU ms/MiB', 'client', (c1.user + c1.system) / 1000 / (o.large / 2 ** 20));
       }
 
-      for (const t of targetsFor(o, repo, emu.url, work)) {
+      // a different peer first each round (rotate): the first one measured slower than the rest
+      for (const t of rotate(targetsFor(o, repo, emu.url, work), round - 1)) {
         const why = t.problem();
         if (why) {
           say(`  ${t.name}: skipped: ${why}`);

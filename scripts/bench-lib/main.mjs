@@ -8,7 +8,7 @@ import { FuseOpsTracer, fmtOps } from './fuseops.mjs';
 import { NO_LOAD, killAllLoadSync, startBackgroundLoad } from './load.mjs';
 import { cleanupAllSync, liveMounts, makeTargets } from './targets.mjs';
 import {
-  BenchError, canDropCaches, cpuSeconds, fmtBytes, median, mountAt, mountPoints, parseSize, rmrf, runOk, say, setQuiet, waitQuiet, warn, which,
+  BenchError, canDropCaches, cpuSeconds, fmtBytes, median, mountAt, mountPoints, parseSize, rmrf, rotate, runOk, say, setQuiet, waitQuiet, warn, which,
 } from './util.mjs';
 import { WORKLOADS, describeWorkloads, titleOf } from './workloads.mjs';
 
@@ -202,11 +202,6 @@ function loadNow() {
 }
 
 // ---- running -----------------------------------------------------------------------------------
-
-function rotate(arr, k) {
-  const n = arr.length;
-  return arr.map((_, i) => arr[(i + k) % n]);
-}
 
 function fmtValue(v, unit) {
   if (v === null || v === undefined || Number.isNaN(v)) return '-';
