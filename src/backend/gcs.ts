@@ -609,9 +609,9 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       const local = this.filesAt(path).find((f) => f.hasLocalState);
       if (local) return new LocalChangesReader(local);
       const pending = this.pendingAt(path);
-      if (pending) {
-        const uploads = this.uploads;
-        const reader = PendingReader.open(pending, this.attrDefaults, this.inodes.of(path), () => (uploads ? uploads.waitVersion(pending.id) : Promise.resolve()));
+      const uploads = this.uploads;
+      if (pending && uploads) {
+        const reader = PendingReader.open(pending, this.attrDefaults, this.inodes.of(path), () => uploads.waitVersion(pending.id));
         if (reader) return reader;
       }
     }

@@ -145,7 +145,7 @@ export class UploadQueue {
       if (v.size <= DEFAULTS.gcs.spoolInlineBytes) {
         // a copy at once (the handle may be written again right after close(2) returns), into
         // the log: synchronous, a small read and append on the event loop
-        buf = readAt(v.source.fd, v.size);
+        buf = readRange(v.source.fd, v.size, 0);
         entry.size = buf.length;
         at = this.log.appendVersion(id, entry, buf);
       } else {
@@ -590,19 +590,14 @@ export class UploadQueue {
   /** A small version's bytes: kept from its close, or read back from the log. */
   private bytesOf(q: Queued): Buffer {
     if (q.buf) return q.buf;
-    const b = Buffer.alloc(q.entry.size);
     const fd = fs.openSync(q.bytes.file, 'r');
     try {
-      let done = 0;
-      while (done < b.length) {
-        const n = fs.readSync(fd, b, done, b.length - done, q.bytes.offset + done);
-        if (n === 0) throw new Error(`${q.bytes.file} ends before the version's ${b.length} bytes`);
-        done += n;
-      }
+      const b = readRange(fd, q.entry.size, q.bytes.offset);
+      if (b.length < q.entry.size) throw new Error(`${q.bytes.file} ends before the version's ${q.entry.size} bytes`);
+      return b;
     } finally {
       fs.closeSync(fd);
     }
-    return b;
   }
 }
 
@@ -622,14 +617,14 @@ function sleep(ms: number): Promise<void> {
 }
 
 /**
- * The first `size` bytes of an open file, read through its descriptor: no open, fstat and close
- * of the path per version. Fewer only if the file is shorter.
+ * `size` bytes of an open file from `offset`, read through its descriptor (a close's copy needs
+ * no open, fstat and close of the path); fewer only where the file ends first.
  */
-function readAt(fd: number, size: number): Buffer {
+function readRange(fd: number, size: number, offset: number): Buffer {
   const buf = Buffer.allocUnsafe(size);
   let n = 0;
   while (n < size) {
-    const got = fs.readSync(fd, buf, n, size - n, n);
+    const got = fs.readSync(fd, buf, n, size - n, offset + n);
     if (got === 0) break;
     n += got;
   }
