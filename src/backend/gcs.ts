@@ -13,6 +13,7 @@ import { attrOf, nodeMetaEntries, typeOfObject, readNodeMeta, type AttrDefaults,
 import { ObjectNames, isPosixName } from './gcs/names.js';
 import { resolveGcsOptions, type GcsBackendOptions, type GcsConflict, type ResolvedGcsOptions } from './gcs/options.js';
 import { RenameIntents, inBatches, registerInstance, sameMetadata, unregisterInstance, type RenameIntent, type RenameRecovery } from './gcs/rename-intent.js';
+import { readRange } from './gcs/read-range.js';
 import { withRetries } from './gcs/retry.js';
 import { keepsPlaceholders as probePlaceholders } from './gcs/server-checks.js';
 import { StagingFiles } from './gcs/staging-files.js';
@@ -1192,14 +1193,7 @@ function copyRange(file: string, offset: number, size: number, hostFile: string)
   }
   const fd = fs.openSync(file, 'r');
   try {
-    const b = Buffer.alloc(size);
-    let done = 0;
-    while (done < size) {
-      const n = fs.readSync(fd, b, done, size - done, offset + done);
-      if (n === 0) break;
-      done += n;
-    }
-    fs.writeFileSync(hostFile, b.subarray(0, done));
+    fs.writeFileSync(hostFile, readRange(fd, size, offset));
   } finally {
     fs.closeSync(fd);
   }

@@ -9,6 +9,7 @@ import { isPreconditionFailed, toVfsError } from './errors.js';
 import { META, type ObjectInfo } from './metadata.js';
 import type { GcsConflict } from './options.js';
 import { SpoolLog, type SpoolBytes, type SpoolEntry } from './spool-log.js';
+import { readRange } from './read-range.js';
 import type { StagingFile } from './staging-files.js';
 
 /*
@@ -614,19 +615,4 @@ async function isOurs(cur: ObjectInfo, q: Queued, bytes: () => Buffer): Promise<
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
-}
-
-/**
- * `size` bytes of an open file from `offset`, read through its descriptor (a close's copy needs
- * no open, fstat and close of the path); fewer only where the file ends first.
- */
-function readRange(fd: number, size: number, offset: number): Buffer {
-  const buf = Buffer.allocUnsafe(size);
-  let n = 0;
-  while (n < size) {
-    const got = fs.readSync(fd, buf, n, size - n, offset + n);
-    if (got === 0) break;
-    n += got;
-  }
-  return n === size ? buf : buf.subarray(0, n);
 }
