@@ -52,7 +52,7 @@ export async function openGcsStack(b: GcsBackendConfig, o: GcsStackOptions): Pro
       o.onConflict?.(conflict);
     },
   });
-  const content = c.contentBytes > 0 ? new ContentCache({ dir: c.contentDir, maxBytes: c.contentBytes, maxObjectBytes: c.contentMaxObjectBytes, copyBatchMs: c.contentCopyBatchMs }) : undefined;
+  const content = c.contentBytes > 0 ? new ContentCache({ dir: c.contentDir, maxBytes: c.contentBytes, maxObjectBytes: c.contentMaxObjectBytes, copyBatchMs: c.contentCopyBatchMs, memoryBytes: c.contentMemoryBytes }) : undefined;
   if (content) gcs.onUploadedBytes = (version, bytes) => content.put(version, bytes);
   const visible = new ReservedNameLayer(gcs, DEFAULTS.gcs.reservedName);
   const read = new ReadCacheLayer(visible, {

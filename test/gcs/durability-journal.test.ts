@@ -126,6 +126,15 @@ os.close(r)`,
     await eventually('the spool emptied', async () => spooled() === 0);
     const r0 = await g.requests();
     expect(fs.readFileSync(path.join(m.mnt, 'src.txt'), 'utf8')).toBe(body);
+    // a read from an offset, across the end (the copy is the upload's bytes, kept in memory)
+    const fd = fs.openSync(path.join(m.mnt, 'src.txt'), 'r');
+    try {
+      const part = Buffer.alloc(2000);
+      const n = fs.readSync(fd, part, 0, 2000, 4000);
+      expect(part.subarray(0, n).toString()).toBe(body.slice(4000));
+    } finally {
+      fs.closeSync(fd);
+    }
     const log = await g.requestLog(r0);
     const downloads = log.filter((r) => r.query.includes('alt=media') && decodeURIComponent(r.path).endsWith('/src.txt'));
     expect(downloads, log.map((r) => `${r.method} ${r.path}${r.query}`).join('\n')).toEqual([]);

@@ -26,6 +26,11 @@ describe('ContentCache fills', () => {
   });
 
   const parts = () => (fs.existsSync(cache.dir) ? fs.readdirSync(cache.dir) : []);
+  /** the local file a version is kept in (undefined: not on the disk) */
+  const fileOf = (c: ContentCache, version: string) => {
+    const kept = c.get(version);
+    return kept && 'file' in kept ? kept.file : undefined;
+  };
 
   it('fill() creates its file without a synchronous call; the bytes are kept once written', async () => {
     cache.fill('warm#0', 1)?.abandon(); // (the cache's own directory is made once, on first use)
@@ -39,14 +44,14 @@ describe('ContentCache fills', () => {
     }
     expect(f).toBeDefined();
     await f?.add(0, Buffer.from('hello'));
-    const file = cache.get('a#1');
+    const file = fileOf(cache, 'a#1');
     expect(file && fs.readFileSync(file, 'utf8')).toBe('hello');
   });
 
   it('put() keeps a version in the background', async () => {
     cache.put('b#7', Buffer.from('bytes'));
     await waitUntil(() => cache.has('b#7'), 5000);
-    expect(fs.readFileSync(cache.get('b#7') as string, 'utf8')).toBe('bytes');
+    expect(fs.readFileSync(fileOf(cache, 'b#7') as string, 'utf8')).toBe('bytes');
   });
 
   it('a fill abandoned before its file exists leaves nothing behind, and later adds keep nothing', async () => {
@@ -81,8 +86,52 @@ describe('ContentCache fills', () => {
       hook.disable();
     }
     expect(jobs).toEqual(['ledgerfs:writeNewFiles']);
-    for (let i = 0; i <= 10; i++) expect(fs.readFileSync(batched.get(`v#${i}`) as string, 'utf8')).toBe(`copy ${i}`);
+    for (let i = 0; i <= 10; i++) expect(fs.readFileSync(fileOf(batched, `v#${i}`) as string, 'utf8')).toBe(`copy ${i}`);
     batched.close();
+  });
+
+  describe('with a memory tier (memoryBytes)', () => {
+    let mem: ContentCache;
+    beforeEach(() => {
+      mem = new ContentCache({ dir: path.join(tmp, 'mem'), maxBytes: 1 << 20, maxObjectBytes: 1 << 16, copyBatchMs: 0, memoryBytes: 12 });
+    });
+    afterEach(() => mem.close());
+    const memParts = () => (fs.existsSync(mem.dir) ? fs.readdirSync(mem.dir) : []);
+
+    it('put() keeps the latest copies in memory and creates no file for them', async () => {
+      const bytes = Buffer.from('hello!');
+      mem.put('m#1', bytes);
+      expect(mem.has('m#1')).toBe(true);
+      await new Promise((r) => setTimeout(r, 50)); // past the copy batch's timer
+      expect(memParts(), 'no file for a copy still in memory').toEqual([]);
+      const kept = mem.get('m#1');
+      expect(kept && 'data' in kept && kept.data.toString()).toBe('hello!');
+      expect(mem.hits).toBe(1);
+    });
+
+    it('a copy pushed out of memory by newer ones goes to the disk, whole', async () => {
+      mem.put('m#1', Buffer.from('first!'));
+      mem.put('m#2', Buffer.from('second'));
+      mem.put('m#3', Buffer.from('third!')); // 18 bytes > 12: m#1 leaves memory
+      await waitUntil(() => fileOf(mem, 'm#1') !== undefined, 5000);
+      expect(fs.readFileSync(fileOf(mem, 'm#1') as string, 'utf8')).toBe('first!');
+      for (const v of ['m#2', 'm#3']) expect(mem.get(v)).toHaveProperty('data');
+      expect(memParts()).toHaveLength(1);
+    });
+
+    it('a copy larger than the memory tier goes to the disk at once', async () => {
+      mem.put('big#1', Buffer.from('more than twelve bytes'));
+      await waitUntil(() => fileOf(mem, 'big#1') !== undefined, 5000);
+      expect(fs.readFileSync(fileOf(mem, 'big#1') as string, 'utf8')).toBe('more than twelve bytes');
+    });
+
+    it('close() drops the copies in memory without writing them', async () => {
+      mem.put('m#1', Buffer.from('abc'));
+      mem.close();
+      await new Promise((r) => setTimeout(r, 50));
+      expect(mem.get('m#1')).toBeUndefined();
+      expect(memParts()).toEqual([]);
+    });
   });
 
   it('put() of a copy after close() keeps nothing and leaves no file behind', async () => {

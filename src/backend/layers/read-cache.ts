@@ -148,7 +148,8 @@ class ReadAheadFile extends ForwardingFile {
   private fill: CacheFill | undefined;
   /** windows reach the content cache in the order they were asked for */
   private filling: Promise<void> = Promise.resolve();
-  private local: { fd: number } | undefined;
+  /** the content cache's copy: a local file's descriptor, or bytes in memory */
+  private local: { fd: number } | { data: Buffer } | undefined;
 
   constructor(
     f: BackendFile,
@@ -158,10 +159,11 @@ class ReadAheadFile extends ForwardingFile {
   ) {
     super(f);
     this.window = o.readAheadMinBytes;
-    const file = o.content?.get(ver);
-    if (file) {
+    const kept = o.content?.get(ver);
+    if (kept && 'data' in kept) this.local = kept;
+    else if (kept) {
       try {
-        this.local = { fd: fs.openSync(file, 'r') };
+        this.local = { fd: fs.openSync(kept.file, 'r') };
       } catch {
         this.local = undefined; // evicted meanwhile: read from the store
       }
@@ -173,6 +175,10 @@ class ReadAheadFile extends ForwardingFile {
   }
 
   override async read(buf: Buffer, length: number, position: number): Promise<number> {
+    if (this.local && 'data' in this.local) {
+      const { data } = this.local;
+      return position >= data.length || length <= 0 ? 0 : data.copy(buf, 0, position, Math.min(data.length, position + length));
+    }
     if (this.local) {
       // on the loop, as the local backend reads its files: the copy is a local file, mostly in
       // the page cache (written moments ago by an upload, or read before), and a trip through
@@ -268,10 +274,8 @@ class ReadAheadFile extends ForwardingFile {
     const fill = this.fill;
     void this.filling.then(() => fill?.abandon());
     this.windows = [];
-    if (this.local) {
-      fs.closeSync(this.local.fd);
-      this.local = undefined;
-    }
+    if (this.local && 'fd' in this.local) fs.closeSync(this.local.fd);
+    this.local = undefined;
     await this.f.close();
   }
 }
