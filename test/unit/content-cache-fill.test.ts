@@ -93,7 +93,7 @@ describe('ContentCache fills', () => {
   describe('with a memory tier (memoryBytes)', () => {
     let mem: ContentCache;
     beforeEach(() => {
-      mem = new ContentCache({ dir: path.join(tmp, 'mem'), maxBytes: 1 << 20, maxObjectBytes: 1 << 16, copyBatchMs: 0, memoryBytes: 12 });
+      mem = new ContentCache({ dir: path.join(tmp, 'mem'), maxBytes: 1 << 20, maxObjectBytes: 1 << 16, copyBatchMs: 0, memoryBytes: 12 + 2 * 256 });
     });
     afterEach(() => mem.close());
     const memParts = () => (fs.existsSync(mem.dir) ? fs.readdirSync(mem.dir) : []);
@@ -112,7 +112,7 @@ describe('ContentCache fills', () => {
     it('a copy pushed out of memory by newer ones goes to the disk, whole', async () => {
       mem.put('m#1', Buffer.from('first!'));
       mem.put('m#2', Buffer.from('second'));
-      mem.put('m#3', Buffer.from('third!')); // 18 bytes > 12: m#1 leaves memory
+      mem.put('m#3', Buffer.from('third!')); // 3 x (6 bytes + 256 for the entry) > 12 + 2 x 256: m#1 leaves memory
       await waitUntil(() => fileOf(mem, 'm#1') !== undefined, 5000);
       expect(fs.readFileSync(fileOf(mem, 'm#1') as string, 'utf8')).toBe('first!');
       for (const v of ['m#2', 'm#3']) expect(mem.get(v)).toHaveProperty('data');
@@ -120,9 +120,17 @@ describe('ContentCache fills', () => {
     });
 
     it('a copy larger than the memory tier goes to the disk at once', async () => {
-      mem.put('big#1', Buffer.from('more than twelve bytes'));
+      mem.put('big#1', Buffer.alloc(600, 'more than the tier '));
       await waitUntil(() => fileOf(mem, 'big#1') !== undefined, 5000);
-      expect(fs.readFileSync(fileOf(mem, 'big#1') as string, 'utf8')).toBe('more than twelve bytes');
+      expect(fs.readFileSync(fileOf(mem, 'big#1') as string, 'utf8')).toBe(Buffer.alloc(600, 'more than the tier ').toString());
+    });
+
+    it('a small copy that is a slice of a larger buffer is kept in memory of its own, not the whole buffer', () => {
+      const big = Buffer.alloc(8192, 'x');
+      mem.put('slice#1', big.subarray(100, 110));
+      const kept = mem.get('slice#1');
+      expect(kept && 'data' in kept && kept.data.toString()).toBe('xxxxxxxxxx');
+      expect(kept && 'data' in kept && kept.data.buffer.byteLength).toBeLessThan(8192);
     });
 
     it('close() drops the copies in memory without writing them', async () => {

@@ -28,6 +28,20 @@ interface Entry {
 }
 
 const { contentCopyBatchMaxBytes, contentCopyBatchMaxFiles } = DEFAULTS.gcsCache;
+/** what a copy in memory costs beside its bytes (its key, the cache's entry): counted, so a
+ * tier of tiny files stays within its bytes too */
+const ENTRY_OVERHEAD = 256;
+
+/**
+ * `data` in memory of its own: a small Buffer is often a slice of Node's shared 8 KiB pool, and
+ * keeping the slice would keep the whole pool chunk (up to 80 times a 100-byte file's size).
+ */
+function ownMemory(data: Buffer): Buffer {
+  if (data.buffer.byteLength <= data.length + ENTRY_OVERHEAD) return data;
+  const own = Buffer.allocUnsafeSlow(data.length);
+  data.copy(own);
+  return own;
+}
 
 /**
  * A local disk cache of whole objects, keyed by their version (object name + generation: a new
@@ -74,7 +88,7 @@ export class ContentCache {
       memoryBytes > 0
         ? new LRUCache<string, Buffer>({
             maxSize: memoryBytes,
-            sizeCalculation: (b) => Math.max(1, b.length),
+            sizeCalculation: (b) => b.length + ENTRY_OVERHEAD,
             // pushed out by newer copies: kept on the disk; dropped (close, a disk copy made
             // meanwhile) it is just gone
             dispose: (data, version, reason) => {
@@ -111,7 +125,7 @@ export class ContentCache {
    */
   put(version: string, data: Buffer): void {
     if (data.length <= 0 || data.length > this.maxObjectBytes || this.has(version)) return;
-    if (this.recent && data.length <= this.recent.maxSize) this.recent.set(version, data);
+    if (this.recent && data.length <= this.recent.maxSize) this.recent.set(version, ownMemory(data));
     else this.writeSoon(version, data);
   }
 
