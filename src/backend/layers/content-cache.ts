@@ -61,7 +61,7 @@ export class ContentCache {
   private batchTimer: NodeJS.Timeout | undefined;
   private readonly copyBatchMs: number;
   /**
-   * The latest put() copies, in memory (the upload queue's own buffers, no copy made). Every
+   * The latest put() copies, in memory (the upload queue's own buffers; see ownMemory). Every
    * small file a program writes comes here once its upload landed, and a file of its own for
    * each cost the disk a create (0.15-0.8 ms of kernel time on an ext4 /tmp here): in journal
    * mode 3 s of the daemon's CPU over a tar -x of 3,000 files, on the cores tar and the spool's
