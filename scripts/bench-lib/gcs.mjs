@@ -71,6 +71,9 @@ function parseArgs(argv) {
       process.exit(0);
     } else throw new BenchError(`unknown argument ${a}`);
   }
+  // a column named twice (--peers naming an --add-peer build) would be measured twice per round
+  // into the same directory
+  o.peers = [...new Set(o.peers)];
   return o;
 }
 
