@@ -37,7 +37,7 @@ const ENTRY_OVERHEAD = 256;
  * keeping the slice would keep the whole pool chunk (up to 80 times a 100-byte file's size).
  */
 function ownMemory(data: Buffer): Buffer {
-  if (data.buffer.byteLength <= data.length + ENTRY_OVERHEAD) return data;
+  if (data.byteOffset === 0 && data.buffer.byteLength === data.length) return data; // all of its memory
   const own = Buffer.allocUnsafeSlow(data.length);
   data.copy(own);
   return own;
@@ -90,8 +90,9 @@ export class ContentCache {
             maxSize: memoryBytes,
             sizeCalculation: (b) => b.length + ENTRY_OVERHEAD,
             // pushed out by newer copies: kept on the disk; dropped (close, a disk copy made
-            // meanwhile) it is just gone
-            dispose: (data, version, reason) => {
+            // meanwhile) it is just gone. After the removal (not dispose, which runs before it),
+            // so the copy to the disk sees the version as not kept
+            disposeAfter: (data, version, reason) => {
               if (reason === 'evict') this.writeSoon(version, data);
             },
           })
@@ -134,15 +135,14 @@ export class ContentCache {
     const ops = fdOps();
     // (an addon built before writeNewFiles existed: a checkout whose native build is older)
     if (!ops?.writeNewFiles) {
-      // (not fill(): a copy being pushed out of memory is still there while it goes)
-      if (this.entries.has(version) || !this.mkdir()) return;
-      void new CacheFill(this, version, data.length, path.join(this.dir, `${randomUUID()}.part`)).add(0, data);
+      const f = this.fill(version, data.length);
+      if (f) void f.add(0, data);
       return;
     }
     // every small file a program writes comes here once its upload landed: the copies of the
     // uploads that land within copyBatchMs go to the disk in one thread-pool job (create,
     // write, close each), not three jobs per file as a CacheFill's
-    if (this.entries.has(version) || this.batch.versions.includes(version) || !this.mkdir()) return;
+    if (this.has(version) || this.batch.versions.includes(version) || !this.mkdir()) return;
     const b = this.batch;
     b.versions.push(version);
     b.files.push(path.join(this.dir, `${randomUUID()}.part`));
