@@ -78,6 +78,11 @@ function daemonUmask(): number {
 }
 const DAEMON_UMASK = daemonUmask();
 
+/** the path through which the kernel reaches what descriptor `fd` holds (an O_PATH one included) */
+function procFd(fd: number): string {
+  return `/proc/self/fd/${fd}`;
+}
+
 /** Wrap a sync fs call, converting Node errors to VfsErrors that keep their errno. */
 function sys<T>(what: string, fn: () => T): T {
   try {
@@ -636,7 +641,7 @@ export class LocalBackend implements Backend {
       throw fromNodeError(err, `readdir ${path}`);
     }
     try {
-      const dir = `/proc/self/fd/${fd}`;
+      const dir = procFd(fd);
       const ents = sys(`readdir ${path}`, () => this.withFds(`readdir ${path}`, () => fs.readdirSync(dir, { withFileTypes: true })));
       // Node decodes names as UTF-8 and writes U+FFFD for what is not: then list the bytes
       if (!ents.some((d) => mayHaveLostBytes(d.name))) return ents.map((d) => ({ name: d.name, type: typeOf(d) }));
@@ -762,21 +767,37 @@ export class LocalBackend implements Backend {
     this.withHost(existing, (a) => this.withHost(newPath, (b) => sys(`link ${existing} -> ${newPath}`, () => fs.linkSync(a, b))));
   }
 
-  async chmod(path: string, mode: number): Promise<void> {
-    this.withHost(path, (p) => {
-      const st = sys(`stat ${path}`, () => fs.lstatSync(p));
-      // Linux cannot chmod a symlink itself, and following it could leave the root.
-      if (st.isSymbolicLink()) throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
-      sys(`chmod ${path}`, () => fs.chmodSync(p, mode & 0o7777));
+  /*
+   * chmod, chown and utimens act on an O_PATH descriptor of the node (resolved beneath the root
+   * as open resolves it) and answer with its fstat: the journal's after-state and the request's
+   * reply need no second path walk (tar as root makes three of these per file). The change goes
+   * through /proc/self/fd/N, which the kernel resolves to the node itself, a symlink included.
+   */
+
+  async chmod(path: string, mode: number): Promise<Attr> {
+    return this.changeNode(path, `chmod ${path}`, (fd) => {
+      // Linux cannot chmod a symlink itself (through the descriptor it would, on ext4), and
+      // following it could leave the root
+      if (this.fstatFd(fd, path).type === 'symlink') throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
+      fs.chmodSync(procFd(fd), mode & 0o7777);
     });
   }
 
-  async chown(path: string, uid: number, gid: number): Promise<void> {
-    this.withHost(path, (p) => sys(`chown ${path}`, () => fs.lchownSync(p, uid, gid)));
+  async chown(path: string, uid: number, gid: number): Promise<Attr> {
+    return this.changeNode(path, `chown ${path}`, (fd) => fs.chownSync(procFd(fd), uid, gid));
   }
 
-  async utimens(path: string, times: TimeSpec): Promise<void> {
-    if (nodeOps()) return this.utimensExact(path, times);
+  async utimens(path: string, times: TimeSpec): Promise<Attr | void> {
+    const ops = nodeOps();
+    if (ops) {
+      const part = (t: bigint | 'now' | undefined): [bigint, number] => (t === undefined ? [0n, UTIME_OMIT] : t === 'now' ? [0n, UTIME_NOW] : splitNs(t));
+      const [as, ans] = part(times.atimeNs);
+      const [ms, mns] = part(times.mtimeNs);
+      if (ans === UTIME_OMIT && mns === UTIME_OMIT) return;
+      // utimensat(2) on the node itself: exact to the nanosecond at any time the backing file
+      // system keeps (ext4: 1901-12-13 to 2446), and "now" is the kernel's clock
+      return this.changeNode(path, `utimens ${path}`, (fd) => ops.utimens(fd, as, ans, ms, mns));
+    }
     const p = osPath(this.host(path));
     if (times.atimeNs === undefined && times.mtimeNs === undefined) return;
     const cur = sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true }));
@@ -787,17 +808,15 @@ export class LocalBackend implements Backend {
     sys(`utimens ${path}`, () => fs.lutimesSync(p, at, mt));
   }
 
-  /**
-   * utimensat(2) on the node itself (never following a symlink), with timespecs: exact to the
-   * nanosecond at any time the backing file system keeps (ext4: 1901-12-13 to 2446), and "now"
-   * is the kernel's clock, not a millisecond Date.
-   */
-  private utimensExact(path: string, times: TimeSpec): void {
-    const part = (t: bigint | 'now' | undefined): [bigint, number] => (t === undefined ? [0n, UTIME_OMIT] : t === 'now' ? [0n, UTIME_NOW] : splitNs(t));
-    const [as, ans] = part(times.atimeNs);
-    const [ms, mns] = part(times.mtimeNs);
-    if (ans === UTIME_OMIT && mns === UTIME_OMIT) return;
-    this.onNode(path, `utimens ${path}`, (ops, fd) => ops.utimens(fd, as, ans, ms, mns));
+  /** `change` on an O_PATH descriptor of the node, then the node's attributes */
+  private changeNode(path: string, what: string, change: (fd: number) => void): Attr {
+    const fd = sys(what, () => this.openNode(path, O_PATH));
+    try {
+      sys(what, () => change(fd));
+      return this.fstatFd(fd, path);
+    } finally {
+      fs.closeSync(fd);
+    }
   }
 
   async truncate(path: string, size: number): Promise<void> {
@@ -824,7 +843,7 @@ export class LocalBackend implements Backend {
     // a long path: through the file's own descriptor (see withHost), open until the copy ends
     const fd = sys(`open ${path}`, () => this.openNode(path, O_RDONLY));
     try {
-      await copy(`/proc/self/fd/${fd}`);
+      await copy(procFd(fd));
     } finally {
       fs.closeSync(fd);
     }

@@ -272,12 +272,22 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
       const p = nodes.path(ino);
       // the attributes the last change left, when the core read them after it (the journal does)
       let last: Attr | void = undefined;
-      if (valid & SET_KILL_SUIDGID && !(valid & SET_MODE) && p !== null) {
+      const chown = (valid & (SET_UID | SET_GID)) !== 0;
+      const kill = (valid & SET_KILL_SUIDGID) !== 0 && !(valid & SET_MODE) && p !== null;
+      if (kill && !chown) {
         const cleared = await clearSetid(c, p, await attrOf(c, ino, fh));
         if (cleared !== null) last = cleared;
       }
       if (valid & SET_MODE) last = await ops.chmod(c, need(p), mode);
-      if (valid & (SET_UID | SET_GID)) last = await ops.chown(c, need(p), valid & SET_UID ? uid : KEEP_ID, valid & SET_GID ? gid : KEEP_ID);
+      if (chown) {
+        last = await ops.chown(c, need(p), valid & SET_UID ? uid : KEEP_ID, valid & SET_GID ? gid : KEEP_ID);
+        // after the chown, which clears the bits itself on a Linux file system: its answer
+        // (tar as root chowns every file) tells whether anything is left to clear, no stat first
+        if (kill) {
+          const cleared = await clearSetid(c, p, last ?? await attrOf(c, ino, fh));
+          if (cleared !== null) last = cleared;
+        }
+      }
       // only a regular file's handle comes with a size change
       if (valid & SET_SIZE) last = void (await (fh >= 0 ? ops.ftruncate(c, fh, size) : ops.truncate(c, need(p), size)));
       if (valid & (SET_ATIME | SET_MTIME | SET_ATIME_NOW | SET_MTIME_NOW)) {

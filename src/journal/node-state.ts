@@ -30,11 +30,14 @@ export function stateFromAttr(a: Attr, target?: string): NodeState {
  * `sameTarget`: a state read before of this path; a symlink still of its inode keeps its target
  * (a link's text cannot change in place), so the link is not read again. Reading it would bump its
  * atime (relatime on the backend's disk, atime older than mtime) just after a utimens set it.
+ * `known`: the node's attributes as the change that just made them answered (no stat then).
  * `seen`: given the attributes the state was made from (what a reply can use without a stat).
  */
-export async function stateOf(backend: Backend, path: string, opts: { atime?: boolean; sameTarget?: State } = {}, seen?: { attr?: Attr }): Promise<State> {
+export async function stateOf(backend: Backend, path: string, opts: { atime?: boolean; sameTarget?: State; known?: Attr } = {}, seen?: { attr?: Attr }): Promise<State> {
   let a: Attr | null;
-  if (backend.tryStat) {
+  if (opts.known) {
+    a = opts.known;
+  } else if (backend.tryStat) {
     a = await backend.tryStat(path);
     if (!a) return null;
   } else {

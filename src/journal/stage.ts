@@ -89,6 +89,12 @@ function isBackendFile(v: unknown): v is BackendFile {
   return typeof f === 'object' && f !== null && typeof f.stat === 'function' && typeof f.write === 'function';
 }
 
+/** the attributes a chmod, chown or utimens resolved with (Backend: "with the node's new attributes") */
+function isAttr(v: unknown): v is Attr {
+  const a = v as Partial<Attr> | null;
+  return typeof a === 'object' && a !== null && typeof a.type === 'string' && typeof a.mtimeNs === 'bigint' && typeof a.ino === 'number';
+}
+
 function errnoOf(err: unknown): string {
   return err instanceof VfsError ? err.code : ((err as NodeJS.ErrnoException)?.code ?? 'EIO');
 }
@@ -259,7 +265,9 @@ export class JournalStage implements MutationStage {
       if (paths.length === 1) {
         // the node as the change left it: the request's reply can answer with these attributes
         const seen: { attr?: Attr } = {};
-        after = [await stateOf(this.backend, paths[0] as string, keepsName ? { sameTarget: before[0] ?? null } : {}, seen)];
+        // (chmod, chown and utimens answer with the attributes they left, where the store has them)
+        const known = keepsName && isAttr(result) ? result : undefined;
+        after = [await stateOf(this.backend, paths[0] as string, keepsName ? { sameTarget: before[0] ?? null, known } : {}, seen)];
         if (paths[0] === m.path) m.after = seen.attr;
       } else {
         after = await Promise.all(paths.map((p) => stateOf(this.backend, p)));

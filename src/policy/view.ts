@@ -435,16 +435,24 @@ export class PolicyView implements Backend {
     return this.inner.link(a.toBackend(existing), b.toBackend(newPath));
   }
 
-  async chmod(path: string, mode: number): Promise<void> {
-    await this.inner.chmod(this.change(path, 'change mode of', false), mode);
+  async chmod(path: string, mode: number): Promise<Attr | void> {
+    return this.changeAttrs(path, 'change mode of', (p) => this.inner.chmod(p, mode));
   }
 
-  async chown(path: string, uid: number, gid: number): Promise<void> {
-    await this.inner.chown(this.change(path, 'change owner of', false), uid, gid);
+  async chown(path: string, uid: number, gid: number): Promise<Attr | void> {
+    return this.changeAttrs(path, 'change owner of', (p) => this.inner.chown(p, uid, gid));
   }
 
-  async utimens(path: string, times: TimeSpec): Promise<void> {
-    await this.inner.utimens(this.change(path, 'change times of', false), times);
+  async utimens(path: string, times: TimeSpec): Promise<Attr | void> {
+    return this.changeAttrs(path, 'change times of', (p) => this.inner.utimens(p, times));
+  }
+
+  /** An attribute change, answered with the node's new attributes as stat shows them here when the store had them. */
+  private async changeAttrs(path: string, verb: string, change: (backendPath: string) => Promise<Attr | void>): Promise<Attr | void> {
+    const loc = whereChange(this.policy, path, verb, false);
+    if (loc instanceof VfsError) throw loc;
+    const attr = await change(loc.toBackend(path));
+    return attr ? this.visibleLinks(loc, path, attr) : undefined;
   }
 
   truncate(path: string, size: number): Promise<void> {

@@ -49,13 +49,20 @@ describe('attributes of a journaled change, for its reply', () => {
     const mode = await vfs.chmod('/f', 0o600);
     expect(pick(mode)).toEqual(fresh('f'));
     expect(mode?.mode).toBe(C.S_IFREG | 0o600);
-    // before and after: no third stat for the answer
-    expect(stats).toBe(2);
+    // the before-state only: the local store answers the change with the attributes it left
+    // (an fstat of the descriptor that made it), for the journal's after-state and the reply
+    expect(stats).toBe(1);
     const me = fs.statSync(path.join(src, 'f'));
     expect(pick(await vfs.chown('/f', me.uid, me.gid))).toEqual(fresh('f'));
+    expect(stats).toBe(2);
     const times = await vfs.utimens('/f', { mtimeNs: 1_000_000_000_123_456_789n });
     expect(times?.mtimeNs).toBe(1_000_000_000_123_456_789n);
     expect(pick(times)).toEqual(fresh('f'));
+    expect(stats).toBe(3);
+    // and the journal's after-states are those attributes
+    const last = j.svc.history().ops.filter((o) => o.paths[0] === '/f').at(-1);
+    expect(last?.op).toBe('utimens');
+    expect(last?.after?.[0]).toMatchObject({ mtimeNs: '1000000000123456789', mode: 0o600 });
   });
 
   it('mkdir, symlink and create give the new node', async () => {
