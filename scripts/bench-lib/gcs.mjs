@@ -104,6 +104,11 @@ async function seed(bucket, items, concurrency = 48) {
 }
 
 /** A ~n-file tree of small text files, locally, for tar -x and git (same shape as the main bench). */
+/** a count as a row label says it: 3000 -> 3k, 500 -> 500 (rows name what was measured, --files N included) */
+function countLabel(n) {
+  return n >= 1000 && n % 1000 === 0 ? `${n / 1000}k` : String(n);
+}
+
 function localTree(dir, n) {
   const words = ['ledger', 'fuse', 'node', 'write', 'read', 'stat', 'tree', 'file', 'journal', 'policy'];
   // (an LCG in doubles, x * 1103515245 past 2^53, fell into a short cycle: 41 distinct files in 3,000)
@@ -203,6 +208,7 @@ export async function mainGcs(argv) {
   process.once('SIGTERM', () => (onExit(), process.exit(143)));
   const results = {}; // workload -> target -> [values]
   const add = (w, t, v) => ((results[w] ??= {})[t] ??= []).push(v);
+  const nFiles = countLabel(o.files), nObj = countLabel(o.objects);
   try {
     const want = (w) => !o.only || o.only.includes(w);
     const seeding = want('ls') || want('stat') || want('read');
@@ -251,13 +257,13 @@ export async function mainGcs(argv) {
         let h = (want('ls') || want('stat')) && t.name !== 'local' ? await t.mount('', mnt, work) : undefined;
         if (h) try {
           const ls = await measured('ls -l big > /dev/null', h, emu.url);
-          add('ls -l 10k cold (s)', t.name, ls.seconds);
-          add('ls -l 10k warm (s)', t.name, await timed('ls -l big > /dev/null', h.path));
+          add(`ls -l ${nObj} cold (s)`, t.name, ls.seconds);
+          add(`ls -l ${nObj} warm (s)`, t.name, await timed('ls -l big > /dev/null', h.path));
           const st = await measured('find tree -type f -exec stat -c %s {} + > /dev/null', h, emu.url);
-          add('stat 3k tree cold (s)', t.name, st.seconds);
-          add('stat 3k tree warm (s)', t.name, await timed('find tree -type f -exec stat -c %s {} + > /dev/null', h.path));
-          add('  ls -l 10k cold requests', t.name, ls.requests);
-          add('  stat 3k cold requests', t.name, st.requests);
+          add(`stat ${nFiles} tree cold (s)`, t.name, st.seconds);
+          add(`stat ${nFiles} tree warm (s)`, t.name, await timed('find tree -type f -exec stat -c %s {} + > /dev/null', h.path));
+          add(`  ls -l ${nObj} cold requests`, t.name, ls.requests);
+          add(`  stat ${nFiles} cold requests`, t.name, st.requests);
         } finally {
           await h.stop();
         }
@@ -280,11 +286,11 @@ export async function mainGcs(argv) {
             const q0 = await reqs();
             const c0 = cpuSeconds(h.pid);
             const seconds = await timed(`mkdir x-${tag} && tar -xf ${tarball} -C x-${tag}`, h.path);
-            add('tar -x 3k (s)', t.name, seconds);
+            add(`tar -x ${nFiles} (s)`, t.name, seconds);
             if (journal) {
               const t0 = Date.now();
               await spoolDrained(repo, stateDir);
-              add('  tar -x 3k + upload (s)', t.name, seconds + (Date.now() - t0) / 1000);
+              add(`  tar -x ${nFiles} + upload (s)`, t.name, seconds + (Date.now() - t0) / 1000);
             }
             // the daemon's CPU (every thread) for the files and, in journal mode, their uploads:
             // on a 2-core host it is what the wall time of the workload is made of
@@ -297,7 +303,7 @@ export async function mainGcs(argv) {
             const reqs = async () => (await (await fetch(`${emu.url}/_emulator/stats`)).json()).requests;
             const q0 = await reqs();
             const seconds = await timed(`cd x-${tag} && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench`, h.path);
-            add('git add+commit 3k (s)', t.name, seconds);
+            add(`git add+commit ${nFiles} (s)`, t.name, seconds);
             if (journal) {
               const t0 = Date.now();
               await spoolDrained(repo, stateDir);
