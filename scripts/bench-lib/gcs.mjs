@@ -103,12 +103,12 @@ async function seed(bucket, items, concurrency = 48) {
   );
 }
 
-/** A ~n-file tree of small text files, locally, for tar -x and git (same shape as the main bench). */
 /** a count as a row label says it: 3000 -> 3k, 500 -> 500 (rows name what was measured, --files N included) */
 function countLabel(n) {
   return n >= 1000 && n % 1000 === 0 ? `${n / 1000}k` : String(n);
 }
 
+/** A ~n-file tree of small text files, locally, for tar -x and git (same shape as the main bench). */
 function localTree(dir, n) {
   const words = ['ledger', 'fuse', 'node', 'write', 'read', 'stat', 'tree', 'file', 'journal', 'policy'];
   // (an LCG in doubles, x * 1103515245 past 2^53, fell into a short cycle: 41 distinct files in 3,000)

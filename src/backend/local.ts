@@ -810,13 +810,10 @@ export class LocalBackend implements Backend {
 
   /** `change` on an O_PATH descriptor of the node, then the node's attributes */
   private changeNode(path: string, what: string, change: (fd: number) => void): Attr {
-    const fd = sys(what, () => this.openNode(path, O_PATH));
-    try {
-      sys(what, () => change(fd));
+    return this.withNode(path, what, (fd) => {
+      change(fd);
       return this.fstatFd(fd, path);
-    } finally {
-      fs.closeSync(fd);
-    }
+    });
   }
 
   async truncate(path: string, size: number): Promise<void> {
@@ -860,18 +857,18 @@ export class LocalBackend implements Backend {
 
   // ---- extended attributes (native/ledgerfs_xattr.c; namespaces: xattr-names.ts) ----------
 
-  /** `fn` on an O_PATH descriptor of the node itself, resolved as open resolves it */
+  /** `fn` with the addon's node helpers on an O_PATH descriptor of the node (see withNode) */
   private onNode<T>(path: string, what: string, fn: (ops: NodeOps, fd: number) => T): T {
     const ops = nodeOps();
     if (ops === null) throw new VfsError('EOPNOTSUPP', `${what}: native/ledgerfs_local is not built (node scripts/build-native.mjs)`);
-    let fd: number;
+    return this.withNode(path, what, (fd) => fn(ops, fd));
+  }
+
+  /** `fn` on an O_PATH descriptor of the node itself, resolved as open resolves it */
+  private withNode<T>(path: string, what: string, fn: (fd: number) => T): T {
+    const fd = sys(what, () => this.openNode(path, O_PATH));
     try {
-      fd = this.openNode(path, O_PATH);
-    } catch (err) {
-      throw fromNodeError(err, what);
-    }
-    try {
-      return sys(what, () => fn(ops, fd));
+      return sys(what, () => fn(fd));
     } finally {
       fs.closeSync(fd);
     }

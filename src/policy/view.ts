@@ -143,9 +143,14 @@ export class PolicyView implements Backend {
   // ---- translation ---------------------------------------------------------------------------
 
   private change(path: string, verb: string, removes: boolean): string {
+    return this.changedRoot(path, verb, removes).toBackend(path);
+  }
+
+  /** the root a change of `path` happens in, or the refusal thrown */
+  private changedRoot(path: string, verb: string, removes: boolean): CompiledRoot {
     const r = whereChange(this.policy, path, verb, removes);
     if (r instanceof VfsError) throw r;
-    return r.toBackend(path);
+    return r;
   }
 
   private create(path: string, verb: string, replaces: boolean): string {
@@ -449,8 +454,7 @@ export class PolicyView implements Backend {
 
   /** An attribute change, answered with the node's new attributes as stat shows them here when the store had them. */
   private async changeAttrs(path: string, verb: string, change: (backendPath: string) => Promise<Attr | void>): Promise<Attr | void> {
-    const loc = whereChange(this.policy, path, verb, false);
-    if (loc instanceof VfsError) throw loc;
+    const loc = this.changedRoot(path, verb, false);
     const attr = await change(loc.toBackend(path));
     return attr ? this.visibleLinks(loc, path, attr) : undefined;
   }
