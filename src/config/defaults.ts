@@ -301,6 +301,10 @@ export const DEFAULTS = {
      * (git's lstat of every file of a tree whose listing expired: a listing per directory, not
      * a lookup per file) ... */
     relistAfterMisses: 3,
+    /** ... or at the first miss when it had at most this many (git's objects/xx: a listing of a
+     * dozen names costs the client about what one lookup's two requests do, measured against the
+     * emulator: 0.56 ms of CPU against 0.42; 100 names cost 1.6 ms) ... */
+    relistFirstMissMaxEntries: 32,
     /** ... when its last listing had at most this many entries (a large one is never listed for
      * a stat; one never listed is not either) */
     relistMaxEntries: 2000,

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { GcsBackend } from '../../src/backend/gcs.js';
+import { DEFAULTS } from '../../src/config/index.js';
 import { ContentCache } from '../../src/backend/layers/content-cache.js';
 import { MetadataCacheLayer } from '../../src/backend/layers/metadata-cache.js';
 import { ReadCacheLayer } from '../../src/backend/layers/read-cache.js';
@@ -229,7 +230,9 @@ describe('MetadataCacheLayer', () => {
   });
 
   it('lookups that keep missing in a directory listed before: it is listed again, and the rest are answered from that', async () => {
-    await Promise.all(['m/a', 'm/b', 'm/c', 'm/d', 'm/e'].map((k) => put(k, k)));
+    // more names than a directory listed at its first miss has
+    const more = Array.from({ length: DEFAULTS.gcsCache.relistFirstMissMaxEntries }, (_, i) => `m/z${i}`);
+    await Promise.all(['m/a', 'm/b', 'm/c', 'm/d', 'm/e', ...more].map((k) => put(k, k)));
     await c.readdir('/m');
     clock.advance(500); // the listing and the attributes expire
     await c.stat('/m/a');
@@ -251,8 +254,31 @@ describe('MetadataCacheLayer', () => {
     expect(c.relists).toBe(1);
   });
 
+  it('a small directory listed before is listed again at its first miss (one request, where a lookup makes two)', async () => {
+    await Promise.all(['s/a', 's/b', 's/c'].map((k) => put(k, k)));
+    await c.mkdir('/s/objects', 0o755); // new and empty, as git's objects/xx
+    await writeFile(c, '/s/objects/one', '1');
+    await c.readdir('/s');
+    await walked(c);
+    clock.advance(500); // the listings expire
+    expect(await cost(() => expectCode(c.stat('/s/objects/tmp_1'), 'ENOENT'))).toBe(1);
+    expect(await cost(() => expectCode(c.stat('/s/nope'), 'ENOENT'))).toBe(1);
+    expect(c.relists).toBe(2);
+    expect(await cost(async () => {
+      expect((await c.stat('/s/objects/one')).size).toBe(1);
+      expect((await c.stat('/s/b')).size).toBe(3);
+      await expectCode(c.stat('/s/objects/tmp_2'), 'ENOENT');
+    })).toBe(0);
+    // another host's object shows once the listing expires
+    await put('s/objects/theirs', 'xy');
+    clock.advance(500);
+    expect((await c.stat('/s/objects/theirs')).size).toBe(2);
+  });
+
   it('a listing made for lookups while a change in its directory runs stores nothing; a change elsewhere does not spoil it', async () => {
-    await Promise.all(['n/a', 'n/b', 'n/c', 'n/gone', 'o/x'].map((k) => put(k, k)));
+    // large enough to be listed at the third miss, not the first
+    const more = Array.from({ length: DEFAULTS.gcsCache.relistFirstMissMaxEntries }, (_, i) => `n/z${i}`);
+    await Promise.all(['n/a', 'n/b', 'n/c', 'n/gone', 'o/x', ...more].map((k) => put(k, k)));
     // the listing's answer is held until the unlink is done: it still names /n/gone
     let open!: () => void;
     const held = new Promise<void>((r) => (open = r));
@@ -282,7 +308,7 @@ describe('MetadataCacheLayer', () => {
     gated.hold = false;
     await listing;
     await expectCode(c.stat('/n/gone'), 'ENOENT');
-    expect((await c.readdir('/n')).map((e) => e.name).sort()).toEqual(['a', 'b', 'c']);
+    expect((await c.readdir('/n')).map((e) => e.name).filter((n) => !n.startsWith('z')).sort()).toEqual(['a', 'b', 'c']);
     clock.advance(500);
     await c.stat('/n/a');
     await c.stat('/n/b');

@@ -168,7 +168,8 @@ export class MetadataCacheLayer extends ForwardingLayer {
    * A lookup missed: when lookups keep missing in the same directory (a program reading a tree
    * whose listing expired: git's lstat of every tracked file, a second `find`), list the
    * directory, a request per 1,000 entries, and answer from that. Only a directory listed
-   * before with at most relistMaxEntries entries: a stat never pays for a large listing.
+   * before with at most relistMaxEntries entries: a stat never pays for a large listing. A small
+   * one is listed at the first miss (one request where the lookup makes two).
    */
   private async relistFor(path: string): Promise<Known | undefined> {
     if (!this.enabled || path === '/' || !this.inner.readdirPlus) return undefined;
@@ -181,7 +182,7 @@ export class MetadataCacheLayer extends ForwardingLayer {
     let run = this.relisting.get(dir);
     if (!run) {
       const n = (this.missesIn.get(dir) ?? 0) + 1;
-      if (n < DEFAULTS.gcsCache.relistAfterMisses) {
+      if (n < DEFAULTS.gcsCache.relistAfterMisses && size > DEFAULTS.gcsCache.relistFirstMissMaxEntries) {
         this.missesIn.set(dir, n);
         return undefined;
       }
