@@ -847,9 +847,9 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     checkPath(to);
     if (from === to) return;
     if (from === '/' || to === '/') throw new VfsError('EBUSY', 'the root directory cannot be renamed');
-    // (a stale hint would only cost a failed precondition; dropped to keep the map honest)
-    for (const k of [...this.placeholders.keys()]) if (isWithin(k, from) || isWithin(k, to)) this.placeholders.delete(k);
-    for (const k of [...this.objectHints.keys()]) if (isWithin(k, from) || isWithin(k, to)) this.objectHints.delete(k);
+    // (a stale hint would only cost a failed precondition; dropped to keep the maps honest)
+    this.dropHints(from, false);
+    this.dropHints(to, false);
     if (isWithin(to, from)) throw new VfsError('EINVAL', `cannot move ${from} into itself (${to})`);
     if (await this.renameQueued(from, to, hint?.toKnownAbsent === true)) return;
     // Local changes of open files go first, so the copy carries them; so do queued versions.
@@ -861,6 +861,8 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     if (src.type === 'none') throw new VfsError('ENOENT', `${from} does not exist`);
     if (src.type === 'dir') {
       if (dst.type !== 'none' && dst.type !== 'dir') throw new VfsError('ENOTDIR', `${to} is not a directory`);
+      this.dropHints(from, true);
+      this.dropHints(to, true);
       await this.renameDir(from, to, dst.type === 'dir' ? dst : undefined);
       this.dirTimes.renamed(from, to);
       this.dirLinks.renamed(from, to, dst.type === 'dir');
@@ -871,6 +873,18 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     this.entriesChanged(from);
     this.entriesChanged(to);
     await this.keepDir(parentOf(from));
+  }
+
+  /**
+   * Forget the placeholder and object hints of `path`, and with `below` those under it. Only a
+   * directory has hints below it, so a file's rename (git's every object) does not walk the maps.
+   */
+  private dropHints(path: string, below: boolean): void {
+    this.placeholders.delete(path);
+    this.objectHints.delete(path);
+    if (!below) return;
+    for (const k of [...this.placeholders.keys()]) if (isWithin(k, path)) this.placeholders.delete(k);
+    for (const k of [...this.objectHints.keys()]) if (isWithin(k, path)) this.objectHints.delete(k);
   }
 
   /**

@@ -1,4 +1,4 @@
-import { beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { GcsBackend } from '../../src/backend/gcs.js';
 import { gcsBackendPerTest } from '../helpers/gcs-emulator.js';
 
@@ -54,6 +54,30 @@ describe('GCS attribute changes', () => {
     expect(a && [a.type, a.mode & 0o7777]).toEqual(['dir', 0o750]);
     const [meta] = await ctx.raw.file(`${ctx.prefix}/q/`).getMetadata();
     expect(meta.metadata?.['goog-reserved-posix-mode']).toBe('750');
+  });
+
+  it('a file renamed does not walk the hints (git renames every object it writes); a directory renamed drops those below it', async () => {
+    await b.mkdir('/t', 0o755);
+    await b.mkdir('/t/u', 0o755);
+    const f = await b.open('/t/tmp_obj', { write: true, create: true }, 0o644);
+    await f.write(Buffer.from('x'), 1, 0);
+    await f.close();
+    const walks = vi.spyOn(b['placeholders'], 'keys');
+    try {
+      await b.rename('/t/tmp_obj', '/t/obj');
+      expect(walks).not.toHaveBeenCalled();
+      await b.rename('/t', '/v');
+      expect(walks).toHaveBeenCalled();
+    } finally {
+      walks.mockRestore();
+    }
+    // another client makes /t/u again: no hint of the old one is left to try first
+    await ctx.raw.file(`${ctx.prefix}/t/u/`).save('');
+    const r0 = await requests();
+    const a = await b.chmod('/t/u', 0o700);
+    expect(a && a.mode & 0o7777).toBe(0o700);
+    expect((await requests()) - r0).toBe(3); // the lookup (object and prefix) and the patch, no failed precondition first
+    expect((await b.stat('/v/u')).type).toBe('dir');
   });
 
   it('a directory renamed away and another made in its place: the new one is patched', async () => {
