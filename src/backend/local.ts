@@ -1,12 +1,12 @@
 import fs from 'node:fs';
 import nodePath from 'node:path';
-import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, mayHaveLostBytes, nameFromBytes, type NodeType, type OpenMode, osPath, rebase, S_ISGID, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_NOW, UTIME_OMIT, VfsError } from '../core/index.js';
+import { type AllocateMode, type Attr, type Backend, type BackendCapabilities, type BackendFile, checkPath, type DirEntry, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fromNodeError, type FsStats, isWithin, type Logger, mayHaveLostBytes, nameFromBytes, type NodeType, type OpenMode, osPath, rebase, S_ISGID, SEEK_DATA, SEEK_HOLE, type TimeSpec, UTIME_OMIT, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import { loadBeneath, type Beneath } from './beneath.js';
 import { fdLimit } from './fd-limit.js';
 import { fdOps, type FdOps } from './fd-ops.js';
 import { FdPool, type Pooled, poolSize, type PoolSize } from './fd-pool.js';
-import { nodeOps, type NodeOps, splitNs } from './node-ops.js';
+import { nodeOps, type NodeOps, utimePart } from './node-ops.js';
 import { checkXattrRead, checkXattrWrite, listableXattr } from './xattr-names.js';
 
 const { O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_NOFOLLOW, O_DIRECTORY } = fs.constants;
@@ -790,9 +790,8 @@ export class LocalBackend implements Backend {
   async utimens(path: string, times: TimeSpec): Promise<Attr | void> {
     const ops = nodeOps();
     if (ops) {
-      const part = (t: bigint | 'now' | undefined): [bigint, number] => (t === undefined ? [0n, UTIME_OMIT] : t === 'now' ? [0n, UTIME_NOW] : splitNs(t));
-      const [as, ans] = part(times.atimeNs);
-      const [ms, mns] = part(times.mtimeNs);
+      const [as, ans] = utimePart(times.atimeNs);
+      const [ms, mns] = utimePart(times.mtimeNs);
       if (ans === UTIME_OMIT && mns === UTIME_OMIT) return;
       // utimensat(2) on the node itself: exact to the nanosecond at any time the backing file
       // system keeps (ext4: 1901-12-13 to 2446), and "now" is the kernel's clock

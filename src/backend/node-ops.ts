@@ -1,3 +1,4 @@
+import { UTIME_NOW, UTIME_OMIT } from '../core/index.js';
 import { localAddon } from './local-addon.js';
 
 /**
@@ -33,4 +34,12 @@ export function splitNs(ns: bigint): [bigint, number] {
     sec -= 1n;
   }
   return [sec, Number(rem)];
+}
+
+const OMIT: readonly [bigint, number] = [0n, UTIME_OMIT];
+const NOW: readonly [bigint, number] = [0n, UTIME_NOW];
+
+/** One of a TimeSpec's times as utimensat's (seconds, nanoseconds): left alone, the kernel's now, or exact. */
+export function utimePart(t: bigint | 'now' | undefined): readonly [bigint, number] {
+  return t === undefined ? OMIT : t === 'now' ? NOW : splitNs(t);
 }
