@@ -26,6 +26,17 @@ const DAEMON_UID = process.geteuid?.();
 const DAEMON_GID = process.getegid?.();
 
 /** The fallocate modes the core serves; the others (zero, collapse, insert range) are EOPNOTSUPP. */
+/**
+ * The last byte any store can hold: past 2^53 - 1 a JS number is no longer exact, and Node's fs
+ * reads and writes at the descriptor's own position when given an inexact one (a pwrite at 2^62
+ * landed at offset 0). The kernel passes offsets up to 2^63 - 1 (the FUSE superblock's limit);
+ * ext4 stops at 16 TiB and GCS at 5 TiB, so such offsets are past every store's end: EFBIG, as
+ * the kernel answers past s_maxbytes, and a read there finds nothing.
+ */
+function fitsFile(end: number, what: string): void {
+  if (!(end <= Number.MAX_SAFE_INTEGER)) throw new VfsError('EFBIG', `${what}: ends past the largest file size (byte ${end})`);
+}
+
 function allocateMode(mode: number): AllocateMode {
   if (mode === 0) return 'allocate';
   if (mode === FALLOC_FL_KEEP_SIZE) return 'keep-size';
@@ -273,12 +284,18 @@ export class Vfs {
   }
 
   read(fh: number, buf: Buffer, length: number, position: number): Promise<number> {
-    return this.handle(fh).of.file.read(buf, length, position);
+    const file = this.handle(fh).of.file;
+    if (position + length > Number.MAX_SAFE_INTEGER) {
+      if (position >= Number.MAX_SAFE_INTEGER) return Promise.resolve(0); // past every end (see fitsFile)
+      length = Number.MAX_SAFE_INTEGER - position;
+    }
+    return file.read(buf, length, position);
   }
 
   async write(fh: number, buf: Buffer, length: number, position: number, caller: Caller = NO_CALLER): Promise<number> {
     const h = this.handle(fh);
     if (!h.write) throw new VfsError('EBADF', 'handle not open for writing');
+    fitsFile(position + length, 'write');
     const of = h.of;
     if (this.pipeline.empty) {
       of.dirty = true;
@@ -296,6 +313,7 @@ export class Vfs {
 
   async ftruncate(fh: number, size: number, caller: Caller = NO_CALLER): Promise<void> {
     const h = this.handle(fh);
+    fitsFile(size, 'truncate');
     const of = h.of;
     if (!of.file.writable) {
       // ftruncate on a read-only handle: the kernel allows it when the caller may write (O_TRUNC
@@ -311,6 +329,7 @@ export class Vfs {
 
   async truncate(path: string, size: number, caller: Caller = NO_CALLER): Promise<void> {
     checkPath(path);
+    fitsFile(size, 'truncate');
     const of = this.openFiles.get(path);
     if (of && of.file.writable) {
       await this.mutate({ op: 'truncate', path, size, firstInSession: !of.dirty, file: of, caller }, async () => {
@@ -333,6 +352,7 @@ export class Vfs {
     const h = this.handle(fh);
     if (!h.write) throw new VfsError('EBADF', 'handle not open for writing');
     if (offset < 0 || length <= 0) throw new VfsError('EINVAL', `fallocate of ${length} bytes at ${offset}`);
+    fitsFile(offset + length, 'fallocate');
     const kind = allocateMode(mode);
     const of = h.of;
     const file = of.file;
@@ -370,6 +390,7 @@ export class Vfs {
     const size = (await src.file.stat()).size;
     const n = Math.min(length, Math.max(0, size - offIn), DEFAULTS.copyRangeMaxBytes);
     if (n === 0) return 0;
+    fitsFile(offOut + n, 'copy_file_range');
     if (src === dst && offIn < offOut + n && offOut < offIn + n) {
       throw new VfsError('EINVAL', 'copy_file_range: overlapping ranges of one file');
     }
@@ -391,7 +412,7 @@ export class Vfs {
   async lseek(fh: number, offset: number, whence: number): Promise<number> {
     const file = this.handle(fh).of.file;
     if (whence !== SEEK_DATA && whence !== SEEK_HOLE) throw new VfsError('EINVAL', `lseek whence ${whence}`);
-    if (offset < 0) throw new VfsError('ENXIO', `lseek to ${offset}`);
+    if (offset < 0 || offset >= Number.MAX_SAFE_INTEGER) throw new VfsError('ENXIO', `lseek to ${offset}`);
     const what = whence === SEEK_DATA ? 'data' : 'hole';
     if (file.seekData) {
       try {

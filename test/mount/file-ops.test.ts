@@ -147,6 +147,38 @@ with open('sparse', 'wb') as f:
     }
   });
 
+  it('offsets past 2^53 (exact in the kernel, not in a JS number) are EFBIG, as on ext4, and change nothing', () => {
+    // a pwrite at 2^62 used to report success and land at the descriptor's position (offset 0)
+    const out = py(
+      `
+import errno, json, os
+r = {}
+fd = os.open('small', os.O_RDWR)
+def err(f):
+    try:
+        return f()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+r['pwrite62'] = err(lambda: os.pwrite(fd, b'Z', 1 << 62))
+r['pwrite53'] = err(lambda: os.pwrite(fd, b'Y', (1 << 53) + 2))
+r['truncate62'] = err(lambda: os.ftruncate(fd, 1 << 62))
+r['pread62'] = err(lambda: os.pread(fd, 10, 1 << 62).decode())
+r['fallocate62'] = err(lambda: os.posix_fallocate(fd, 1 << 62, 4096))
+r['seekdata62'] = err(lambda: os.lseek(fd, 1 << 62, os.SEEK_DATA))
+os.close(fd)
+r['content'] = open('small').read()
+print(json.dumps(r))
+`,
+      m.mnt,
+    );
+    const r = JSON.parse(out) as Record<string, string>;
+    expect(r).toEqual({
+      pwrite62: 'EFBIG', pwrite53: 'EFBIG', truncate62: 'EFBIG', pread62: '', fallocate62: 'EFBIG',
+      // (libfuse 2 has no lseek op: the kernel's generic answer, the offset itself)
+      seekdata62: servesOps ? 'ENXIO' : r.seekdata62, content: 'hello',
+    });
+  });
+
   it('python: os.copy_file_range with offsets, os.lseek SEEK_DATA/SEEK_HOLE, ENXIO past the end', async () => {
     const out = py(
       `
