@@ -19,6 +19,8 @@ export interface Operation {
   /** null while pending or open, or when it failed */
   after: State[] | null;
   args?: OpArgs;
+  /** the mtimes of directories this op first changed in its session, before it (OpRecord.dirs) */
+  dirs?: { path: string; mtimeNs: string }[];
   /**
    * done; failed (nothing changed); pending (no outcome: in flight, or a crash the next start
    * resolves); open (a write session not ended yet)
@@ -80,6 +82,7 @@ function fromOpRecord(r: OpRecord, loc: LocatedRecord): Operation {
   if (r.cmd !== undefined) op.cmd = r.cmd;
   if (r.undoes !== undefined) op.undoes = r.undoes;
   if (r.args) op.args = r.args;
+  if (r.dirs) op.dirs = r.dirs;
   return op;
 }
 

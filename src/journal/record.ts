@@ -93,6 +93,8 @@ function build(z: typeof Zod) {
     /** sha256 of the content (files a write session left, up to journal.contentHashMaxBytes):
      * what rollback compares when the mtime differs but the size does not */
     sha256: z.string().regex(SHA256_HEX).optional(),
+    /** a removed node's `user.*` extended attributes (name: base64 value); absent when it had none */
+    xattrs: z.record(z.string(), z.string()).optional(),
   });
   const StateSchema = NodeStateSchema.nullable();
 
@@ -127,6 +129,12 @@ function build(z: typeof Zod) {
     paths: z.array(z.string()).min(1).max(2),
     before: z.array(StateSchema),
     args: OpArgsSchema.optional(),
+    /**
+     * the mtimes of the directories whose entries this op changes, as they were before it; kept
+     * at a session's first change of each directory (a rollback of the whole session puts them
+     * back once it has restored their entries)
+     */
+    dirs: z.array(z.object({ path: z.string(), mtimeNs: signedDecimal })).optional(),
   });
 
   const DoneRecordSchema = z.object({

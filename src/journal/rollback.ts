@@ -350,6 +350,8 @@ export interface ApplyEnv {
 }
 
 const WRITE_ONLY = C.O_WRONLY;
+/** S_ISUID | S_ISGID: what a chown clears */
+const PRIVILEGE_BITS = 0o6000;
 
 /** Undoes operations through a Vfs, so the undo is journaled (and policy keeps usage exact). */
 /** Where the journal saw a file: at `path`, at time `t` (2s-1: before op s; 2s+1: after it). */
@@ -533,7 +535,11 @@ class Undoer {
         if (b0) await this.vfs.chmod(p0, b0.mode, caller);
         return;
       case 'chown':
-        if (b0) await this.vfs.chown(p0, b0.uid, b0.gid, caller);
+        if (b0) {
+          await this.vfs.chown(p0, b0.uid, b0.gid, caller);
+          // the chown cleared setuid/setgid (the kernel does, for any caller), and so did this one
+          await this.restorePrivilegeBits(p0, b0, caller);
+        }
         return;
       case 'utimens':
         if (b0) await this.vfs.utimens(p0, { atimeNs: BigInt(b0.atimeNs ?? b0.mtimeNs), mtimeNs: BigInt(b0.mtimeNs) }, caller);
@@ -675,11 +681,26 @@ class Undoer {
       this.sight(now.ino, 2 * op.seq - 1, path); // as it was before op
 
     }
-    if (st.type !== 'symlink' && now.mode !== st.mode) await this.vfs.chmod(path, st.mode, caller);
+    // owner first: a chown clears setuid/setgid, which the chmod after it sets again
+    let mode = now.mode;
     if (this.vfs.backend.capabilities.owners && (now.uid !== st.uid || now.gid !== st.gid)) {
       await this.vfs.chown(path, st.uid, st.gid, caller);
+      mode = (await stateOf(this.vfs.backend, path))?.mode ?? mode;
     }
-    if (st.type === 'file') await this.vfs.utimens(path, { mtimeNs: BigInt(st.mtimeNs) }, caller);
+    if (st.type !== 'symlink' && mode !== st.mode) await this.vfs.chmod(path, st.mode, caller);
+    for (const [name, value] of Object.entries(st.xattrs ?? {})) await this.vfs.setxattr(path, name, Buffer.from(value, 'base64'), 0, caller);
+    // (a directory's entries are put back after this, which sets its mtime again: applyRollback
+    // sets it once more at the end)
+    await this.vfs.utimens(path, { mtimeNs: BigInt(st.mtimeNs) }, caller);
+  }
+
+  /** Set the setuid/setgid bits of `path` back to the recorded state's (a chown cleared them). */
+  private async restorePrivilegeBits(path: string, st: NodeState, caller: Caller): Promise<void> {
+    if (st.type === 'symlink' || (st.mode & PRIVILEGE_BITS) === 0) return;
+    const now = await stateOf(this.vfs.backend, path);
+    if (now && (now.mode & PRIVILEGE_BITS) !== (st.mode & PRIVILEGE_BITS)) {
+      await this.vfs.chmod(path, (now.mode & ~PRIVILEGE_BITS) | (st.mode & PRIVILEGE_BITS), caller);
+    }
   }
 }
 
@@ -703,6 +724,7 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
   const left: { path: string; seq: number }[] = [];
   let undone = 0;
   let restored = 0;
+  const dirTimes = new Map<string, DirTime>();
   // the intent reaches the journal file before the first change: a rollback cut short is known
   env.writer?.appendNow({
     kind: 'rollback-intent', time: Date.now(), session: env.session, actor: env.actor, target: env.target ?? '',
@@ -741,6 +763,7 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
       await undoer.undo(op, caller, env.partial?.has(op.seq) ?? false);
       env.writer?.appendSoon({ kind: 'restored', of: op.seq, time: Date.now(), session: env.session });
       restored++;
+      noteDirTimes(dirTimes, op);
     } catch (err) {
       const reason = err instanceof VfsError ? err.reason : (err as Error).message;
       const c: Conflict = { seq: op.seq, op: op.op, path: op.paths[0] as string, reason: `undo failed: ${reason}` };
@@ -754,7 +777,48 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
     undone++;
     env.onProgress?.(undone, ops.length);
   }
-  return finish([]);
+  return finish(await restoreDirTimes(dirTimes, env));
+}
+
+/** A directory's mtime to set back once the rollback is done, and the operation that recorded it. */
+interface DirTime {
+  mtimeNs: string;
+  op: Operation;
+}
+
+/**
+ * The directory mtimes `op` recorded as they were before it (its parents' at the session's first
+ * change of them, and a removed directory's own). Ops come newest first: the oldest one's wins.
+ */
+function noteDirTimes(times: Map<string, DirTime>, op: Operation): void {
+  const b0 = op.before[0] ?? null;
+  if (op.op === 'rmdir' && b0?.type === 'dir') times.set(op.paths[0] as string, { mtimeNs: b0.mtimeNs, op });
+  const b1 = op.before[1] ?? null;
+  if (op.op === 'rename' && b1?.type === 'dir') times.set(op.paths[1] as string, { mtimeNs: b1.mtimeNs, op });
+  for (const d of op.dirs ?? []) times.set(d.path, { mtimeNs: d.mtimeNs, op });
+}
+
+/**
+ * Set the directories' mtimes back (noteDirTimes) now that their entries are: each undo that
+ * put an entry back set its directory's mtime to the rollback's time. A directory no longer
+ * there (a later undo removed or moved it) is left; a failure is reported as the recording op's.
+ */
+async function restoreDirTimes(times: Map<string, DirTime>, env: ApplyEnv): Promise<Conflict[]> {
+  for (const [path, { mtimeNs, op }] of times) {
+    try {
+      const now = await stateOf(env.vfs.backend, path);
+      if (now?.type !== 'dir' || now.mtimeNs === mtimeNs) continue;
+      // journaled as part of that op's undo: a later rollback to the same point has nothing left to do
+      const caller: Caller = { operator: true };
+      env.stage.tag(caller, { session: env.session, actor: env.actor, undoes: op.seq });
+      await env.vfs.utimens(path, { mtimeNs: BigInt(mtimeNs) }, caller);
+    } catch (err) {
+      if (err instanceof VfsError && (err.code === 'ENOENT' || err.code === 'ENOTDIR')) continue;
+      const reason = err instanceof VfsError ? err.reason : (err as Error).message;
+      return [{ seq: op.seq, op: op.op, path, reason: `setting the directory's mtime back failed: ${reason}` }];
+    }
+  }
+  return [];
 }
 
 /**

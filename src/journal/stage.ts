@@ -1,5 +1,5 @@
 import crypto from 'node:crypto';
-import { type Attr, type Backend, type BackendFile, type Caller, callerProcess, isWithin, type Logger, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
+import { type Attr, type Backend, type BackendFile, type Caller, callerProcess, isWithin, type Logger, parentOf, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
 import type { BlobStore } from './blobs.js';
 import { hashOpenFile, stateFromAttr, stateOf } from './node-state.js';
@@ -9,6 +9,9 @@ import type { JournalWriter } from './writer.js';
 
 /** Ops that change a node's metadata and leave its name (and a symlink's text) as it was. */
 const META_OPS: ReadonlySet<string> = new Set<JournalOp>(['chmod', 'chown', 'utimens', 'setxattr', 'removexattr']);
+
+/** Directories remembered as recorded (see `dirsSeen`); past this the set starts again (a second record of a directory is harmless). */
+const DIRS_SEEN_MAX = 100_000;
 
 /** Who a mutation is recorded for when a rollback makes it (set per caller object). */
 export interface RecordContext {
@@ -131,6 +134,11 @@ export class JournalStage implements MutationStage {
    */
   private lastCreate: { file: BackendFile; seq: number; path: string; done: DoneRecord } | null = null;
   private readonly contexts = new WeakMap<Caller, RecordContext>();
+  /**
+   * session + directory path whose mtime before its first entry change in that session an op
+   * record holds (OpRecord.dirs): one stat per directory a session changes, not per change
+   */
+  private readonly dirsSeen = new Set<string>();
   /** the seq of the write session that ended last at a path (DEFAULTS.journal.endedSessionsKept): a conflict
    * found at the last close of a file whose session a chmod or utimens split belongs to it */
   private readonly endedAt = new Map<string, number>();
@@ -238,6 +246,7 @@ export class JournalStage implements MutationStage {
     const seq = this.writer.nextSeq();
     const rec = this.opRecord(seq, m, m.op as JournalOp, paths, before);
     if (args) rec.args = args;
+    if (!META_OPS.has(m.op)) await this.recordDirTimes(rec);
     this.writer.appendNow(rec);
     let result: T;
     try {
@@ -280,6 +289,26 @@ export class JournalStage implements MutationStage {
     return result;
   }
 
+  /**
+   * The mtimes, before this op, of the directories whose entries it changes, where the op is the
+   * session's first change of them. A rollback puts its own entries back through the directory,
+   * which sets its mtime to the rollback's time; these are what it sets back at the end.
+   */
+  private async recordDirTimes(rec: OpRecord): Promise<void> {
+    let dirs: { path: string; mtimeNs: string }[] | undefined;
+    for (const p of rec.paths) {
+      if (p === '/') continue;
+      const dir = parentOf(p);
+      const key = `${rec.session}\0${dir}`;
+      if (this.dirsSeen.has(key)) continue;
+      if (this.dirsSeen.size >= DIRS_SEEN_MAX) this.dirsSeen.clear();
+      this.dirsSeen.add(key);
+      const st = await stateOf(this.backend, dir);
+      if (st?.type === 'dir') (dirs ??= []).push({ path: dir, mtimeNs: st.mtimeNs });
+    }
+    if (dirs) rec.dirs = dirs;
+  }
+
   /** Before-states, with a before-image of the content this mutation destroys. */
   private async beforeStates(m: Mutation, paths: string[]): Promise<State[]> {
     // An O_EXCL create either finds nothing there or fails (EEXIST, journaled as failed): no
@@ -294,6 +323,10 @@ export class JournalStage implements MutationStage {
     switch (m.op) {
       case 'unlink':
         if (b0) await keep(0, b0.size);
+        await this.keepXattrs(b0, paths[0] as string);
+        break;
+      case 'rmdir':
+        await this.keepXattrs(b0, paths[0] as string);
         break;
       case 'create':
         // O_CREAT on an existing file (a race with the kernel's lookup): O_TRUNC empties it
@@ -305,13 +338,43 @@ export class JournalStage implements MutationStage {
       case 'rename': {
         const to = before[1];
         // renamed over: the replaced file's content goes (unless both names are one node)
-        if (to && !(b0 && b0.ino === to.ino)) await keep(1, to.size);
+        if (to && !(b0 && b0.ino === to.ino)) {
+          await keep(1, to.size);
+          await this.keepXattrs(to, paths[1] as string);
+        }
         break;
       }
       default:
         break;
     }
     return before;
+  }
+
+  /**
+   * Keep the `user.*` extended attributes of a node this op removes (the only ones a program
+   * can set through the mount), so that a rollback brings them back with it. A store or node
+   * that has none (a symlink, an object store without them) keeps nothing.
+   */
+  private async keepXattrs(s: State, path: string): Promise<void> {
+    const { listxattr, getxattr } = this.backend;
+    if (!s || s.type === 'symlink' || !listxattr || !getxattr) return;
+    let names: string[];
+    try {
+      names = await listxattr.call(this.backend, path);
+    } catch (err) {
+      if (err instanceof VfsError && (err.code === 'EOPNOTSUPP' || err.code === 'ENODATA')) return;
+      throw err;
+    }
+    let kept: Record<string, string> | undefined;
+    for (const name of names) {
+      if (!name.startsWith('user.')) continue;
+      try {
+        (kept ??= {})[name] = (await getxattr.call(this.backend, path, name)).toString('base64');
+      } catch (err) {
+        if (!(err instanceof VfsError && err.code === 'ENODATA')) throw err; // removed meanwhile
+      }
+    }
+    if (kept) s.xattrs = kept;
   }
 
   /**
