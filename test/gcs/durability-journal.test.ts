@@ -209,6 +209,41 @@ os.close(r)`,
     expect(noted).toEqual([expect.objectContaining({ path: '/f', localFile: path.join(dir, kept[0] as string) })]);
   });
 
+  it('a name GCS refuses is EINVAL at create and rename; an upload GCS refuses (400) is kept aside, not retried for ever', async () => {
+    const m = await mount();
+    // close(2) used to succeed and the upload to be retried every 3 s, the unmount waiting on it
+    const out = py(
+      `
+import errno, json, os
+r = {}
+def err(f):
+    try:
+        f(); return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+r['create'] = err(lambda: open('nl\\nname', 'w').close())
+r['cr'] = err(lambda: open('cr\\rname', 'w').close())
+open('plain', 'w').close()
+r['rename'] = err(lambda: os.rename('plain', 'ren\\nnl'))
+print(json.dumps(r))
+`,
+      m.mnt,
+    );
+    expect(JSON.parse(out)).toEqual({ create: 'EINVAL', cr: 'EINVAL', rename: 'EINVAL' });
+    await eventually('the queue settled', async () => spooled() === 0, 20_000);
+    // every upload is refused until ours is kept aside (the journal mirror's too: it retries)
+    await g.fault({ status: 400, count: -1, method: 'POST', pathPrefix: '/upload/' });
+    py("open('refused', 'w').write('mine\\n')", m.mnt);
+    const dir = path.join(state(), 'conflicts');
+    await eventually('the refused version kept aside', async () => fs.existsSync(dir) && fs.readdirSync(dir).some((n) => !n.endsWith('.json')), 20_000);
+    await g.clearFaults();
+    const kept = fs.readdirSync(dir).filter((n) => !n.endsWith('.json'));
+    expect(kept.map((n) => fs.readFileSync(path.join(dir, n), 'utf8'))).toEqual(['mine\n']);
+    await eventually('the queue settled', async () => spooled() === 0, 20_000);
+    expect(m.logs()).toMatch(/"level":40.*refused/);
+    await m.stop(); // the unmount has nothing left to wait for
+  });
+
   const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
 
   it('a signal while the unmount waits for a bucket out of reach stops the wait: the daemon exits, the queue stays in the spool for the next mount', async () => {

@@ -1,5 +1,7 @@
 import { hasRawBytes, VfsError } from '../../core/index.js';
 
+const CR_LF = /[\r\n]/;
+
 /**
  * View paths <-> object names. A file `/a/b` is the object `<prefix>a/b`; a directory `/a` is
  * the placeholder object `<prefix>a/` and/or the common prefix `<prefix>a/` of other objects;
@@ -12,6 +14,9 @@ export class ObjectNames {
   key(path: string): string {
     // Object names are UTF-8: a name with other bytes (core/names.ts) cannot be stored, nor exist.
     if (hasRawBytes(path)) throw new VfsError('EILSEQ', `${path}: the name is not valid UTF-8, and GCS object names must be`);
+    // Checked here, not left to the bucket: with --durability journal a create reaches GCS only
+    // after close(2) has succeeded, too late to refuse the name.
+    if (CR_LF.test(path)) throw new VfsError('EINVAL', `${JSON.stringify(path)}: GCS object names cannot hold a carriage return or line feed`);
     const k = this.prefix + path.slice(1);
     // GCS caps names at 1024 bytes of UTF-8; a longer path cannot exist there.
     if (Buffer.byteLength(k) + 1 > 1024) throw new VfsError('ENAMETOOLONG', `${path}: object name would exceed 1024 bytes`);

@@ -5,7 +5,7 @@ import { CRC32C } from '@google-cloud/storage';
 import { DEFAULTS } from '../../config/index.js';
 import { fsyncPath, isWithin, VfsError } from '../../core/index.js';
 import type { GcsRequests } from './client.js';
-import { isPreconditionFailed, toVfsError } from './errors.js';
+import { httpStatus, isPreconditionFailed, toVfsError } from './errors.js';
 import { META, type ObjectInfo } from './metadata.js';
 import type { GcsConflict } from './options.js';
 import { SpoolLog, type SpoolBytes, type SpoolEntry } from './spool-log.js';
@@ -484,6 +484,11 @@ export class UploadQueue {
         const cur = await this.host.req.head(e.key).catch(() => undefined);
         if (cur && (await isOurs(cur, q, () => this.bytesOf(q)))) info = cur;
         else conflict = cur ?? null;
+      } else if (httpStatus(err) === 400) {
+        // a request GCS refuses whatever the retry (a name or a value it does not take): kept
+        // aside as a refused close is in bucket mode, not retried for ever (an unmount waited on it)
+        this.setAside(q, base, undefined, toVfsError(err, `upload ${e.path}`));
+        return;
       } else {
         // GCS unreachable through every retry, or refused: the version is safe in the spool;
         // try again later, with backoff, without giving up
@@ -528,8 +533,11 @@ export class UploadQueue {
     }
   }
 
-  /** 412 that is not ours: the local version goes to conflicts/, as a refused close does in bucket mode. */
-  private setAside(q: Queued, base: bigint, cur: ObjectInfo | undefined): void {
+  /**
+   * 412 that is not ours, or (`refused`) a request GCS will never take: the local version goes
+   * to conflicts/, as a refused close does in bucket mode.
+   */
+  private setAside(q: Queued, base: bigint, cur: ObjectInfo | undefined, refused?: VfsError): void {
     const e = q.entry;
     const flat = e.path.slice(1).replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
     const dest = nodePath.join(this.host.conflictsDir, `${new Date().toISOString().replace(/[:.]/g, '-')}-${flat}-${randomUUID().slice(0, 8)}`);
@@ -545,12 +553,12 @@ export class UploadQueue {
       kept = q.ownFile;
     }
     this.conflicts++;
-    const error = new VfsError(
-      'ESTALE',
-      `${e.path}: not uploaded: the object changed in the bucket since it was read (generation ${base} -> ${cur ? cur.generation : 'deleted'}); the local version is kept at ${kept ?? `${q.bytes.file} (at byte ${q.bytes.offset})`}`,
-    );
+    const where = kept ?? `${q.bytes.file} (at byte ${q.bytes.offset})`;
+    const error = refused
+      ? new VfsError(refused.code, `${e.path}: not uploaded (${refused.reason}); the local version is kept at ${where}`)
+      : new VfsError('ESTALE', `${e.path}: not uploaded: the object changed in the bucket since it was read (generation ${base} -> ${cur ? cur.generation : 'deleted'}); the local version is kept at ${where}`);
     this.host.reportConflict({
-      reason: 'changed-remotely',
+      reason: refused ? 'upload-failed' : 'changed-remotely',
       path: e.path,
       objectName: e.key,
       expectedGeneration: base.toString(),
