@@ -6,7 +6,7 @@ import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace
 import { DEFAULTS, formatSize, type BindingName, type LogFormat, type LogLevel, type PresetName } from '../config/index.js';
 import { pendingLine, raiseFdLimit, sdNotify, StagedBackend } from '../backend/index.js';
 import { BindingUnavailable, fsNameFor, MountError, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
-import { JournalLockedError, type MountJournal, newSessionId, openJournal, resolveStateDir, StateDirError } from '../journal/index.js';
+import { JournalLock, JournalLockedError, type MountJournal, newSessionId, openJournal, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { createLogger, isWithin, type Logger } from '../core/index.js';
 import type { SessionInfo } from '../policy/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
@@ -109,6 +109,13 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   if (o.staged && o.journal === false) throw new UserError('--staged needs the journal (its overlay lives in the state directory): leave --no-journal out');
   // a staged mount's overlay is named by its session, known before the workspace opens
   if (o.staged) o = { ...o, session: o.session ?? newSessionId() };
+  // Refused before the workspace opens: a GCS workspace resumes the uploads left in its state
+  // directory's spool and finishes interrupted directory renames as it opens, which a mount
+  // already serving that state directory is doing itself (a refused second mount rolled its
+  // spool to a new segment under it: closes failed with EIO, and it died on a closed fd).
+  if (o.journal !== false) refuseJournalInUse(o);
+  const busy = mountpointProblem(mountpoint);
+  if (busy) throw new UserError(busy);
   let ws: OpenedWorkspace;
   try {
     // state too: a journal directory inside the served tree is hidden and refused by the view
@@ -145,8 +152,6 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     if (why) throw new UserError(why);
     stateDirExisted = fs.existsSync(stateDir);
   }
-  const problem = mountpointProblem(mountpoint);
-  if (problem) throw new UserError(problem);
   /** after a failure: a state directory this mount made goes (one that was there stays) */
   const forgetJournal = async () => {
     await limitCounts?.stop();
@@ -374,6 +379,18 @@ function stateFlag(stateDir: string | undefined): string {
  * the daemon: see readiness.ts). A mount that never answers is not declared ready; systemd's
  * TimeoutStartSec then fails the unit.
  */
+/** The journal lock's live holder, if any, as the later acquire would name it (nothing is taken here). */
+function refuseJournalInUse(o: { source?: string; policy?: string; state?: string }): void {
+  let dir: string;
+  try {
+    dir = resolveStateDir({ source: o.source, policy: o.policy, state: o.state });
+  } catch {
+    return; // said with its reason where the state directory is resolved for the journal
+  }
+  const holder = JournalLock.liveHolder(stateLayout(dir).lockFile);
+  if (holder) throw new UserError(`the journal is in use by pid ${holder.pid} (${holder.role}, since ${holder.since})`);
+}
+
 async function notifyReady(mountpoint: string, source: string, stillMounted: () => boolean, log: Logger): Promise<void> {
   const deadline = Date.now() + DEFAULTS.daemonReadyTimeoutSec * 1000;
   while (stillMounted() && Date.now() < deadline) {

@@ -244,6 +244,27 @@ print(json.dumps(r))
     await m.stop(); // the unmount has nothing left to wait for
   });
 
+  it('a second mount on the same state directory is refused before it touches the spool; the first goes on', async () => {
+    const m = await mount();
+    sh('mkdir rep && echo one > rep/f0', m.mnt);
+    await eventually('the queue settled', async () => spooled() === 0, 20_000);
+    const segments = fs.readdirSync(spool()).sort();
+    const mnt2 = path.join(home, 'second');
+    fs.mkdirSync(mnt2);
+    // (it used to resume the spool first: a new segment under the running daemon, whose closes
+    // then failed with EIO, and which died on a descriptor closed under it)
+    const r = spawnSync(process.execPath, [CLI, 'mount', '--source', `gs://${g.bucket}`, '--durability', 'journal', '--state', state(), mnt2], {
+      encoding: 'utf8', timeout: 60_000, env: { ...process.env, ...m.env },
+    });
+    expect(r.status, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/the journal is in use by pid \d+ \(mount /);
+    expect(fs.readdirSync(spool()).sort()).toEqual(segments);
+    py("for i in range(1, 40): open('rep/f%d' % i, 'w').write('x' * 70000 + str(i))", m.mnt);
+    await eventually('the queue settled', async () => spooled() === 0, 30_000);
+    expect(await inBucket('rep/f39')).toBe('x'.repeat(70000) + '39');
+    expect(fs.existsSync(path.join(state(), 'conflicts'))).toBe(false);
+  });
+
   const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url } });
 
   it('a signal while the unmount waits for a bucket out of reach stops the wait: the daemon exits, the queue stays in the spool for the next mount', async () => {
