@@ -29,8 +29,18 @@ function processStart(pid: number): string | undefined {
   }
 }
 
+/** A process killed but not yet reaped by its parent (a shell's background job after kill -9) holds nothing. */
+function zombie(pid: number): boolean {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.charAt(stat.lastIndexOf(')') + 2) === 'Z';
+  } catch {
+    return false;
+  }
+}
+
 function alive(info: LockInfo): boolean {
-  if (!pidAlive(info.pid)) return false;
+  if (!pidAlive(info.pid) || zombie(info.pid)) return false;
   const start = processStart(info.pid);
   return info.start === undefined || start === undefined || start === info.start;
 }
