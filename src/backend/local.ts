@@ -92,6 +92,24 @@ function sys<T>(what: string, fn: () => T): T {
   }
 }
 
+function needNodeOps(what: string): NodeOps {
+  const ops = nodeOps();
+  if (ops === null) throw new VfsError('EOPNOTSUPP', `${what}: native/ledgerfs_local is not built (node scripts/build-native.mjs)`);
+  return ops;
+}
+
+/** listxattr's NUL-separated names, as a program may see them (xattr-names.ts) */
+function listedXattrs(raw: Buffer): string[] {
+  const names: string[] = [];
+  for (let at = 0; at < raw.length; ) {
+    const end = raw.indexOf(0, at);
+    const n = nameFromBytes(raw.subarray(at, end < 0 ? raw.length : end));
+    if (n !== '' && listableXattr(n)) names.push(n);
+    at = end < 0 ? raw.length : end + 1;
+  }
+  return names;
+}
+
 /**
  * A file open in the local store. Its descriptor is held in the store's pool (fd-pool.ts): when
  * the pool is full the least recently used one is closed, and reopened here, by the path the
@@ -179,6 +197,63 @@ class LocalFile implements BackendFile, Pooled {
 
   async stat(): Promise<Attr> {
     return this.store.fstatFd(this.live(), this.path);
+  }
+
+  /*
+   * Attribute changes through the open file: what the kernel sends by node for a file unlinked
+   * while open (fchmod, fchown, futimens, f*xattr), which has no path left to go by.
+   */
+
+  async chmod(mode: number): Promise<Attr> {
+    const fd = this.live();
+    sys(`chmod ${this.path}`, () => this.store.chmodFd(fd, this.path, mode));
+    return this.store.fstatFd(fd, this.path);
+  }
+
+  async chown(uid: number, gid: number): Promise<Attr> {
+    const fd = this.live();
+    sys(`chown ${this.path}`, () => fs.fchownSync(fd, uid, gid));
+    return this.store.fstatFd(fd, this.path);
+  }
+
+  async utimens(times: TimeSpec): Promise<Attr | void> {
+    const set = this.store.utimensFd(times);
+    if (set === 'nothing') return;
+    if (set === null) throw new VfsError('EOPNOTSUPP', `utimens ${this.path}: native/ledgerfs_local is not built`);
+    const fd = this.live();
+    sys(`utimens ${this.path}`, () => set(fd));
+    return this.store.fstatFd(fd, this.path);
+  }
+
+  async getxattr(name: string): Promise<Buffer> {
+    checkXattrRead(name, this.path);
+    const what = `getxattr ${name} ${this.path}`;
+    const ops = needNodeOps(what);
+    const fd = this.live();
+    return sys(what, () => ops.getxattr(fd, name));
+  }
+
+  async listxattr(): Promise<string[]> {
+    const what = `listxattr ${this.path}`;
+    const ops = needNodeOps(what);
+    const fd = this.live();
+    return listedXattrs(sys(what, () => ops.listxattr(fd)));
+  }
+
+  async setxattr(name: string, value: Buffer, flags: number): Promise<void> {
+    checkXattrWrite(name, this.path);
+    const what = `setxattr ${name} ${this.path}`;
+    const ops = needNodeOps(what);
+    const fd = this.live();
+    sys(what, () => ops.setxattr(fd, name, value, flags));
+  }
+
+  async removexattr(name: string): Promise<void> {
+    checkXattrWrite(name, this.path);
+    const what = `removexattr ${name} ${this.path}`;
+    const ops = needNodeOps(what);
+    const fd = this.live();
+    sys(what, () => ops.removexattr(fd, name));
   }
 
   async sync(dataOnly: boolean): Promise<void> {
@@ -775,12 +850,15 @@ export class LocalBackend implements Backend {
    */
 
   async chmod(path: string, mode: number): Promise<Attr> {
-    return this.changeNode(path, `chmod ${path}`, (fd) => {
-      // Linux cannot chmod a symlink itself (through the descriptor it would, on ext4), and
-      // following it could leave the root
-      if (this.fstatFd(fd, path).type === 'symlink') throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
-      fs.chmodSync(procFd(fd), mode & 0o7777);
-    });
+    return this.changeNode(path, `chmod ${path}`, (fd) => this.chmodFd(fd, path, mode));
+  }
+
+  /** chmod of the node `fd` holds (an O_PATH descriptor, or an open file's own) */
+  chmodFd(fd: number, path: string, mode: number): void {
+    // Linux cannot chmod a symlink itself (through the descriptor it would, on ext4), and
+    // following it could leave the root
+    if (this.fstatFd(fd, path).type === 'symlink') throw new VfsError('EOPNOTSUPP', `${path} is a symlink; its mode cannot be changed`);
+    fs.chmodSync(procFd(fd), mode & 0o7777);
   }
 
   async chown(path: string, uid: number, gid: number): Promise<Attr> {
@@ -788,15 +866,8 @@ export class LocalBackend implements Backend {
   }
 
   async utimens(path: string, times: TimeSpec): Promise<Attr | void> {
-    const ops = nodeOps();
-    if (ops) {
-      const [as, ans] = utimePart(times.atimeNs);
-      const [ms, mns] = utimePart(times.mtimeNs);
-      if (ans === UTIME_OMIT && mns === UTIME_OMIT) return;
-      // utimensat(2) on the node itself: exact to the nanosecond at any time the backing file
-      // system keeps (ext4: 1901-12-13 to 2446), and "now" is the kernel's clock
-      return this.changeNode(path, `utimens ${path}`, (fd) => ops.utimens(fd, as, ans, ms, mns));
-    }
+    const set = this.utimensFd(times);
+    if (set) return set === 'nothing' ? undefined : this.changeNode(path, `utimens ${path}`, set);
     const p = osPath(this.host(path));
     if (times.atimeNs === undefined && times.mtimeNs === undefined) return;
     const cur = sys(`stat ${path}`, () => fs.lstatSync(p, { bigint: true }));
@@ -805,6 +876,20 @@ export class LocalBackend implements Backend {
     const at = nsToSeconds(pick(times.atimeNs, cur.atimeNs));
     const mt = nsToSeconds(pick(times.mtimeNs, cur.mtimeNs));
     sys(`utimens ${path}`, () => fs.lutimesSync(p, at, mt));
+  }
+
+  /**
+   * utimensat(2) on the node a descriptor holds: exact to the nanosecond at any time the backing
+   * file system keeps (ext4: 1901-12-13 to 2446), and "now" is the kernel's clock. 'nothing':
+   * both times omitted; null: the addon is not built (utimes by path then).
+   */
+  utimensFd(times: TimeSpec): ((fd: number) => void) | 'nothing' | null {
+    const ops = nodeOps();
+    if (!ops) return null;
+    const [as, ans] = utimePart(times.atimeNs);
+    const [ms, mns] = utimePart(times.mtimeNs);
+    if (ans === UTIME_OMIT && mns === UTIME_OMIT) return 'nothing';
+    return (fd) => ops.utimens(fd, as, ans, ms, mns);
   }
 
   /** `change` on an O_PATH descriptor of the node, then the node's attributes */
@@ -858,8 +943,7 @@ export class LocalBackend implements Backend {
 
   /** `fn` with the addon's node helpers on an O_PATH descriptor of the node (see withNode) */
   private onNode<T>(path: string, what: string, fn: (ops: NodeOps, fd: number) => T): T {
-    const ops = nodeOps();
-    if (ops === null) throw new VfsError('EOPNOTSUPP', `${what}: native/ledgerfs_local is not built (node scripts/build-native.mjs)`);
+    const ops = needNodeOps(what);
     return this.withNode(path, what, (fd) => fn(ops, fd));
   }
 
@@ -879,15 +963,7 @@ export class LocalBackend implements Backend {
   }
 
   async listxattr(path: string): Promise<string[]> {
-    const raw = this.onNode(path, `listxattr ${path}`, (ops, fd) => ops.listxattr(fd));
-    const names: string[] = [];
-    for (let at = 0; at < raw.length; ) {
-      const end = raw.indexOf(0, at);
-      const n = nameFromBytes(raw.subarray(at, end < 0 ? raw.length : end));
-      if (n !== '' && listableXattr(n)) names.push(n);
-      at = end < 0 ? raw.length : end + 1;
-    }
-    return names;
+    return listedXattrs(this.onNode(path, `listxattr ${path}`, (ops, fd) => ops.listxattr(fd)));
   }
 
   async setxattr(path: string, name: string, value: Buffer, flags: number): Promise<void> {

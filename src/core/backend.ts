@@ -124,6 +124,18 @@ export interface BackendFile {
    * Resolves at most about the size (its last block) when nothing is reserved past it.
    */
   allocatedEnd?(): Promise<number>;
+  /**
+   * Optional: attribute and xattr changes through the open file, for a file unlinked while open
+   * (the kernel sends fchmod, fchown, futimens and the f*xattr calls by node, and such a node
+   * has no path). Each answers as the path-based call on the store does.
+   */
+  chmod?(mode: number): Promise<Attr | void>;
+  chown?(uid: number, gid: number): Promise<Attr | void>;
+  utimens?(times: TimeSpec): Promise<Attr | void>;
+  getxattr?(name: string): Promise<Buffer>;
+  listxattr?(): Promise<string[]>;
+  setxattr?(name: string, value: Buffer, flags: number): Promise<void>;
+  removexattr?(name: string): Promise<void>;
 }
 
 /**

@@ -168,6 +168,9 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
     chmod: (c, path, mode) => t(S.chmod, c, path, now(), vfs.chmod(path, mode, c)),
     chown: (c, path, uid, gid) => t(S.chown, c, path, now(), vfs.chown(path, uid, gid, c)),
     utimens: (c, path, times) => t(S.utimens, c, path, now(), vfs.utimens(path, times, c)),
+    fchmod: (c, fh, mode) => t(S.chmod, c, null, now(), vfs.fchmod(fh, mode), fh),
+    fchown: (c, fh, uid, gid) => t(S.chown, c, null, now(), vfs.fchown(fh, uid, gid), fh),
+    futimens: (c, fh, times) => t(S.utimens, c, null, now(), vfs.futimens(fh, times), fh),
   };
   // a store with hard links has real inode numbers (GCS derives them from paths)
   if (vfs.backend.capabilities.hardLinks) ops.inodesNameNodes = true;
@@ -177,6 +180,10 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
       set: (c, path, name, value, flags) => t(S.setxattr, c, path, now(), vfs.setxattr(path, name, value, flags, c)),
       list: (c, path) => t(S.listxattr, c, path, now(), vfs.listxattr(path)),
       remove: (c, path, name) => t(S.removexattr, c, path, now(), vfs.removexattr(path, name, c)),
+      fget: (c, fh, name) => t(S.getxattr, c, null, now(), vfs.fgetxattr(fh, name), fh),
+      fset: (c, fh, name, value, flags) => t(S.setxattr, c, null, now(), vfs.fsetxattr(fh, name, value, flags), fh),
+      flist: (c, fh) => t(S.listxattr, c, null, now(), vfs.flistxattr(fh), fh),
+      fremove: (c, fh, name) => t(S.removexattr, c, null, now(), vfs.fremovexattr(fh, name), fh),
     };
   }
   return ops;

@@ -57,6 +57,10 @@ export interface FsOps {
   chmod(caller: Caller, path: string, mode: number): Promise<Attr | void>;
   chown(caller: Caller, path: string, uid: number, gid: number): Promise<Attr | void>;
   utimens(caller: Caller, path: string, times: TimeSpec): Promise<Attr | void>;
+  /** chmod, chown and utimens of a node unlinked while open, through its open handle `fh` */
+  fchmod(caller: Caller, fh: number, mode: number): Promise<Attr | void>;
+  fchown(caller: Caller, fh: number, uid: number, gid: number): Promise<Attr | void>;
+  futimens(caller: Caller, fh: number, times: TimeSpec): Promise<Attr | void>;
 
   /** the store's inode numbers name its nodes for the life of the mount (hard links share
    * one): the binding may then give all names of an inode one kernel node */
@@ -69,6 +73,11 @@ export interface FsOps {
     set(caller: Caller, path: string, name: string, value: Buffer, flags: number): Promise<void>;
     list(caller: Caller, path: string): Promise<string[]>;
     remove(caller: Caller, path: string, name: string): Promise<void>;
+    /** the same on a node unlinked while open, through its open handle `fh` */
+    fget(caller: Caller, fh: number, name: string): Promise<Buffer>;
+    fset(caller: Caller, fh: number, name: string, value: Buffer, flags: number): Promise<void>;
+    flist(caller: Caller, fh: number): Promise<string[]>;
+    fremove(caller: Caller, fh: number, name: string): Promise<void>;
   };
 }
 

@@ -222,9 +222,14 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
     if (fh >= 0) return ops.fgetattr(c, nodes.path(ino), fh);
     const p = nodes.path(ino);
     if (p !== null) return ops.getattr(c, p);
-    const open = nodes.get(ino)?.openHandles;
-    if (open?.length) return ops.fgetattr(c, null, open[open.length - 1] as number);
+    const open = orphanHandle(ino);
+    if (open !== null) return ops.fgetattr(c, null, open);
     return Promise.reject(gone());
+  }
+  /** a node unlinked while open has no path: what is asked of it by node goes through one of its open files */
+  function orphanHandle(ino: number): number | null {
+    const open = nodes.get(ino)?.openHandles;
+    return open?.length ? (open[open.length - 1] as number) : null;
   }
 
   /**
@@ -270,6 +275,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
     const atime = readTime(i64, 9, i32, NSEC), mtime = readTime(i64, 10, i32, NSEC + 1);
     try {
       const p = nodes.path(ino);
+      const orphan = p === null ? orphanHandle(ino) : null;
       // the attributes the last change left, when the core read them after it (the journal does)
       let last: Attr | void = undefined;
       const chown = (valid & (SET_UID | SET_GID)) !== 0;
@@ -278,9 +284,10 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
         const cleared = await clearSetid(c, p, await attrOf(c, ino, fh));
         if (cleared !== null) last = cleared;
       }
-      if (valid & SET_MODE) last = await ops.chmod(c, need(p), mode);
+      if (valid & SET_MODE) last = orphan !== null ? await ops.fchmod(c, orphan, mode) : await ops.chmod(c, need(p), mode);
       if (chown) {
-        last = await ops.chown(c, need(p), valid & SET_UID ? uid : KEEP_ID, valid & SET_GID ? gid : KEEP_ID);
+        const [u, g] = [valid & SET_UID ? uid : KEEP_ID, valid & SET_GID ? gid : KEEP_ID];
+        last = orphan !== null ? await ops.fchown(c, orphan, u, g) : await ops.chown(c, need(p), u, g);
         // after the chown, which clears the bits itself on a Linux file system: its answer
         // (tar as root chowns every file) tells whether anything is left to clear, no stat first
         if (kill) {
@@ -295,7 +302,7 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
           atimeNs: valid & SET_ATIME_NOW ? 'now' : valid & SET_ATIME ? atime : undefined,
           mtimeNs: valid & SET_MTIME_NOW ? 'now' : valid & SET_MTIME ? mtime : undefined,
         };
-        last = await ops.utimens(c, need(p), times);
+        last = orphan !== null ? await ops.futimens(c, orphan, times) : await ops.utimens(c, need(p), times);
       }
       // else by path (or a handle of the node when unlinked): a handle passed here may be a
       // directory's, which is not a core file handle
@@ -578,10 +585,18 @@ function makeHandler(addon: Addon, ops: FsOps, onClosed: () => void, session: ()
         }
         // a: fh, b: offset, c: whence (SEEK_DATA/SEEK_HOLE)
         case Op.LSEEK: return void num(id, ops.lseek(who, a, b, c));
-        case Op.GETXATTR: return void (x ? value(id, x.get(who, need(nodes.path(ino)), nm)) : reply(id, EIO));
-        case Op.SETXATTR: return void (x ? done(id, x.set(who, need(nodes.path(ino)), nm, extra as Buffer, a)) : reply(id, EIO));
-        case Op.LISTXATTR: return void (x ? value(id, x.list(who, need(nodes.path(ino)))) : reply(id, EIO));
-        case Op.REMOVEXATTR: return void (x ? done(id, x.remove(who, need(nodes.path(ino)), nm)) : reply(id, EIO));
+        case Op.GETXATTR:
+        case Op.SETXATTR:
+        case Op.LISTXATTR:
+        case Op.REMOVEXATTR: {
+          if (!x) return void reply(id, EIO);
+          const p = nodes.path(ino);
+          const fh = p === null ? orphanHandle(ino) : null;
+          if (op === Op.GETXATTR) return void value(id, fh !== null ? x.fget(who, fh, nm) : x.get(who, need(p), nm));
+          if (op === Op.SETXATTR) return void done(id, fh !== null ? x.fset(who, fh, nm, extra as Buffer, a) : x.set(who, need(p), nm, extra as Buffer, a));
+          if (op === Op.LISTXATTR) return void value(id, fh !== null ? x.flist(who, fh) : x.list(who, need(p)));
+          return void done(id, fh !== null ? x.fremove(who, fh, nm) : x.remove(who, need(p), nm));
+        }
         default: reply(id, EIO);
       }
     } catch (e) {

@@ -647,6 +647,46 @@ export class Vfs {
     await this.mutate({ op: 'removexattr', path, xattr: name, caller }, () => x.removexattr(path, name));
   }
 
+  /*
+   * fchmod, fchown, futimens and the f*xattr calls on a file unlinked while open: the binding
+   * sends them here when the node has no path left. They go through the open file and, like its
+   * writes, are neither journaled nor judged by the policy: the view no longer shows the file.
+   */
+
+  fchmod(fh: number, mode: number): Promise<Attr | void> {
+    return this.throughHandle(fh, 'chmod', (f) => f.chmod?.(mode));
+  }
+
+  fchown(fh: number, uid: number, gid: number): Promise<Attr | void> {
+    return this.throughHandle(fh, 'chown', (f) => f.chown?.(uid, gid));
+  }
+
+  futimens(fh: number, times: TimeSpec): Promise<Attr | void> {
+    return this.throughHandle(fh, 'utimens', (f) => f.utimens?.(times));
+  }
+
+  fgetxattr(fh: number, name: string): Promise<Buffer> {
+    return this.throughHandle(fh, 'getxattr', (f) => f.getxattr?.(name));
+  }
+
+  flistxattr(fh: number): Promise<string[]> {
+    return this.throughHandle(fh, 'listxattr', (f) => f.listxattr?.());
+  }
+
+  fsetxattr(fh: number, name: string, value: Buffer, flags: number): Promise<void> {
+    return this.throughHandle(fh, 'setxattr', (f) => f.setxattr?.(name, value, flags));
+  }
+
+  fremovexattr(fh: number, name: string): Promise<void> {
+    return this.throughHandle(fh, 'removexattr', (f) => f.removexattr?.(name));
+  }
+
+  private throughHandle<T>(fh: number, op: string, fn: (f: BackendFile) => Promise<T> | undefined): Promise<T> {
+    const r = fn(this.handle(fh).of.file);
+    if (r === undefined) return Promise.reject(new VfsError('ENOENT', `${op} of a file unlinked while open: the ${this.backend.kind} backend cannot change it through its open file`));
+    return r;
+  }
+
   /** Close every handle (unmount). */
   async closeAll(): Promise<void> {
     for (const fh of [...this.handles.keys()]) await this.release(fh).catch(() => undefined);

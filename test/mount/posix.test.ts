@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { onGcs, py, run, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { onGcs, py, run, RUNNING_BINDING, sh, startMount, type TestMount } from '../helpers/mount.js';
 import { waitUntil } from '../helpers/sandbox.js';
 
 /** POSIX semantics through a real mount, driven by real programs (bash, coreutils, python3). */
@@ -43,6 +43,40 @@ print(json.dumps(dict(gone=gone, listing=listing, data=data.decode(), nlink=st.s
     );
     expect(JSON.parse(out)).toEqual({
       gone: true, listing: [], data: 'hello world', nlink: 0, size: 11, size2: 4, data2: 'hell', after: [],
+    });
+    expect(fs.readdirSync(m.src)).toEqual([]);
+  });
+
+  it.skipIf(onGcs || RUNNING_BINDING !== 'native-ll')('unlink while open: fchmod, fchown, futimens and the f*xattr calls through the open file', () => {
+    // sent by node, and the node had no name left: each answered ENOENT
+    const out = py(
+      `
+import errno, json, os
+f = open('u', 'w+'); fd = f.fileno()
+os.unlink('u')
+r = {}
+def do(name, fn):
+    try:
+        v = fn(); r[name] = 'ok' if v is None else v
+    except OSError as e:
+        r[name] = errno.errorcode[e.errno]
+do('fchmod', lambda: os.fchmod(fd, 0o600))
+do('fchown', lambda: os.fchown(fd, os.getuid(), os.getgid()))
+do('futimens', lambda: os.utime(fd, ns=(1, 2_000_000_003)))
+do('fsetxattr', lambda: os.setxattr(fd, 'user.q', b'1'))
+do('fgetxattr', lambda: os.getxattr(fd, 'user.q').decode())
+do('flistxattr', lambda: os.listxattr(fd))
+do('fremovexattr', lambda: os.removexattr(fd, 'user.q'))
+st = os.fstat(fd)
+r['mode'] = oct(st.st_mode & 0o7777); r['mtime'] = st.st_mtime_ns
+f.close()
+print(json.dumps(r))
+`,
+      m.mnt,
+    );
+    expect(JSON.parse(out)).toEqual({
+      fchmod: 'ok', fchown: 'ok', futimens: 'ok', fsetxattr: 'ok', fgetxattr: '1', flistxattr: ['user.q'], fremovexattr: 'ok',
+      mode: '0o600', mtime: 2_000_000_003,
     });
     expect(fs.readdirSync(m.src)).toEqual([]);
   });
