@@ -378,7 +378,7 @@ function isFdShortage(err: unknown): 'EMFILE' | 'ENFILE' | null {
  */
 export class LocalBackend implements Backend {
   readonly kind = 'local';
-  readonly capabilities: BackendCapabilities = { xattrs: nodeOps() !== null, hardLinks: true, symlinks: true, owners: true, posixNewNodes: true };
+  readonly capabilities: BackendCapabilities = { xattrs: nodeOps() !== null, hardLinks: true, symlinks: true, owners: true, posixNewNodes: true, dirTimes: true };
   readonly location: string;
   private readonly root: string;
   /** openat2 beneath `rootFd` when the addon is built; else realpath checks by path */

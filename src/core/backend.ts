@@ -179,6 +179,13 @@ export interface BackendCapabilities {
    * create or mkdir; on GCS that chown is a lookup and a metadata patch per new node.
    */
   newNodeOwner?: { uid: number; gid: number };
+  /**
+   * the store keeps a directory's mtime itself, moved by every change of its entries and set by
+   * utimens (a local file system): the journal records it before a session's first change of
+   * the entries, for a rollback to set back. Absent: derived (an object store's directories
+   * have no mtime of their own unless a placeholder holds one).
+   */
+  dirTimes?: boolean;
 }
 
 /** What a cache in front knows before a rename (see OpenMode.knownAbsent). */

@@ -246,7 +246,7 @@ export class JournalStage implements MutationStage {
     const seq = this.writer.nextSeq();
     const rec = this.opRecord(seq, m, m.op as JournalOp, paths, before);
     if (args) rec.args = args;
-    if (!META_OPS.has(m.op)) await this.recordDirTimes(rec);
+    if (!META_OPS.has(m.op) && this.backend.capabilities.dirTimes) await this.recordDirTimes(rec);
     this.writer.appendNow(rec);
     let result: T;
     try {
@@ -357,12 +357,12 @@ export class JournalStage implements MutationStage {
    */
   private async keepXattrs(s: State, path: string): Promise<void> {
     const { listxattr, getxattr } = this.backend;
-    if (!s || s.type === 'symlink' || !listxattr || !getxattr) return;
+    if (!s || s.type === 'symlink' || !this.backend.capabilities.xattrs || !listxattr || !getxattr) return;
     let names: string[];
     try {
       names = await listxattr.call(this.backend, path);
     } catch (err) {
-      if (err instanceof VfsError && (err.code === 'EOPNOTSUPP' || err.code === 'ENODATA')) return;
+      if (err instanceof VfsError && (err.code === 'EOPNOTSUPP' || err.code === 'ENOTSUP' || err.code === 'ENODATA')) return;
       throw err;
     }
     let kept: Record<string, string> | undefined;
