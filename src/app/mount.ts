@@ -111,11 +111,9 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   if (o.staged) o = { ...o, session: o.session ?? newSessionId() };
   // Refused before the workspace opens: a GCS workspace resumes the uploads left in its state
   // directory's spool and finishes interrupted directory renames as it opens, which a mount
-  // already serving that state directory is doing itself (a refused second mount rolled its
-  // spool to a new segment under it: closes failed with EIO, and it died on a closed fd).
+  // already serving that state directory is doing itself (a refused second mount rolled the
+  // spool to a new segment under it: its closes failed with EIO, and it died on a closed fd).
   if (o.journal !== false) refuseJournalInUse(o);
-  const busy = mountpointProblem(mountpoint);
-  if (busy) throw new UserError(busy);
   let ws: OpenedWorkspace;
   try {
     // state too: a journal directory inside the served tree is hidden and refused by the view
@@ -152,6 +150,8 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
     if (why) throw new UserError(why);
     stateDirExisted = fs.existsSync(stateDir);
   }
+  const problem = mountpointProblem(mountpoint);
+  if (problem) throw new UserError(problem);
   /** after a failure: a state directory this mount made goes (one that was there stays) */
   const forgetJournal = async () => {
     await limitCounts?.stop();
