@@ -1266,10 +1266,18 @@ class PendingReader implements BackendFile {
   }
 }
 
-/** A read-only handle on a file whose local changes another handle of this backend holds. */
+/**
+ * A read-only handle on a file whose local changes another handle of this backend holds. Its
+ * bytes stay that handle's staged file until this one closes, even when that handle closes
+ * first (a writer's release can come after another process's open) and the name is then
+ * replaced or removed: it is never among the open files a rename or unlink keeps a copy for.
+ */
 class LocalChangesReader implements BackendFile {
   readonly writable = false;
-  constructor(private readonly f: GcsFile) {}
+  private closed = false;
+  constructor(private readonly f: GcsFile) {
+    f.addReader();
+  }
   read(buf: Buffer, length: number, position: number): Promise<number> {
     return this.f.read(buf, length, position);
   }
@@ -1283,5 +1291,9 @@ class LocalChangesReader implements BackendFile {
     return this.f.stat();
   }
   async sync(): Promise<void> {}
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.f.dropReader();
+  }
 }

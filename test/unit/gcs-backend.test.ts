@@ -179,6 +179,20 @@ describe('files', () => {
     }
     expect(await readFile('/moved.txt')).toBe('the old bytes');
   });
+
+  it('a reader opened while a writer had not closed yet keeps its bytes after that close and a rename over the name', async () => {
+    // close(2) is the flush; the release of the writer can come after another process's open
+    const w = await b.open('/w.txt', { write: true, create: true, truncate: true });
+    await w.write(Buffer.from('the written bytes'), 17, 0);
+    await w.flush?.();
+    const r = await b.open('/w.txt', { write: false });
+    await w.close();
+    await writeFile('/w.tmp', 'the new bytes');
+    await b.rename('/w.tmp', '/w.txt');
+    expect((await readAll(r)).toString()).toBe('the written bytes');
+    await r.close();
+    expect(await readFile('/w.txt')).toBe('the new bytes');
+  });
 });
 
 describe('directories', () => {

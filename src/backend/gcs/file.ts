@@ -70,6 +70,10 @@ export class GcsFile implements BackendFile {
   /** bumped by every local change: an upload clears `dirty` only if none came while it ran */
   private changes = 0;
   private uploading: Promise<void> | undefined;
+  /** LocalChangesReaders reading through this handle: the staged file outlives close() until they close */
+  private readers = 0;
+  /** what close() left for the last reader to do with the staged file */
+  private releaseStaged: (() => void) | undefined;
 
   constructor(
     private readonly host: GcsFileHost,
@@ -235,11 +239,30 @@ export class GcsFile implements BackendFile {
     } finally {
       if (this.staged) {
         const staged = this.staged;
-        this.staged = undefined;
-        if (keep) fs.closeSync(staged.fd);
-        else this.host.stagingFiles.give(staged);
+        const release = () => {
+          this.staged = undefined;
+          if (keep) fs.closeSync(staged.fd);
+          else this.host.stagingFiles.give(staged);
+        };
+        // A reader another open got while this handle held local changes reads this staged file:
+        // without it, it would read the bucket's generation, which a rename over the name or
+        // the next version deletes (ESTALE), or which is not these bytes yet (durability journal).
+        if (this.readers > 0) this.releaseStaged = release;
+        else release();
       }
     }
+  }
+
+  /** A read-only handle on this one's local changes (LocalChangesReader) opened; its close calls dropReader. */
+  addReader(): void {
+    this.readers++;
+  }
+
+  dropReader(): void {
+    if (--this.readers > 0 || !this.releaseStaged) return;
+    const release = this.releaseStaged;
+    this.releaseStaged = undefined;
+    release();
   }
 
   // ---- used by the backend -------------------------------------------------------------------
