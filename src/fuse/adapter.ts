@@ -36,6 +36,11 @@ export interface RequestMeters {
 
 const noClock = () => 0;
 
+const staleIfGone = (err: unknown): never => {
+  if (err instanceof VfsError && err.code === 'ENOENT') throw new VfsError('ESTALE', `${err.reason} (looked up again by the kernel)`);
+  throw err;
+};
+
 interface Slot {
   readonly op: string;
   readonly meter: OpMeter | undefined;
@@ -144,7 +149,10 @@ export function vfsOps(vfs: Vfs, log: Logger, counters = new OpCounters(), meter
       return Promise.all([attrOf('.', path), attrOf('..', parentOf(path)), ...names.map((name) => attrOf(name, joinPath(path, name)))]);
     })),
     readlink: (c, path) => t(S.readlink, c, path, now(), vfs.readlink(path)),
-    open: (c, path, flags) => t(S.open, c, path, now(), vfs.open(path, flags, c)),
+    // The kernel opens a name it holds a dentry for (and strips O_CREAT from the request): when
+    // the file is gone from the store (another host removed it), ESTALE makes it look the name up
+    // again and retry, so an open(O_CREAT) creates the file instead of failing with ENOENT.
+    open: (c, path, flags) => t(S.open, c, path, now(), vfs.open(path, flags, c).catch(staleIfGone)),
     create: (c, path, mode, flags, made) => t(S.create, c, path, now(), vfs.create(path, mode, flags, c, made)),
     read: (c, fh, buf, len, pos) => t(S.read, c, null, now(), vfs.read(fh, buf, len, pos), fh),
     write: (c, fh, buf, len, pos) => t(S.write, c, null, now(), vfs.write(fh, buf, len, pos, c), fh),

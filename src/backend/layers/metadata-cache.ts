@@ -274,7 +274,15 @@ export class MetadataCacheLayer extends ForwardingLayer {
   private async openToRead(path: string, mode: OpenMode, createMode?: number): Promise<BackendFile> {
     const k0 = mode.create ? undefined : this.known(path);
     const hint = k0 && 'attr' in k0 && k0.attr.type === 'file' ? { ...mode, knownFile: true } : mode;
-    const file = await this.inner.open(path, hint, createMode);
+    let file: BackendFile;
+    try {
+      file = await this.inner.open(path, hint, createMode);
+    } catch (err) {
+      // removed by another host: the kernel looks the name up again (ESTALE) and must not be
+      // told the file is still there
+      if (err instanceof VfsError && err.code === 'ENOENT') this.forget(path);
+      throw err;
+    }
     const k = this.nodes.peek(path);
     if (k) {
       const now = await file.stat().catch(() => null);
