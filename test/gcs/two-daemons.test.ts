@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CLI, py, sh, startMount, type TestMount } from '../helpers/mount.js';
+import { CLI, py, run, sh, startMount, type TestMount } from '../helpers/mount.js';
 import { startGcsFixture, type GcsFixture } from './fixture.js';
 
 /**
@@ -155,5 +155,64 @@ print(json.dumps(res))
     );
     expect(JSON.parse(out)).toEqual(['ok', 'EEXIST']);
     expect(sh('cat only-one', b.mnt)).toBe(a.mnt);
+  });
+});
+
+/**
+ * A name another host removed, created again within the metadata TTL: the TTL lets stat and
+ * listings lag, never the create. The kernel still holds the name and sends OPEN (O_CREAT
+ * stripped), not CREATE; the daemon finds the object gone and answers ESTALE, so the kernel looks
+ * the name up again and creates it. One mount with --durability journal, one without.
+ */
+describe('gcs: two daemons, a name removed on one and created again on the other', () => {
+  let g: GcsFixture;
+  const mounts: TestMount[] = [];
+  const states: string[] = [];
+  const ENTRY = 2;
+  const how = { redirect: 'echo y > f', append: 'echo y >> f', touch: 'touch f && echo y > f', rdwr: 'python3 -c "import os; os.write(os.open(\'f\', os.O_RDWR | os.O_CREAT), b\'y\\n\')"' };
+  const names = Object.keys(how).flatMap((h) => ['a-b', 'b-a'].flatMap((dir) => [`${h}-${dir}-now`, `${h}-${dir}-later`]));
+  beforeEach(async () => {
+    g = await startGcsFixture('ledgerfs-recreate');
+    await g.seed(names, 'x\n');
+    // a TTL no step outlasts: the deleted name stays cached as a file where it is created
+    for (const extra of [['--durability', 'journal'], []]) {
+      const state = fs.mkdtempSync('/tmp/ledgerfs-state-');
+      states.push(state);
+      const args = ['--metadata-ttl', '60', '--attr-timeout', String(ENTRY), '--entry-timeout', String(ENTRY), '--state', path.join(state, 's'), ...extra];
+      mounts.push(await startMount({ gcs: { emulator: g.emulator, bucket: g.bucket }, args }));
+    }
+  });
+  afterEach(async () => {
+    for (const m of mounts.splice(0)) await m.stop();
+    await g?.stop();
+    for (const d of states.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+  });
+
+  it('open(O_CREAT) creates it (a racing delete is no error), whichever host removed it, before and after the kernel revalidates the name', async () => {
+    const [a, b] = mounts as [TestMount, TestMount];
+    const results: Record<string, string> = {};
+    for (const [h, cmd] of Object.entries(how)) {
+      for (const [dir, remover, creator] of [['a-b', a, b], ['b-a', b, a]] as const) {
+        for (const when of ['now', 'later']) {
+          const name = `${h}-${dir}-${when}`;
+          expect(sh(`cat ${name}`, creator.mnt) + sh(`cat ${name}`, remover.mnt)).toBe('x\nx\n');
+          sh(`rm ${name}`, remover.mnt);
+          // later: the kernel's entry has expired and the daemon's cache answers its lookup
+          if (when === 'later') await new Promise((r) => setTimeout(r, 1000 * ENTRY + 500));
+          const r = run(cmd.replaceAll(' f', ` ${name}`).replaceAll("'f'", `'${name}'`), creator.mnt);
+          results[name] = r.status === 0 ? sh(`cat ${name}`, creator.mnt) : r.stderr.trim();
+        }
+      }
+    }
+    expect(results).toEqual(Object.fromEntries(names.map((n) => [n, 'y\n'])));
+    // and in the bucket (the journal mount's once its queued uploads land)
+    const want = Object.fromEntries(names.map((n) => [n, 'y\n']));
+    const t0 = Date.now();
+    let objects = await g.objects();
+    while (JSON.stringify(objects) !== JSON.stringify({ ...objects, ...want }) && Date.now() - t0 < 15_000) {
+      await new Promise((r) => setTimeout(r, 200));
+      objects = await g.objects();
+    }
+    expect(objects).toMatchObject(want);
   });
 });
