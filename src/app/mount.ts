@@ -6,7 +6,7 @@ import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace
 import { DEFAULTS, formatSize, type BindingName, type LogFormat, type LogLevel, type PresetName } from '../config/index.js';
 import { pendingLine, raiseFdLimit, sdNotify, StagedBackend } from '../backend/index.js';
 import { BindingUnavailable, fsNameFor, MountError, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
-import { JournalLock, JournalLockedError, type MountJournal, newSessionId, openJournal, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
+import { inUse, JournalLock, JournalLockedError, type MountJournal, newSessionId, openJournal, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { createLogger, isWithin, type Logger } from '../core/index.js';
 import type { SessionInfo } from '../policy/index.js';
 import { MutationPipeline, Vfs } from '../vfs/index.js';
@@ -388,7 +388,7 @@ function refuseJournalInUse(o: { source?: string; policy?: string; state?: strin
     return; // said with its reason where the state directory is resolved for the journal
   }
   const holder = JournalLock.liveHolder(stateLayout(dir).lockFile);
-  if (holder) throw new UserError(`the journal is in use by pid ${holder.pid} (${holder.role}, since ${holder.since})`);
+  if (holder) throw new UserError(inUse(holder));
 }
 
 async function notifyReady(mountpoint: string, source: string, stillMounted: () => boolean, log: Logger): Promise<void> {

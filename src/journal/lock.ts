@@ -1,6 +1,11 @@
 import fs from 'node:fs';
 import { pidAlive } from '../core/index.js';
 
+/** What a refusal says of the lock's holder. */
+export function inUse(holder: LockInfo): string {
+  return `the journal is in use by pid ${holder.pid} (${holder.role}, since ${holder.since})`;
+}
+
 export class JournalLockedError extends Error {
   constructor(
     message: string,
@@ -65,7 +70,7 @@ export class JournalLock {
       }
       const holder = JournalLock.holder(file);
       if (holder && alive(holder)) {
-        throw new JournalLockedError(`the journal is in use by pid ${holder.pid} (${holder.role}, since ${holder.since})`, holder);
+        throw new JournalLockedError(inUse(holder), holder);
       }
       fs.rmSync(file, { force: true }); // stale: its process is gone
     }

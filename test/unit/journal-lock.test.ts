@@ -21,6 +21,8 @@ describe('journal lock', () => {
       const start = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
       fs.writeFileSync(file, JSON.stringify({ pid, role: 'mount /x', since: new Date().toISOString(), start: start.slice(start.lastIndexOf(')') + 2).split(' ')[19] }));
       expect(JournalLock.liveHolder(file)?.pid).toBe(pid);
+      // bash would reap it: kill it only once bash has become sleep (which never reaps)
+      for (let i = 0; i < 250 && fs.readFileSync(`/proc/${parent.pid}/comm`, 'utf8').trim() !== 'sleep'; i++) execFileSync('sleep', ['0.02']);
       process.kill(pid, 'SIGKILL');
       for (let i = 0; i < 100 && !fs.readFileSync(`/proc/${pid}/stat`, 'utf8').includes(') Z'); i++) execFileSync('sleep', ['0.02']);
       expect(JournalLock.liveHolder(file)).toBeNull();
