@@ -374,11 +374,6 @@ function stateFlag(stateDir: string | undefined): string {
   return stateDir ? `--state ${stateDir} ` : '';
 }
 
-/**
- * systemd Type=notify: READY=1 once the mount answers a stat made by another process (never by
- * the daemon: see readiness.ts). A mount that never answers is not declared ready; systemd's
- * TimeoutStartSec then fails the unit.
- */
 /** The journal lock's live holder, if any, as the later acquire would name it (nothing is taken here). */
 function refuseJournalInUse(o: { source?: string; policy?: string; state?: string }): void {
   let dir: string;
@@ -391,6 +386,11 @@ function refuseJournalInUse(o: { source?: string; policy?: string; state?: strin
   if (holder) throw new UserError(inUse(holder));
 }
 
+/**
+ * systemd Type=notify: READY=1 once the mount answers a stat made by another process (never by
+ * the daemon: see readiness.ts). A mount that never answers is not declared ready; systemd's
+ * TimeoutStartSec then fails the unit.
+ */
 async function notifyReady(mountpoint: string, source: string, stillMounted: () => boolean, log: Logger): Promise<void> {
   const deadline = Date.now() + DEFAULTS.daemonReadyTimeoutSec * 1000;
   while (stillMounted() && Date.now() < deadline) {

@@ -205,55 +205,51 @@ class LocalFile implements BackendFile, Pooled {
    */
 
   async chmod(mode: number): Promise<Attr> {
-    const fd = this.live();
-    sys(`chmod ${this.path}`, () => this.store.chmodFd(fd, this.path, mode));
-    return this.store.fstatFd(fd, this.path);
+    return this.changeOwn(`chmod ${this.path}`, (fd) => this.store.chmodFd(fd, this.path, mode));
   }
 
   async chown(uid: number, gid: number): Promise<Attr> {
-    const fd = this.live();
-    sys(`chown ${this.path}`, () => fs.fchownSync(fd, uid, gid));
-    return this.store.fstatFd(fd, this.path);
+    return this.changeOwn(`chown ${this.path}`, (fd) => fs.fchownSync(fd, uid, gid));
   }
 
   async utimens(times: TimeSpec): Promise<Attr | void> {
     const set = this.store.utimensFd(times);
     if (set === 'nothing') return;
     if (set === null) throw new VfsError('EOPNOTSUPP', `utimens ${this.path}: native/ledgerfs_local is not built`);
-    const fd = this.live();
-    sys(`utimens ${this.path}`, () => set(fd));
-    return this.store.fstatFd(fd, this.path);
+    return this.changeOwn(`utimens ${this.path}`, set);
   }
 
   async getxattr(name: string): Promise<Buffer> {
     checkXattrRead(name, this.path);
-    const what = `getxattr ${name} ${this.path}`;
-    const ops = needNodeOps(what);
-    const fd = this.live();
-    return sys(what, () => ops.getxattr(fd, name));
+    return this.onOwn(`getxattr ${name} ${this.path}`, (ops, fd) => ops.getxattr(fd, name));
   }
 
   async listxattr(): Promise<string[]> {
-    const what = `listxattr ${this.path}`;
-    const ops = needNodeOps(what);
-    const fd = this.live();
-    return listedXattrs(sys(what, () => ops.listxattr(fd)));
+    return listedXattrs(this.onOwn(`listxattr ${this.path}`, (ops, fd) => ops.listxattr(fd)));
   }
 
   async setxattr(name: string, value: Buffer, flags: number): Promise<void> {
     checkXattrWrite(name, this.path);
-    const what = `setxattr ${name} ${this.path}`;
-    const ops = needNodeOps(what);
-    const fd = this.live();
-    sys(what, () => ops.setxattr(fd, name, value, flags));
+    this.onOwn(`setxattr ${name} ${this.path}`, (ops, fd) => ops.setxattr(fd, name, value, flags));
   }
 
   async removexattr(name: string): Promise<void> {
     checkXattrWrite(name, this.path);
-    const what = `removexattr ${name} ${this.path}`;
+    this.onOwn(`removexattr ${name} ${this.path}`, (ops, fd) => ops.removexattr(fd, name));
+  }
+
+  /** `change` on this file's descriptor, then its attributes (the store's changeNode, by descriptor) */
+  private changeOwn(what: string, change: (fd: number) => void): Attr {
+    const fd = this.live();
+    sys(what, () => change(fd));
+    return this.store.fstatFd(fd, this.path);
+  }
+
+  /** `fn` with the addon's node helpers on this file's descriptor (the store's onNode, by descriptor) */
+  private onOwn<T>(what: string, fn: (ops: NodeOps, fd: number) => T): T {
     const ops = needNodeOps(what);
     const fd = this.live();
-    sys(what, () => ops.removexattr(fd, name));
+    return sys(what, () => fn(ops, fd));
   }
 
   async sync(dataOnly: boolean): Promise<void> {

@@ -24,29 +24,28 @@ export interface LockInfo {
   since: string;
 }
 
-function processStart(pid: number): string | undefined {
+/** /proc/PID/stat's fields after the command name (state first), or undefined when it is gone */
+function statFields(pid: number): string[] | undefined {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
     // the command name (field 2) may hold spaces and parentheses: count from the last ')'
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   } catch {
     return undefined;
   }
 }
 
-/** A process killed but not yet reaped by its parent (a shell's background job after kill -9) holds nothing. */
-function zombie(pid: number): boolean {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.charAt(stat.lastIndexOf(')') + 2) === 'Z';
-  } catch {
-    return false;
-  }
+/** the process's start time in clock ticks (field 22) */
+function processStart(pid: number): string | undefined {
+  return statFields(pid)?.[19];
 }
 
 function alive(info: LockInfo): boolean {
-  if (!pidAlive(info.pid) || zombie(info.pid)) return false;
-  const start = processStart(info.pid);
+  if (!pidAlive(info.pid)) return false;
+  const fields = statFields(info.pid);
+  // killed but not yet reaped by its parent (a shell's background job after kill -9): holds nothing
+  if (fields?.[0] === 'Z') return false;
+  const start = fields?.[19];
   return info.start === undefined || start === undefined || start === info.start;
 }
 

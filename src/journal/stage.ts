@@ -356,11 +356,11 @@ export class JournalStage implements MutationStage {
    * that has none (a symlink, an object store without them) keeps nothing.
    */
   private async keepXattrs(s: State, path: string): Promise<void> {
-    const { listxattr, getxattr } = this.backend;
-    if (!s || s.type === 'symlink' || !this.backend.capabilities.xattrs || !listxattr || !getxattr) return;
+    const b = this.backend;
+    if (!s || s.type === 'symlink' || !b.capabilities.xattrs || !b.listxattr || !b.getxattr) return;
     let names: string[];
     try {
-      names = await listxattr.call(this.backend, path);
+      names = await b.listxattr(path);
     } catch (err) {
       if (err instanceof VfsError && (err.code === 'EOPNOTSUPP' || err.code === 'ENOTSUP' || err.code === 'ENODATA')) return;
       throw err;
@@ -369,7 +369,7 @@ export class JournalStage implements MutationStage {
     for (const name of names) {
       if (!name.startsWith('user.')) continue;
       try {
-        (kept ??= {})[name] = (await getxattr.call(this.backend, path, name)).toString('base64');
+        (kept ??= {})[name] = (await b.getxattr(path, name)).toString('base64');
       } catch (err) {
         if (!(err instanceof VfsError && err.code === 'ENODATA')) throw err; // removed meanwhile
       }

@@ -25,7 +25,6 @@ const NO_CALLER: Caller = Object.freeze({});
 const DAEMON_UID = process.geteuid?.();
 const DAEMON_GID = process.getegid?.();
 
-/** The fallocate modes the core serves; the others (zero, collapse, insert range) are EOPNOTSUPP. */
 /**
  * The last byte any store can hold: past 2^53 - 1 a JS number is no longer exact, and Node's fs
  * reads and writes at the descriptor's own position when given an inexact one (a pwrite at 2^62
@@ -37,6 +36,7 @@ function fitsFile(end: number, what: string): void {
   if (!(end <= Number.MAX_SAFE_INTEGER)) throw new VfsError('EFBIG', `${what}: ends past the largest file size (byte ${end})`);
 }
 
+/** The fallocate modes the core serves; the others (zero, collapse, insert range) are EOPNOTSUPP. */
 function allocateMode(mode: number): AllocateMode {
   if (mode === 0) return 'allocate';
   if (mode === FALLOC_FL_KEEP_SIZE) return 'keep-size';
