@@ -35,7 +35,7 @@ export async function createGcsBackend(options: GcsBackendOptions): Promise<GcsB
   const req = new GcsRequests(makeStorage(o), o.bucket, retryPolicy(o), o);
   try {
     // A short probe: a bucket that is not there should not take the full retry budget to say so.
-    await withRetries({ ...retryPolicy(o), attempts: Math.min(3, o.retryAttempts) }, req.counters, () => req.bucket.getMetadata());
+    await withRetries({ ...retryPolicy(o), attempts: Math.min(3, o.retryAttempts) }, req.counters, () => req.probe(o.prefix));
   } catch (err) {
     throw new GcsSetupError(setupErrorMessage(err, o.bucket, o.keyFile));
   }
@@ -551,7 +551,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       timer = setTimeout(() => reject(new Error(`the bucket did not answer within ${timeoutMs} ms`)), timeoutMs);
     });
     try {
-      await Promise.race([this.req.bucket.getMetadata(), late]);
+      await Promise.race([this.req.probe(this.opts.prefix), late]);
     } catch (err) {
       throw toVfsError(err, `reach bucket ${this.req.bucket.name}`);
     } finally {

@@ -246,6 +246,26 @@ describe('setup errors', () => {
     expect((err as Error).message).toBe('GCS bucket "no-such-bucket" does not exist (or is not visible with these credentials)');
   });
 
+  it('credentials that may list objects but not read the bucket\'s metadata mount (roles/storage.objectAdmin has no storage.buckets.get)', async () => {
+    await fx.fault([{ status: 403, count: -1, method: 'GET', path: '/storage/v1/b/conflict-test' }]);
+    const ok = await createGcsBackend(testBackendOptions(fx.emu.url, 'conflict-test', staging, { prefix: 'no-bucket-get' }));
+    try {
+      const f = await ok.open('/made.txt', { write: true, create: true });
+      await f.write(Buffer.from('x'), 1, 0);
+      await f.close();
+      await expect(ok.ping(5000)).resolves.toBeUndefined();
+    } finally {
+      await ok.close();
+    }
+  });
+
+  it('credentials that may not list objects are told which permission a mount needs', async () => {
+    await fx.fault([{ status: 403, count: -1, method: 'GET', path: '/storage/v1/b/conflict-test/o' }]);
+    const err = await createGcsBackend(testBackendOptions(fx.emu.url, 'conflict-test', staging)).catch((e: Error) => e);
+    expect(err).toBeInstanceOf(GcsSetupError);
+    expect((err as Error).message).toMatch(/^access to GCS bucket "conflict-test" was refused \(403\): a mount needs storage\.objects\.list on it/);
+  });
+
   it('unusable credentials say how to provide them', async () => {
     const keyFile = path.join(staging, 'missing-key.json');
     const err = await createGcsBackend(testBackendOptions(fx.emu.url, 'conflict-test', staging, { keyFile })).catch((e: Error) => e);

@@ -83,9 +83,15 @@ export class GcsRequests {
     return generation !== undefined && generation > 0n ? this.bucket.file(key, { generation: int64(generation) }) : this.bucket.file(key);
   }
 
-  async bucketMetadata(): Promise<Record<string, unknown>> {
-    const [m] = await this.retry(() => this.bucket.getMetadata());
-    return m as Record<string, unknown>;
+  /**
+   * Whether the bucket answers these credentials: a listing of at most one object under
+   * `prefix`, sent once (the caller decides on retries). A listing needs storage.objects.list,
+   * which every role that can use a workspace has (roles/storage.objectViewer, objectUser,
+   * objectAdmin); the bucket's own metadata needs storage.buckets.get, which those roles lack
+   * (gcsfuse asked for it once and had to stop: GoogleCloudPlatform/gcsfuse#982).
+   */
+  async probe(prefix: string): Promise<void> {
+    await this.json.listObjects({ prefix, maxResults: 1 });
   }
 
   /** The live object, or undefined if there is none. */

@@ -89,7 +89,7 @@ export function setupErrorMessage(err: unknown, bucket: string, keyFile: string 
   const status = httpStatus(err);
   const msg = messageOf(err);
   if (status === 404) return `GCS bucket "${bucket}" does not exist (or is not visible with these credentials)`;
-  if (status === 403) return `access to GCS bucket "${bucket}" was refused (403): the credentials lack storage permissions on it (${msg})`;
+  if (status === 403) return `access to GCS bucket "${bucket}" was refused (403): a mount needs storage.objects.list on it (roles/storage.objectViewer; objectUser or objectAdmin to write): ${msg}`;
   const fileProblem = (err as ErrorLike)?.code === 'ENOENT' || (err as ErrorLike)?.code === 'EACCES';
   if (isCredentialsError(err) || (keyFile && fileProblem)) {
     const how = keyFile

@@ -15,6 +15,8 @@ export interface FaultRule {
   method?: string;
   /** matched against the request path, raw or percent-decoded */
   pathPrefix?: string;
+  /** matched against the whole request path, raw or percent-decoded (e.g. the bucket's own path, not its objects') */
+  path?: string;
   delayMs: number;
   /** 'before': the request has no effect; 'after': it takes effect, then the reply is replaced */
   when: 'before' | 'after';
@@ -82,6 +84,7 @@ export class FaultInjector {
       reset: spec.reset ?? false,
       ...(spec.method ? { method: spec.method.toUpperCase() } : {}),
       ...(spec.pathPrefix ? { pathPrefix: spec.pathPrefix } : {}),
+      ...(spec.path ? { path: spec.path } : {}),
     };
     this.rules.push(rule);
     return rule;
@@ -99,7 +102,8 @@ export class FaultInjector {
   /** The first live rule matching this request, consuming one of its uses. */
   take(method: string, rawPath: string, decodedPath: string): FaultRule | undefined {
     const i = this.rules.findIndex(
-      (r) => (!r.method || r.method === method) && (!r.pathPrefix || rawPath.startsWith(r.pathPrefix) || decodedPath.startsWith(r.pathPrefix)),
+      (r) => (!r.method || r.method === method) && (!r.pathPrefix || rawPath.startsWith(r.pathPrefix) || decodedPath.startsWith(r.pathPrefix)) &&
+        (!r.path || rawPath === r.path || decodedPath === r.path),
     );
     if (i < 0) return undefined;
     const r = this.rules[i] as FaultRule;
