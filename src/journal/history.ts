@@ -178,8 +178,11 @@ export function buildHistory(records: LocatedRecord[]): History {
         break;
     }
   }
-  // Segments are appended in order, so ops are in seq order already; gc keeps that.
-  let lastSeq = ops.length ? (ops[ops.length - 1] as Operation).seq : 0;
+  // Segments are appended in order, so ops are in seq order already; gc keeps that. (The
+  // highest, not the last: a build of 2026-11-27 could write two concurrent records out of
+  // order, and numbering on from the last would give a later record a number already used.)
+  let lastSeq = 0;
+  for (const op of ops) if (op.seq > lastSeq) lastSeq = op.seq;
   for (const s of starts) if (s.lastSeq !== undefined && s.lastSeq > lastSeq) lastSeq = s.lastSeq;
   const firstSeq = ops.length ? (ops[0] as Operation).seq : lastSeq + 1;
   const possiblySplit = firstSeq > 1 ? beforeAnyStart : new Set<string>();

@@ -243,10 +243,14 @@ export class JournalStage implements MutationStage {
     await this.splitSessions(m, paths);
     const before = await this.beforeStates(m, paths);
     const args = await this.argsOf(m);
-    const seq = this.writer.nextSeq();
-    const rec = this.opRecord(seq, m, m.op as JournalOp, paths, before);
+    const rec = this.opRecord(0, m, m.op as JournalOp, paths, before);
     if (args) rec.args = args;
     if (!META_OPS.has(m.op) && this.backend.capabilities.dirTimes) await this.recordDirTimes(rec);
+    // numbered only now, with nothing awaited before its append: another request's record
+    // numbered meanwhile would be written first, and the log's order is the sequence's
+    const seq = this.writer.nextSeq();
+    rec.seq = seq;
+    rec.time = Date.now();
     this.writer.appendNow(rec);
     let result: T;
     try {

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildHistory } from '../../src/journal/history.js';
 import { readJournal } from '../../src/journal/reader.js';
+import { verifyJournal } from '../../src/journal/verify.js';
 import { openTestJournal, vfsFs, type TestJournal } from '../helpers/journal.js';
 import { makeTemp, rmTemp } from '../helpers/tmp.js';
 
@@ -94,6 +95,26 @@ describe('rollback brings back what a removal took (no mount)', () => {
     expect(fs.readFileSync(path.join(src, 'f'), 'utf8')).toBe('hi\n');
     expect(xattrsOf(path.join(src, 'f'))).toEqual({ 'user.x': 'y' });
     expect(mtimeOf(src)).toBe(T2001);
+  });
+
+  it('records are written in sequence order while a directory\'s mtime is looked up (dbench: verify found #4056 after #4057)', async () => {
+    const { vfs } = j;
+    // each mkdir is its directory's first change in the session: its record waits for a stat
+    // of the parent; each utimens records nothing of the kind and is numbered at once
+    const parents = Array.from({ length: 40 }, (_, i) => `/p${i}`);
+    for (const p of parents) fs.mkdirSync(path.join(src, p));
+    await Promise.all(parents.flatMap((p) => [vfs.mkdir(`${p}/new`, 0o755), vfs.utimens('/f', { mtimeNs: T2002 })]));
+    j.svc.writer.flush();
+    const seqs = buildHistory(readJournal(state).records).ops.map((op) => op.seq);
+    expect(seqs.length).toBe(80);
+    expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+    const report = await verifyJournal(state);
+    expect(report.problems).toEqual([]);
+  });
+
+  it('a journal an earlier build wrote out of order numbers on from its highest record, not its last', () => {
+    const op = (seq: number) => ({ segment: 1, offset: seq * 100, record: { kind: 'op' as const, seq, time: seq, session: 's', actor: 'a', op: 'mkdir' as const, paths: [`/d${seq}`], before: [null] } });
+    expect(buildHistory([op(1), op(3), op(2)]).lastSeq).toBe(3);
   });
 
   it.skipIf(!isRoot)('a chown that cleared setuid rolls back with no conflict, to any point, setuid included', async () => {
