@@ -119,6 +119,8 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
   /** the reserved area below the prefix (hidden from the view by layers/reserved.ts) */
   readonly journalArea: GcsJournalRemote;
   private readonly openFiles = new Map<string, Set<GcsFile>>();
+  /** object name -> the generation this mount last unlinked there (see deletedHere) */
+  private readonly deleted = new Map<string, bigint>();
   /** the upload queue (spool) when the backend has one; its versions are what stat/read show until they land */
   uploads: UploadQueue | undefined;
   /** versions found in the spool at open and queued again */
@@ -186,6 +188,12 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
 
   /** A namespace change at `path` must not overtake uploads it depends on: wait for those at or under it. */
   private async settle(...paths: string[]): Promise<void> {
+    // A handle's version may be on its way into the queue (or up, in bucket mode) and not
+    // queued yet: the release a close(2) sends after returning, carrying a chmod or utime
+    // another process made after the flush. The program's next request (its unlink) must not
+    // overtake it: it deleted the object, then the version went up on the deleted generation,
+    // a conflict with nobody.
+    if (this.openFiles.size) for (const p of paths) for (const f of this.filesUnder(p)) await f.idle();
     if (!this.uploads || this.uploads.isEmpty) return;
     for (const p of paths) await this.uploads.settleUnder(p);
   }
@@ -211,6 +219,17 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
   forget(f: GcsFile): void {
     const set = this.openFiles.get(f.path);
     if (set && set.delete(f) && set.size === 0) this.openFiles.delete(f.path);
+  }
+
+  deletedHere(key: string, generation: bigint): boolean {
+    return this.deleted.get(key) === generation;
+  }
+
+  /** A generation this mount removed (unlink): versions based on it that come late are dropped, not conflicts. */
+  private noteDeleted(key: string, generation: bigint): void {
+    this.deleted.delete(key);
+    this.deleted.set(key, generation);
+    if (this.deleted.size > DEFAULTS.gcs.deletedGenerationsKept) this.deleted.delete(this.deleted.keys().next().value as string);
   }
 
   reportConflict(c: GcsConflict): void {
@@ -616,7 +635,9 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
         if (reader) return reader;
       }
     }
-    // A writer bases its version on the bucket's generation: the queued ones land first.
+    // A writer bases its version on the bucket's generation: the queued ones land first (and
+    // one a handle closing now is still putting in the queue).
+    if (mode.write || mode.truncate) for (const f of this.filesAt(path)) if (f.isClosed) await f.idle();
     if (this.pendingAt(path)) await this.settle(path);
     if (mode.knownFile && !mode.write && !mode.create && !mode.truncate && !this.pins.has(path)) {
       // The cache in front knows a file is here: its current generation is all the open needs
@@ -693,7 +714,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
   }
 
   async truncate(path: string, size: number): Promise<void> {
-    const open = this.filesAt(path).find((f) => f.writable);
+    const open = this.filesAt(path).find((f) => f.writable && !f.isClosed);
     if (open) {
       await open.truncate(size);
       return;
@@ -790,6 +811,7 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
       const first = parentKey === undefined ? undefined : this.firstUnder(parentKey).catch(() => null);
       try {
         await this.req.remove(f.object.name, f.object.generation);
+        this.noteDeleted(f.object.name, f.object.generation);
       } catch (err) {
         if (isPreconditionFailed(err) && pinned) throw this.pinConflict(path, `${f.object.name}#${f.object.generation}`, 'changed again');
         if (isPreconditionFailed(err)) continue; // replaced meanwhile: unlink the new one
@@ -1086,7 +1108,9 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     const entries = nodeMetaEntries(fields);
     // A file open with changes not uploaded yet (tar: write, futimens, fchown, fchmod, close)
     // takes the attributes along with its upload: no request now, one object generation.
-    const dirty = this.filesAt(path).find((f) => f.isDirty && f.writable && !f.unlinked);
+    // a handle closing now has its last version on the way to the queue: amended there (below)
+    for (const f of this.filesAt(path)) if (f.isClosed) await f.idle();
+    const dirty = this.filesAt(path).find((f) => f.isDirty && f.writable && !f.unlinked && !f.isClosed);
     if (dirty) {
       dirty.addPendingMeta(entries, fields.mtimeNs);
       return DEFERRED;

@@ -219,6 +219,8 @@ export const DEFAULTS = {
     /** emptied staging files kept open for the next handles that write (gcs/staging-files.ts):
      * a new file per handle made ext4 scan past every inode freed in the last seconds */
     stagingFilesKept: 32,
+    /** generations this mount unlinked, remembered so a version based on one that comes late is dropped (not a conflict); by name, oldest forgotten first */
+    deletedGenerationsKept: 4096,
     /** a staging file larger than this is removed on the thread pool, not emptied for reuse on
      * the event loop: freeing its blocks (ftruncate) is disk work every request would wait for */
     stagingReuseMaxBytes: 1024 * 1024,

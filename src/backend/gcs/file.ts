@@ -26,6 +26,8 @@ export interface GcsFileHost {
   readonly inodes: { of(path: string): number };
   forget(f: GcsFile): void;
   reportConflict(c: GcsConflict): void;
+  /** true if this mount removed generation `generation` of `key` itself (an unlink) */
+  deletedHere(key: string, generation: bigint): boolean;
 }
 
 function nowNs(): bigint {
@@ -65,6 +67,8 @@ export class GcsFile implements BackendFile {
   private mtimeNs: bigint | undefined;
   private conflict: { error: VfsError; info: GcsConflict } | undefined;
   private closed = false;
+  /** settles when close() has queued or uploaded the last version and given the handle up */
+  private closeDone: Promise<void> | undefined;
   /** attributes set while dirty, to go with the next upload */
   private pendingMeta: Record<string, string> = {};
   /** bumped by every local change: an upload clears `dirty` only if none came while it ran */
@@ -216,7 +220,11 @@ export class GcsFile implements BackendFile {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.host.forget(this);
+    // Still listed at its path until the last version is queued (or up): an unlink, rename or
+    // chmod of the path meanwhile must see it (wait for it, mark it), or the version goes up
+    // on a generation this mount itself removed or patched: a conflict with nobody.
+    let closeDone!: () => void;
+    this.closeDone = new Promise<void>((r) => (closeDone = r));
     let keep = false;
     try {
       if (this.staging) await this.staging.catch(() => undefined);
@@ -250,7 +258,20 @@ export class GcsFile implements BackendFile {
         if (this.readers > 0) this.releaseStaged = release;
         else release();
       }
+      this.host.forget(this);
+      closeDone();
     }
+  }
+
+  /** close() has begun: the handle takes no more changes (its last version is on its way). */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** Resolves once no upload or queueing of this handle's changes is under way (whatever its outcome). */
+  async idle(): Promise<void> {
+    while (this.uploading) await this.uploading.catch(() => undefined);
+    if (this.closeDone) await this.closeDone;
   }
 
   /** A read-only handle on this one's local changes (LocalChangesReader) opened; its close calls dropReader. */
@@ -400,7 +421,8 @@ export class GcsFile implements BackendFile {
         baseGeneration: this.base.generation,
         baseMetageneration: this.base.metageneration,
       });
-      this.base = { ...this.base, size, metadata };
+      // (its change time is the version's, as the queue shows it: pjdfstest open/00.t:44)
+      this.base = { ...this.base, size, metadata, updatedNs: nowNs() };
       if (this.changes === at) {
         this.dirty = false;
         this.mtimeNs = undefined;
@@ -440,7 +462,12 @@ export class GcsFile implements BackendFile {
         // bytes and our metadata (mtime to the nanosecond) in the bucket.
         const cur = await this.host.req.head(this.key);
         if (cur && (await this.isOurs(cur, size, metadata))) info = cur;
-        else throw this.setAside('changed-remotely', cur);
+        else if (!cur && this.base.generation > 0n && this.host.deletedHere(this.key, this.base.generation)) {
+          // unlinked through this mount while the upload ran (see UploadQueue.run): gone, as asked
+          this.unlinked = true;
+          this.dirty = false;
+          return;
+        } else throw this.setAside('changed-remotely', cur);
       } else {
         // The upload failed for good (GCS unreachable through every retry, access refused...).
         // The attempts ran one after another and the last one has ended, so none can land

@@ -54,6 +54,8 @@ export interface UploadQueueHost {
   reportConflict(c: GcsConflict): void;
   /** a version landed: open files based on `replaced` move to `info`; `bytes`: its content when still in memory */
   uploaded(path: string, replaced: bigint, info: ObjectInfo, bytes?: Buffer): void;
+  /** true if this mount removed generation `generation` of `key` itself (an unlink) */
+  deletedHere(key: string, generation: bigint): boolean;
 }
 
 export interface UploadQueueStats {
@@ -483,7 +485,14 @@ export class UploadQueue {
         // crash, or with its answer lost) landed: then the bucket holds exactly these bytes
         const cur = await this.host.req.head(e.key).catch(() => undefined);
         if (cur && (await isOurs(cur, q, () => this.bytesOf(q)))) info = cur;
-        else conflict = cur ?? null;
+        else if (!cur && base > 0n && this.host.deletedHere(e.key, base)) {
+          // this mount unlinked the generation the version was based on: a release that came
+          // in after the program's unlink (carrying a chmod or utime another process made
+          // after the close) is a version of a file that is gone, not a conflict with anyone
+          this.finish(q);
+          q.resolve();
+          return;
+        } else conflict = cur ?? null;
       } else if (httpStatus(err) === 400) {
         // a request GCS refuses whatever the retry (a name or a value it does not take): kept
         // aside as a refused close is in bucket mode, not retried for ever (an unmount waited on it)
