@@ -250,7 +250,10 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
     args.push(...resolver);
     if (resolver.length) bound.push(resolver[1] as string);
   }
-  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--dir', HOME);
+  // /proc/sys read-only: the sysctls check only that the writer's uid is host root (no
+  // capability), and root's sandbox runs as host uid 0 to the kernel; bwrap covers /proc/sys
+  // only where the user it sets up as could write it, which it cannot tell from the directory
+  args.push('--proc', '/proc', '--ro-bind', '/proc/sys', '/proc/sys', '--dev', '/dev', '--tmpfs', '/tmp', '--dir', HOME);
   for (const p of spec.readOnly) {
     const abs = path.resolve(p);
     if (!fs.existsSync(abs)) throw new SandboxError(`--ro ${p}: no such file or directory on the host`);

@@ -154,6 +154,23 @@ describe.skipIf(!asRoot)('ledgerfs run started as root: no way out of the sandbo
     expect(fs.readFileSync(path.join(base, 'token'), 'utf8')).toBe('TOKEN-0600\n');
   });
 
+  it('host sysctls stay read-only, though the program is host root to the kernel', async () => {
+    // a sysctl's write checks only that the writer's uid is host root (no capability): with
+    // /proc/sys writable, kernel.core_pattern = "|/path/in/the/backend" runs a program of the
+    // sandbox's as real root on the host at the next crash. Each write below puts back the
+    // value already there, so even where it passes, nothing on the host changes.
+    const r = await run([], [
+      status('corepattern', 'cat /proc/sys/kernel/core_pattern > /tmp/v && cat /tmp/v > /proc/sys/kernel/core_pattern'),
+      status('swappiness', 'cat /proc/sys/vm/swappiness > /tmp/v && cat /tmp/v > /proc/sys/vm/swappiness'),
+      status('readable', 'cat /proc/sys/kernel/ostype'),
+    ].join('\n'));
+    expect(r.code, report(r)).toBe(0);
+    const s = statuses(r.stdout);
+    expect(s.corepattern, report(r)).not.toBe(0);
+    expect(s.swappiness, report(r)).not.toBe(0);
+    expect(s.readable, report(r)).toBe(0);
+  });
+
   it('with --mount, the running mount\'s journal and source are kept out too', async () => {
     const base = fs.mkdtempSync('/opt/ledgerfs-escape-');
     hostLitter.push(base);
