@@ -41,12 +41,15 @@ export class CompiledRoot {
       ...top.map((glob) => ({ glob, base: '/' })),
       ...own.map((glob) => ({ glob, base: config.path })),
     ];
-    this.hideRe = compileGlobs(rules(topHide, config.hide));
+    // Hide globs ignore case: `Server.PEM`, `ID_RSA` or `.ENV` is as much a credential as its
+    // lower-case name, and on a case-insensitive backend directory (ext4 casefold, vfat, exfat)
+    // `.ENV` *is* `.env`. Hiding more than asked is the safe side; readonly globs keep case.
+    this.hideRe = noCase(compileGlobs(rules(topHide, config.hide)));
     this.readonlyRe = compileGlobs(rules(topReadonly, config.readonly));
-    const each = (top: string[], own: string[]) =>
-      rules(top, own).map((r) => ({ glob: r.glob, re: compileGlobs([r]) as RegExp }));
-    this.hideEach = each(topHide, config.hide);
-    this.readonlyEach = each(topReadonly, config.readonly);
+    const each = (top: string[], own: string[], hide: boolean) =>
+      rules(top, own).map((r) => ({ glob: r.glob, re: (hide ? noCase : same)(compileGlobs([r])) as RegExp }));
+    this.hideEach = each(topHide, config.hide, true);
+    this.readonlyEach = each(topReadonly, config.readonly, false);
     this.hidePatterns = [...topHide, ...config.hide];
     this.readonlyPatterns = [...topReadonly, ...config.readonly];
     this.positional = [...this.hidePatterns, ...this.readonlyPatterns].some((p) => !isBasenameOnly(p));
@@ -111,6 +114,9 @@ export class CompiledRoot {
     return false;
   }
 }
+
+const same = (re: RegExp | null): RegExp | null => re;
+const noCase = (re: RegExp | null): RegExp | null => (re === null ? null : new RegExp(re.source, `${re.flags}i`));
 
 /** "500 deletes, 1 GiB written" (empty: no limit). */
 export function limitsLine(l: Limits): string {

@@ -66,6 +66,23 @@ describe('compiled policy: where a path lands', () => {
     expect((p.locate('/Tools') as CompiledRoot).positional).toBe(false);
   });
 
+  it('matches hide globs whatever the case (a credential in capitals is one too), readonly globs by case', () => {
+    const w = p.locate('/projects/Wilson-MVA') as CompiledRoot;
+    expect(w.isHidden('/projects/Wilson-MVA/Server.PEM')).toBe(true);
+    expect(w.hidingPattern('/projects/Wilson-MVA/Server.PEM')).toBe('**/*.pem');
+    expect(w.isHidden('/projects/Wilson-MVA/Notes.md')).toBe(false);
+    expect(codeOf(whereCreate(p, '/projects/Wilson-MVA/.ENV', 'create', false))).toBe('EACCES');
+    const sandboxed = compile('preset: sandboxed\nroots: [{path: /r, mode: rw}]');
+    const r = sandboxed.roots[0] as CompiledRoot;
+    for (const name of ['Server.PEM', 'a/API.Key', '.ENV', '.Env.local', 'ID_RSA', '.SSH/config', 'x/.AWS/credentials']) {
+      expect(r.isHidden(`/r/${name}`), name).toBe(true);
+    }
+    const own = compile('roots: [{path: /r, mode: rw, hide: [Drafts/Private], readonly: [Intake/**]}]').roots[0] as CompiledRoot;
+    expect(own.isHidden('/r/drafts/private/x.md')).toBe(true);
+    expect(own.isReadonly('/r/Intake/form.pdf')).toBe(true);
+    expect(own.isReadonly('/r/intake/form.pdf')).toBe(false);
+  });
+
   it('checks suffixes case-insensitively on the name only', () => {
     const w = p.locate('/projects/Wilson-MVA') as CompiledRoot;
     expect(w.suffixAllowed('/projects/Wilson-MVA/a/Report.PDF')).toBe(true);
