@@ -158,7 +158,7 @@ function coverArgs(hidden: string[], bound: string[]): string[] {
  * by /dev/null (empty), a directory by an empty read-only tmpfs. /usr is not walked (most of a
  * system's files, seconds to walk; it holds programs, not secrets).
  */
-export function hostOnlyEntries(dirs: string[], uid: number, gids: number[]): { files: string[]; dirs: string[] } {
+export function hostOnlyEntries(dirs: string[], uid: number, gids: number[], skip: (p: string) => boolean = () => false): { files: string[]; dirs: string[] } {
   const out = { files: [] as string[], dirs: [] as string[] };
   const ours = (st: fs.Stats) => st.uid === uid || gids.includes(st.gid);
   const walk = (dir: string): void => {
@@ -170,6 +170,7 @@ export function hostOnlyEntries(dirs: string[], uid: number, gids: number[]): { 
     }
     for (const name of names) {
       const p = path.join(dir, name);
+      if (skip(p)) continue;
       let st: fs.Stats;
       try {
         st = fs.lstatSync(p);
@@ -188,11 +189,27 @@ export function hostOnlyEntries(dirs: string[], uid: number, gids: number[]): { 
   return out;
 }
 
+/**
+ * /proc's own host-wide entries go the same way: root-only by their mode alone, not by a
+ * capability, are /proc/slabinfo, kpageflags, kpagecount, vmallocinfo, timer_list (every timer
+ * of the host, with the command names and pids of its processes), /proc/tty/driver. The
+ * sandbox's processes (/proc/PID, self) and /proc/sys (bound read-only) are left as they are.
+ */
+export function procHostOnlyEntries(uid: number, gids: number[]): { files: string[]; dirs: string[] } {
+  return hostOnlyEntries(['/proc'], uid, gids, (p) => {
+    const rel = p.slice('/proc/'.length);
+    return /^\d+$/.test(rel) || rel === 'self' || rel === 'thread-self' || rel === 'sys';
+  });
+}
+
 function hostOnlyArgs(bound: string[], chosen: string[]): string[] {
   const uid = process.getuid?.() ?? 0;
   if (uid !== 0) return []; // a user's sandbox reads what that user may: the user chose to run it
   const gids = [...new Set([process.getgid?.() ?? 0, ...(process.getgroups?.() ?? [])])];
   const { files, dirs } = hostOnlyEntries(bound.filter((b) => b !== '/usr'), uid, gids);
+  const proc = procHostOnlyEntries(uid, gids);
+  files.push(...proc.files);
+  dirs.push(...proc.dirs);
   // a --ro path the operator named stays shown, also below a root-only directory
   const keep = (p: string) => !chosen.some((c) => inside(c, p));
   return [...files.filter(keep).flatMap((f) => ['--ro-bind', '/dev/null', f]), ...dirs.filter(keep).flatMap((d) => ['--tmpfs', d, '--remount-ro', d])];

@@ -171,6 +171,24 @@ describe.skipIf(!asRoot)('ledgerfs run started as root: no way out of the sandbo
     expect(s.readable, report(r)).toBe(0);
   });
 
+  it('root-only host-wide files of /proc stay unreadable (slabinfo, timer_list, kpageflags, vmallocinfo)', async () => {
+    // their mode is all that guards them, and the program is host uid 0 to that check
+    const candidates = ['slabinfo', 'timer_list', 'kpageflags', 'kpagecount', 'vmallocinfo', 'pagetypeinfo'];
+    const present = candidates.filter((n) => {
+      try {
+        const st = fs.statSync(`/proc/${n}`);
+        return st.uid === 0 && (st.mode & 0o004) === 0;
+      } catch {
+        return false;
+      }
+    });
+    const r = await run([], [...present.map((n) => `echo "${n.replace('-', '_')}=$(head -c 4096 /proc/${n} 2>/dev/null | wc -c)"`), 'echo "cpuinfo=$(head -c 64 /proc/cpuinfo | wc -c)"'].join('\n'));
+    expect(r.code, report(r)).toBe(0);
+    const s = statuses(r.stdout);
+    for (const n of present) expect(s[n], `${n} was readable\n${report(r)}`).toBe(0);
+    expect(s.cpuinfo, report(r)).toBeGreaterThan(0);
+  });
+
   it('with --mount, the running mount\'s journal and source are kept out too', async () => {
     const base = fs.mkdtempSync('/opt/ledgerfs-escape-');
     hostLitter.push(base);

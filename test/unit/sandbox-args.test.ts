@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import os from 'node:os';
 import path from 'node:path';
-import { bwrapArgs, hostOnlyEntries, sandboxFilter, type SandboxSpec } from '../../src/sandbox/index.js';
+import { bwrapArgs, hostOnlyEntries, procHostOnlyEntries, sandboxFilter, type SandboxSpec } from '../../src/sandbox/index.js';
 
 const spec = (over: Partial<SandboxSpec>): SandboxSpec => ({
   workspace: '/tmp/ws', at: '/workspace', network: false, readOnly: [], command: ['true'],
@@ -10,7 +10,8 @@ const spec = (over: Partial<SandboxSpec>): SandboxSpec => ({
 });
 
 /** the host's root-only entries, covered when root runs these tests (hostOnlyEntries below) */
-const hostOnly = new Set(process.getuid?.() === 0 ? Object.values(hostOnlyEntries(['/etc', '/opt', '/var/lib/dpkg'], 0, [...new Set([process.getgid?.() ?? 0, ...(process.getgroups?.() ?? [])])])).flat() : []);
+const rootGids = [...new Set([process.getgid?.() ?? 0, ...(process.getgroups?.() ?? [])])];
+const hostOnly = new Set(process.getuid?.() === 0 ? [...Object.values(hostOnlyEntries(['/etc', '/opt', '/var/lib/dpkg'], 0, rootGids)).flat(), ...Object.values(procHostOnlyEntries(0, rootGids)).flat()] : []);
 
 /** the argument after each occurrence of `flag` (a cover of a root-only host entry aside) */
 const after = (args: string[], flag: string) => args.flatMap((a, i) => (a === flag && !hostOnly.has(args[i + 1] as string) ? [args[i + 1]] : []));
