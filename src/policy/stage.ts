@@ -48,6 +48,15 @@ export class PolicyStage implements MutationStage {
   private readonly detached = new Map<OpenFileState, Detached>();
   /** inode numbers of open files, once an fstat told them (reservations are kept by inode) */
   private readonly inodes = new WeakMap<OpenFileState, number>();
+  /**
+   * A handle whose name went away while its inode kept another name (`ln a b; rm a` with `a`
+   * open) is a second way to the inode that nlink does not show: a size it changes is not seen
+   * by the state open under the other name, whose remembered size then charges growth from the
+   * wrong start (and usage drifts, down as well as up). Such a handle never remembers a size,
+   * and each change through it makes every remembered size older than it unknown (fstat again).
+   */
+  private sizeEpoch = 0;
+  private readonly sizeAt = new WeakMap<OpenFileState, number>();
 
   constructor(
     private readonly policy: CompiledPolicy,
@@ -208,8 +217,30 @@ export class PolicyStage implements MutationStage {
   private async sizeOf(of: OpenFileState): Promise<number> {
     const st = await of.file.stat();
     // a file with other names may change through them: only a single-name size is remembered
-    if (st.nlink <= 1) of.size = st.size;
+    if (st.nlink <= 1 && !this.linkedDetached(of)) this.remember(of, st.size);
     return st.size;
+  }
+
+  /** The size `of` remembers, unless a change through a detached handle may have made it old. */
+  private known(of: OpenFileState): number | undefined {
+    if (of.size === undefined || this.sizeEpoch === 0 || this.sizeAt.get(of) === this.sizeEpoch) return of.size;
+    of.size = undefined;
+    return undefined;
+  }
+
+  private remember(of: OpenFileState, size: number): void {
+    of.size = size;
+    if (this.sizeEpoch !== 0) this.sizeAt.set(of, this.sizeEpoch);
+  }
+
+  /** `of` lost its name but its inode kept another one (see sizeEpoch). */
+  private linkedDetached(of: OpenFileState): boolean {
+    return this.detached.get(of)?.file === false;
+  }
+
+  /** A size changed through `of`: if it is a linked detached handle, other states' sizes may be old. */
+  private changedThrough(of: OpenFileState | undefined): void {
+    if (of !== undefined && this.linkedDetached(of)) this.sizeEpoch++;
   }
 
   private async statOrNull(path: string): Promise<Attr | null> {
@@ -308,7 +339,7 @@ export class PolicyStage implements MutationStage {
     // a punched hole keeps the size (and frees blocks): nothing grows
     if (m.allocate === 'punch-hole') return apply();
     if (m.allocate === 'keep-size') return this.reserve(m, of, root, u, end, apply);
-    const known = of.size;
+    const known = this.known(of);
     const before = known ?? (await this.sizeOf(of));
     if (end <= before) return apply(); // inside the file: nothing grows
     const op = m.caller.operator === true;
@@ -323,14 +354,16 @@ export class PolicyStage implements MutationStage {
       }
       u.bytes += growth; // reserved now, so a concurrent write sees it
     }
-    if (of.size !== undefined) of.size = end;
+    if (of.size !== undefined) this.remember(of, end);
     let n: T;
     try {
       n = await apply();
     } catch (err) {
+      this.changedThrough(of);
       await this.resync(of, u, end, reservedTo);
       throw err;
     }
+    this.changedThrough(of);
     if (typeof n === 'number' && n < length) await this.resync(of, u, end, reservedTo);
     if (reservedTo > 0 && chargeOf(of.size ?? end, reservedTo) !== reservedTo) this.dropReservation(of); // grown past it
     if (m.path === '') await this.ownDetached(of, Math.max(0, growth));
@@ -350,7 +383,7 @@ export class PolicyStage implements MutationStage {
     if (u === null) return apply();
     // fallocate is rare: an fstat for the size and the inode costs nothing here
     const st = await of.file.stat();
-    if (st.nlink <= 1) of.size = st.size;
+    if (st.nlink <= 1 && !this.linkedDetached(of)) this.remember(of, st.size);
     this.inodes.set(of, st.ino);
     const had = this.usage.reserved.get(st.ino) ?? 0;
     const block = POLICY_DEFAULTS.reservationBlockBytes;
@@ -400,7 +433,7 @@ export class PolicyStage implements MutationStage {
     let reservedTo = 0;
     let ino: number | undefined;
     if (of !== undefined) {
-      before = of.size ?? (await this.sizeOf(of));
+      before = this.known(of) ?? (await this.sizeOf(of));
       reservedTo = await this.reservedToOf(of);
     } else {
       const st = await this.view.stat(m.path);
@@ -428,9 +461,10 @@ export class PolicyStage implements MutationStage {
       if (delta > 0 && u !== null) u.bytes -= delta;
       throw err;
     }
+    this.changedThrough(of);
     if (delta < 0 && u !== null) u.bytes += delta;
     if (reservedTo > 0 && chargeOf(size, keeps) !== reservedTo) this.dropReservation(of, ino);
-    if (of !== undefined && of.size !== undefined) of.size = size;
+    if (of !== undefined && of.size !== undefined) this.remember(of, size);
     if (m.path === '' && of !== undefined) await this.ownDetached(of, delta);
     return r;
   }
