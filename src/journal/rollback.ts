@@ -763,6 +763,9 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
       await undoer.undo(op, caller, env.partial?.has(op.seq) ?? false);
       env.writer?.appendSoon({ kind: 'restored', of: op.seq, time: Date.now(), session: env.session });
       restored++;
+      // an older utimens of a directory set its mtime further back than what a newer change of
+      // its entries recorded: that one must not win at the end
+      if (op.op === 'utimens') dirTimes.delete(op.paths[0] as string);
       noteDirTimes(dirTimes, op);
     } catch (err) {
       const reason = err instanceof VfsError ? err.reason : (err as Error).message;

@@ -117,6 +117,21 @@ describe('rollback brings back what a removal took (no mount)', () => {
     expect(buildHistory([op(1), op(3), op(2)]).lastSeq).toBe(3);
   });
 
+  it('a directory touched, then written into: the rollback ends at the mtime before the touch, not the one the write recorded', async () => {
+    const { vfs } = j;
+    await vfs.utimens('/d', { mtimeNs: T2004 });
+    await vfsFs.write(vfs, '/d/new', 'x');
+    await vfs.utimens('/d', { mtimeNs: T2003 });
+    await vfs.unlink('/d/new');
+    await vfs.unlink('/d/inner');
+    await vfs.rmdir('/d');
+    const r = await j.svc.rollback({ session: 'test-session' });
+    expect(r.conflicts).toEqual([]);
+    expect(mtimeOf(path.join(src, 'd'))).toBe(T2002);
+    expect(mtimeOf(src)).toBe(T2001);
+    expect(fs.readdirSync(path.join(src, 'd'))).toEqual(['inner']);
+  });
+
   it.skipIf(!isRoot)('a chown that cleared setuid rolls back with no conflict, to any point, setuid included', async () => {
     const { vfs } = j;
     await vfsFs.write(vfs, '/t', 'x');
