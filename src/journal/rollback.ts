@@ -766,6 +766,7 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
       // an older utimens of a directory set its mtime further back than what a newer change of
       // its entries recorded: that one must not win at the end
       if (op.op === 'utimens') dirTimes.delete(op.paths[0] as string);
+      moveDirTimes(dirTimes, op);
       noteDirTimes(dirTimes, op);
     } catch (err) {
       const reason = err instanceof VfsError ? err.reason : (err as Error).message;
@@ -799,6 +800,30 @@ function noteDirTimes(times: Map<string, DirTime>, op: Operation): void {
   const b1 = op.before[1] ?? null;
   if (op.op === 'rename' && b1?.type === 'dir') times.set(op.paths[1] as string, { mtimeNs: b1.mtimeNs, op });
   for (const d of op.dirs ?? []) times.set(d.path, { mtimeNs: d.mtimeNs, op });
+}
+
+/**
+ * Keep the noted mtimes with their directories as `op`'s undo moves or removes them: the undo of
+ * a mkdir removes the directory (what was noted at or below it was another directory's than the
+ * one a later undo may put at that name), the undo of a rename moves what was noted at or below
+ * its new name back to the old one (which held nothing of its own until then).
+ */
+function moveDirTimes(times: Map<string, DirTime>, op: Operation): void {
+  const [p0, p1] = op.paths as [string, string | undefined];
+  if (op.op === 'mkdir') {
+    for (const k of [...times.keys()]) if (isWithin(k, p0)) times.delete(k);
+    return;
+  }
+  if (op.op !== 'rename' || p1 === undefined || (op.after && (op.after[0] ?? null) !== null)) return;
+  const moved: [string, DirTime][] = [];
+  for (const [k, v] of [...times]) {
+    if (isWithin(k, p0)) times.delete(k);
+    else if (isWithin(k, p1)) {
+      times.delete(k);
+      moved.push([rebase(k, p1, p0), v]);
+    }
+  }
+  for (const [k, v] of moved) times.set(k, v);
 }
 
 /**

@@ -132,6 +132,19 @@ describe('rollback brings back what a removal took (no mount)', () => {
     expect(fs.readdirSync(path.join(src, 'd'))).toEqual(['inner']);
   });
 
+  it('a directory moved, or replaced by a new one, gets its own mtime back, not the one noted at its other name', async () => {
+    const { vfs } = j;
+    await vfs.rename('/d', '/e');
+    await vfsFs.write(vfs, '/e/new', 'x');
+    await vfs.mkdir('/d', 0o755);
+    await vfsFs.write(vfs, '/d/other', 'y');
+    const r = await j.svc.rollback({ session: 'test-session' });
+    expect(r.conflicts).toEqual([]);
+    expect(fs.readdirSync(path.join(src, 'd'))).toEqual(['inner']);
+    expect(mtimeOf(path.join(src, 'd'))).toBe(T2002);
+    expect(mtimeOf(src)).toBe(T2001);
+  });
+
   it.skipIf(!isRoot)('a chown that cleared setuid rolls back with no conflict, to any point, setuid included', async () => {
     const { vfs } = j;
     await vfsFs.write(vfs, '/t', 'x');
