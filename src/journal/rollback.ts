@@ -79,7 +79,8 @@ export function unfinishedRollbacks(h: History): UnfinishedRollback[] {
   const undone = undoneSeqs(h);
   const out: UnfinishedRollback[] = [];
   for (const [session, run] of h.rollbacks) {
-    const left = run.intent.ops.filter((seq) => !undone.has(seq) && h.bySeq.has(seq));
+    // what it restored itself and a later rollback re-did (a rollback of this rollback) is not left
+    const left = run.intent.ops.filter((seq) => !undone.has(seq) && !run.restored.has(seq) && h.bySeq.has(seq));
     if (left.length === 0) continue;
     out.push({
       session, target: run.intent.target, time: run.intent.time, restored: run.restored.size, total: run.intent.ops.length, left,

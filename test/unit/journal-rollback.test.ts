@@ -90,6 +90,17 @@ describe('rollback on a Vfs (no mount)', () => {
     expect((await verifyJournal(state)).problems).toEqual([]);
   });
 
+  it('a rollback that finished and was then rolled back itself is not reported as unfinished', async () => {
+    await vfsFs.write(j.vfs, '/first.txt', 'one');
+    const r1 = await rollback({ session: 'test-session' });
+    expect(r1.complete).toBe(true);
+    const r2 = await rollback({ session: r1.session as string });
+    expect(r2.complete).toBe(true);
+    expect(fs.existsSync(path.join(src, 'first.txt'))).toBe(true);
+    const dry = await j.svc.rollback({ toSeq: lastSeq(), dryRun: true });
+    expect(dry.unfinished).toBeUndefined();
+  });
+
   it('rolls back by session, path and time, and not twice', async () => {
     await vfsFs.write(j.vfs, '/docs/a.txt', 'mine');
     await j.close();
