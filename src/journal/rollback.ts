@@ -348,6 +348,11 @@ export interface ApplyEnv {
   target?: string;
   /** partialWork() of the journal: undos an earlier rollback began; they are resumed */
   partial?: Map<number, Operation[]>;
+  /**
+   * resumedUndos(): operations an earlier rollback, cut short, finished undoing before it could
+   * set the directory mtimes back; this one, taking up its work, sets them back at its end
+   */
+  resumed?: readonly Operation[];
 }
 
 const WRITE_ONLY = C.O_WRONLY;
@@ -726,6 +731,18 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
   let undone = 0;
   let restored = 0;
   const dirTimes = new Map<string, DirTime>();
+  const note = (op: Operation) => {
+    // an older utimens of a directory set its mtime further back than what a newer change of
+    // its entries recorded: that one must not win at the end
+    if (op.op === 'utimens') dirTimes.delete(op.paths[0] as string);
+    moveDirTimes(dirTimes, op);
+    noteDirTimes(dirTimes, op);
+  };
+  // what an earlier rollback cut short undid, in the order it undid it, among this one's undos
+  const resumed = [...(env.resumed ?? [])].sort((a, b) => b.seq - a.seq);
+  const noteResumed = (above: number) => {
+    while (resumed.length > 0 && (resumed[0] as Operation).seq > above) note(resumed.shift() as Operation);
+  };
   // the intent reaches the journal file before the first change: a rollback cut short is known
   env.writer?.appendNow({
     kind: 'rollback-intent', time: Date.now(), session: env.session, actor: env.actor, target: env.target ?? '',
@@ -740,6 +757,7 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
     for (const p of op.paths) left.push({ path: p, seq: op.seq });
   };
   for (const op of ops) {
+    noteResumed(op.seq);
     if (env.skipConflicts) {
       const after = left.find((l) => op.paths.some((p) => isWithin(p, l.path) || isWithin(l.path, p)));
       if (after) {
@@ -764,11 +782,7 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
       await undoer.undo(op, caller, env.partial?.has(op.seq) ?? false);
       env.writer?.appendSoon({ kind: 'restored', of: op.seq, time: Date.now(), session: env.session });
       restored++;
-      // an older utimens of a directory set its mtime further back than what a newer change of
-      // its entries recorded: that one must not win at the end
-      if (op.op === 'utimens') dirTimes.delete(op.paths[0] as string);
-      moveDirTimes(dirTimes, op);
-      noteDirTimes(dirTimes, op);
+      note(op);
     } catch (err) {
       const reason = err instanceof VfsError ? err.reason : (err as Error).message;
       const c: Conflict = { seq: op.seq, op: op.op, path: op.paths[0] as string, reason: `undo failed: ${reason}` };
@@ -782,7 +796,28 @@ export async function applyRollback(ops: Operation[], env: ApplyEnv): Promise<{ 
     undone++;
     env.onProgress?.(undone, ops.length);
   }
+  noteResumed(-1);
   return finish(await restoreDirTimes(dirTimes, env));
+}
+
+/**
+ * The operations earlier rollbacks finished undoing (and still stand for) where such a rollback
+ * was cut short or stopped and `ops` take up what it left: it never got to set the directory
+ * mtimes those undos noted back, so the run that finishes its work does.
+ */
+export function resumedUndos(h: History, ops: readonly Operation[]): Operation[] {
+  const planned = new Set(ops.map((o) => o.seq));
+  const undone = undoneSeqs(h);
+  const out: Operation[] = [];
+  for (const run of h.rollbacks.values()) {
+    if (run.end?.complete) continue;
+    if (!run.intent.ops.some((seq) => planned.has(seq) && !run.restored.has(seq))) continue;
+    for (const seq of run.intent.ops) {
+      const op = h.bySeq.get(seq);
+      if (op && run.restored.has(seq) && undone.has(seq) && !planned.has(seq)) out.push(op);
+    }
+  }
+  return out;
 }
 
 /** A directory's mtime to set back once the rollback is done, and the operation that recorded it. */

@@ -16,7 +16,7 @@ import { RECORD_VERSION, type TagRecord } from './record.js';
 import { reconcileUndurable, recoverPending } from './recovery.js';
 import type { JournalRemote } from './remote.js';
 import { damagedImages, describeDamage } from './before-images.js';
-import { applyRollback, describeSelection, partialWork, planRollback, RollbackError, type RollbackResult, type RollbackSelection } from './rollback.js';
+import { applyRollback, describeSelection, partialWork, planRollback, resumedUndos, RollbackError, type RollbackResult, type RollbackSelection } from './rollback.js';
 import { newSessionId } from './session-id.js';
 import { JournalStage } from './stage.js';
 import { makeTag, type TagRequest } from './tags.js';
@@ -250,7 +250,7 @@ export class JournalService {
       const r = await applyRollback(ops, {
         vfs, stage: this.stage, blobs: this.blobs, session, actor: req.actor ?? DEFAULTS.journal.rollbackActor,
         force: req.force ?? false, skipConflicts: req.skipConflicts ?? false, openWritePaths, onProgress, history: history.ops,
-        writer: this.writer, target: describeSelection(req), partial: partialWork(history),
+        writer: this.writer, target: describeSelection(req), partial: partialWork(history), resumed: resumedUndos(history, ops),
       });
       await this.writer.sync();
       return {

@@ -145,6 +145,25 @@ describe('rollback brings back what a removal took (no mount)', () => {
     expect(mtimeOf(src)).toBe(T2001);
   });
 
+  it('a rollback cut short after its first undo, run again: the directory mtimes the first run noted are set back too', async () => {
+    const { vfs } = j;
+    await vfs.unlink('/d/inner');
+    await vfsFs.write(vfs, '/g', 'new');
+    let n = 0;
+    await expect(
+      j.svc.rollback({ session: 'test-session' }, () => {
+        if (++n === 1) throw new Error('killed');
+      }),
+    ).rejects.toThrow('killed');
+    expect(fs.existsSync(path.join(src, 'g'))).toBe(false);
+    const r = await j.svc.rollback({ session: 'test-session' });
+    expect(r.conflicts).toEqual([]);
+    expect(r.complete).toBe(true);
+    expect(fs.readdirSync(path.join(src, 'd'))).toEqual(['inner']);
+    expect(mtimeOf(path.join(src, 'd'))).toBe(T2002);
+    expect(mtimeOf(src)).toBe(T2001);
+  });
+
   it.skipIf(!isRoot)('a chown that cleared setuid rolls back with no conflict, to any point, setuid included', async () => {
     const { vfs } = j;
     await vfsFs.write(vfs, '/t', 'x');
