@@ -313,6 +313,9 @@ async function replay(
           if (!same) await copyIn(vfs, host, v, st.mode & 0o7777);
           const now = await vfs.getattr(v);
           if ((now.mode & 0o7777) !== (st.mode & 0o7777)) await vfs.chmod(v, st.mode & 0o7777);
+          // the mtime the program saw (its writes', or what it set: tar -x, cp -p, touch -d), not the apply's
+          const mtimeNs = fs.lstatSync(host, { bigint: true }).mtimeNs;
+          if (now.mtimeNs !== mtimeNs || !same) await vfs.utimens(v, { mtimeNs });
         });
       }
     }

@@ -128,6 +128,30 @@ describe('staged mode', () => {
     expect(snapshotTree(path.join(root, 'src')), 'rollback of the apply restores the original exactly').toEqual(original);
   });
 
+  it.skipIf(onGcs)('apply keeps the mtimes the program saw: a new file it dated (tar -x, touch -d), a base file it rewrote, one it only dated', { timeout: 240_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const mt = await mountStaged('dates-1', populate);
+    py(
+      `import os
+open('cases/new.txt', 'w').write('made')
+os.utime('cases/new.txt', ns=(1_000_000_000_123_456_789, 1_000_000_000_123_456_789))
+open('cases/index.md', 'a').write('more')
+os.utime('cases/jones/a.txt', ns=(1_100_000_000_000_000_000, 1_100_000_000_000_000_000))
+`,
+      mt.mnt,
+    );
+    const seen = (p: string) => fs.lstatSync(path.join(mt.mnt, p), { bigint: true }).mtimeNs;
+    const want = { new: seen('cases/new.txt'), index: seen('cases/index.md'), a: seen('cases/jones/a.txt') };
+    expect(want.new).toBe(1_000_000_000_123_456_789n);
+    await unmount();
+    await new Promise((r) => setTimeout(r, 50));
+    const applied = ledgerfs(['apply', '--state', state, '--session', 'dates-1']);
+    expect(applied.status, applied.stderr + applied.stdout).toBe(0);
+    const src = (p: string) => fs.lstatSync(path.join(root, 'src', p), { bigint: true }).mtimeNs;
+    expect({ new: src('cases/new.txt'), index: src('cases/index.md'), a: src('cases/jones/a.txt') }).toEqual(want);
+  });
+
   it.skipIf(onGcs)('a change beside the mount stops apply before any change, naming it; --skip-conflicts applies the rest', { timeout: 240_000 }, async () => {
     root = makeTemp('staged');
     const state = path.join(root, 'state');
