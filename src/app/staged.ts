@@ -109,6 +109,16 @@ async function findConflicts(state: StagedState, layout: StagedLayout, store: Ba
       const p = joinPath(d, e.name);
       if (outside(p)) continue;
       if (state.copied.has(p) || (prefix !== undefined && !isWithin(p, prefix))) {
+        const origin = state.copied.get(p);
+        if (e.isDirectory() && origin !== undefined && !out.has(origin)) {
+          // a base directory brought up only to hold what the program made in it: it must still
+          // be there (the apply would make it again where someone removed or replaced it)
+          const now = await tryStat(store, origin);
+          if (now?.type !== 'dir') {
+            out.set(origin, { path: view(origin), reason: now ? `now a ${now.type}, a dir when the session first read it` : 'removed since the session first read it (it was a dir)' });
+            continue;
+          }
+        }
         if (e.isDirectory()) await walk(p);
         continue;
       }

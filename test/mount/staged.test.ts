@@ -181,6 +181,28 @@ os.utime('cases/jones/a.txt', ns=(1_100_000_000_000_000_000, 1_100_000_000_000_0
     expect(fs.readFileSync(path.join(src, 'cases/index.md'), 'utf8')).toBe('# cases\nedited beside\n');
   });
 
+  it.skipIf(onGcs)('a directory the program only wrote into, removed beside the mount: apply refuses, --skip-conflicts leaves it removed', { timeout: 240_000 }, async () => {
+    root = makeTemp('staged');
+    const state = path.join(root, 'state');
+    const mt = await mountStaged('gone-1', populate);
+    fs.writeFileSync(path.join(mt.mnt, 'cases/jones/deep/new.txt'), 'made in a base directory\n');
+    fs.writeFileSync(path.join(mt.mnt, 'cases/added.txt'), 'elsewhere\n');
+    await unmount();
+    const src = path.join(root, 'src');
+    fs.rmSync(path.join(src, 'cases/jones'), { recursive: true });
+    const before = snapshotTree(src);
+
+    const refused = ledgerfs(['apply', '--state', state, '--session', 'gone-1']);
+    expect(refused.status, refused.stdout + refused.stderr).toBe(1);
+    expect(refused.stdout).toMatch(/\/cases\/jones: removed since the session first read it \(it was a dir\)/);
+    expect(snapshotTree(src), 'nothing changed').toEqual(before);
+
+    const rest = ledgerfs(['apply', '--state', state, '--session', 'gone-1', '--skip-conflicts']);
+    expect(rest.status, rest.stderr).toBe(1);
+    expect(fs.existsSync(path.join(src, 'cases/jones')), 'the removal beside the mount is kept').toBe(false);
+    expect(fs.readFileSync(path.join(src, 'cases/added.txt'), 'utf8')).toBe('elsewhere\n');
+  });
+
   it.skipIf(onGcs)('discard drops the overlay; the backend never saw it', { timeout: 120_000 }, async () => {
     root = makeTemp('staged');
     const state = path.join(root, 'state');
