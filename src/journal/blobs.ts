@@ -140,8 +140,7 @@ export class BlobStore {
       this.capturedBytes += size;
       return hash;
     } catch (err) {
-      if (err instanceof VfsError) throw new VfsError(err.code === 'ENOSPC' ? 'ENOSPC' : 'EIO', `journal: keeping the before-image of ${file} failed: ${err.reason}`);
-      throw new VfsError('EIO', `journal: keeping the before-image of ${file} failed: ${(err as Error).message}`, { cause: err, level: 'error' });
+      throw beforeImageError(err, file);
     }
   }
 
@@ -303,4 +302,14 @@ async function streamToFile(backend: Backend, file: string, size: number, dest: 
     await f.close();
   }
   return h.digest('hex');
+}
+
+/**
+ * A before-image that could not be kept, as the caller's error: ENOSPC where the state disk is
+ * full (the blob's write failed so: a plain Node error, or the backend's), else EIO.
+ */
+export function beforeImageError(err: unknown, file: string): VfsError {
+  if (err instanceof VfsError) return new VfsError(err.code === 'ENOSPC' ? 'ENOSPC' : 'EIO', `journal: keeping the before-image of ${file} failed: ${err.reason}`);
+  const full = (err as NodeJS.ErrnoException).code === 'ENOSPC';
+  return new VfsError(full ? 'ENOSPC' : 'EIO', `journal: keeping the before-image of ${file} failed: ${(err as Error).message}`, { cause: err, ...(full ? {} : { level: 'error' as const }) });
 }

@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import { type Attr, type Backend, type BackendFile, type Caller, callerProcess, isWithin, type Logger, parentOf, type Mutation, type MutationStage, type OpenFileState, VfsError } from '../core/index.js';
 import { DEFAULTS } from '../config/index.js';
-import type { BlobStore } from './blobs.js';
+import { beforeImageError, type BlobStore } from './blobs.js';
 import { hashOpenFile, stateFromAttr, stateOf } from './node-state.js';
 import { dataRuns, keepBytes, keepData, nextData } from './ranges.js';
 import type { ConflictRecord, DoneRecord, JournalOp, NodeState, OpArgs, OpRecord, State } from './record.js';
@@ -404,7 +404,7 @@ export class JournalStage implements MutationStage {
       s.ranges = await keepData(this.blobs, file, cutFrom, s.size, extent, path);
       if (cutFrom > 0) s.rangesFrom = cutFrom;
     } catch (err) {
-      if (err instanceof VfsError) throw new VfsError(err.code === 'ENOSPC' ? 'ENOSPC' : 'EIO', `journal: keeping the before-image of ${path} failed: ${err.reason}`);
+      if (err instanceof VfsError || (err as NodeJS.ErrnoException).code === 'ENOSPC') throw beforeImageError(err, path);
       throw err;
     } finally {
       await file.close();
@@ -641,8 +641,7 @@ export class JournalStage implements MutationStage {
       flushHole();
     } catch (err) {
       flushHole(); // (what it found before failing is true)
-      if (err instanceof VfsError) throw new VfsError(err.code === 'ENOSPC' ? 'ENOSPC' : 'EIO', `journal: keeping the before-image of ${s.path} failed: ${err.reason}`);
-      throw new VfsError('EIO', `journal: keeping the before-image of ${s.path} failed: ${(err as Error).message}`, { cause: err, level: 'error' });
+      throw beforeImageError(err, s.path);
     } finally {
       if (!own) await file.close();
     }

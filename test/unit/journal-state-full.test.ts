@@ -65,6 +65,12 @@ describe('a full state disk refuses changes with ENOSPC and a denial line; a low
       fs.closeSync(fd);
     }
   };
+  /** Fill it but for `room` bytes: records still fit, a large before-image does not. */
+  const fillBut = (room: number) => {
+    fill();
+    const filler = path.join(state, 'filler');
+    fs.truncateSync(filler, Math.max(0, fs.statSync(filler).size - room));
+  };
   const code = async (p: Promise<unknown>) => p.then(() => 'ok', (err: { code?: string }) => err.code);
 
   it('refuses create, mkdir and an overwrite with ENOSPC, changes nothing, and works again once there is room', async () => {
@@ -113,5 +119,18 @@ describe('a full state disk refuses changes with ENOSPC and a denial line; a low
     expect(made.length).toBeGreaterThan(0);
     expect(made.filter((op) => op.status !== 'done' && op.status !== 'open').map((op) => `${op.op} ${op.paths[0]} ${op.status}`)).toEqual([]);
     expect(ops.filter((p) => p === '/d')).toEqual([]);
+  });
+
+  it('a before-image that does not fit refuses the unlink or overwrite with ENOSPC (not EIO), and the file stays', async () => {
+    const big = Buffer.alloc(1 << 20);
+    for (let i = 0; i < big.length; i += 4096) big.writeUInt32LE(i * 2654435761 >>> 0, i);
+    fs.writeFileSync(path.join(src, 'big'), big);
+    fs.writeFileSync(path.join(src, 'big2'), big.subarray(0, 200_000));
+    svc?.writer.flush();
+    fillBut(256 * 1024);
+    expect(await code(vfs.unlink('/big'))).toBe('ENOSPC');
+    expect(await code(vfsFs.write(vfs, '/big2', 'after\n', C.O_WRONLY | C.O_TRUNC))).toBe('ENOSPC');
+    expect(fs.readFileSync(path.join(src, 'big')).equals(big)).toBe(true);
+    expect(fs.readFileSync(path.join(src, 'big2')).equals(big.subarray(0, 200_000))).toBe(true);
   });
 });
