@@ -161,6 +161,18 @@ os.close(r)`,
     expect(fs.existsSync(path.join(state(), 'conflicts'))).toBe(false);
   });
 
+  it('a file created and closed empty keeps its create\'s mtime: a rollback of create, close, unlink (git init\'s probe) finds no conflict', async () => {
+    const m = await mount(['--session', 'empty-close-1']);
+    py("import os, time\nf = open('t', 'w'); time.sleep(0.1); f.close(); os.unlink('t')", m.mnt);
+    await m.stop();
+    mounts.splice(mounts.indexOf(m), 1);
+    const r = spawnSync(process.execPath, [CLI, 'rollback', '--state', state(), '--session', 'empty-close-1', '--source', `gs://${g.bucket}`], {
+      encoding: 'utf8', env: { ...process.env, ...m.env }, timeout: 120_000,
+    });
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/Rolled back 2 mutation\(s\)/);
+  });
+
   it('a SIGKILLed daemon loses nothing: the next mount uploads the spool', async () => {
     const a = await mount();
     const N = 30;

@@ -374,6 +374,9 @@ export class GcsFile implements BackendFile {
    */
   async startNew(q: UploadQueue): Promise<void> {
     await this.ensureStaged(false);
+    // the mtime it shows now (its create's, which the journal recorded) is the one its close
+    // uploads, unless a write or utimens changes it: not the close's time, which nothing records
+    this.mtimeNs ??= (await this.stat()).mtimeNs;
     this.dirty = true;
     this.changes++;
     await q.add({ key: this.key, path: this.path, source: this.staged as StagingFile, size: 0, metadata: this.base.metadata, baseGeneration: 0n, baseMetageneration: 0n, hold: true });
