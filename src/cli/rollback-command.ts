@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { DEFAULTS } from '../config/index.js';
-import { BlobStore, buildHistory, damagedImages, describeDamage, stateLayout, daemonRequest, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readJournal, readJournalFor, RollbackError, rollbackQuery, type RollbackRequest, type RollbackResult } from '../journal/index.js';
+import { BlobStore, buildHistory, damagedImages, describeDamage, stateLayout, daemonGone, daemonRequest, DaemonUnreachableError, formatTime, JournalService, liveDaemon, newSessionId, planRollback, readJournal, readJournalFor, RollbackError, rollbackQuery, type RollbackRequest, type RollbackResult } from '../journal/index.js';
 import { createLogger, printable } from '../core/index.js';
 import { UserError } from '../app/index.js';
 import {
@@ -146,14 +146,24 @@ ${STATE_HELP}`,
       await requireKnownInJournal(stateDir, { session: req.session, seq: req.toSeq });
       const progress = new Progress(o.dryRun ? 'checking' : 'rolling back');
       const onProgress = (d: number, t: number) => progress.update(d, t);
-      let result: RollbackResult;
-      let where: string;
+      let result: RollbackResult | undefined;
+      let where = '';
       try {
         const daemon = liveDaemon(stateDir);
+        let direct = !daemon;
         if (daemon) {
           where = `through the daemon of ${daemon.mountpoint}`;
-          result = await daemonRequest<RollbackResult>(daemon, { cmd: 'rollback', request: req }, onProgress);
-        } else {
+          try {
+            result = await daemonRequest<RollbackResult>(daemon, { cmd: 'rollback', request: req }, onProgress);
+          } catch (err) {
+            if (!(err instanceof DaemonUnreachableError)) throw err;
+            // a daemon on its way out (unmounted a moment ago) never got the request: once it has
+            // let go of the journal, the rollback runs on the unmounted workspace
+            if (err.sent || !(await daemonGone(stateDir, daemon))) throw new UserError(err.message, 1);
+            direct = true;
+          }
+        }
+        if (direct) {
           where = 'on the unmounted workspace';
           result = await rollbackDirect(o, stateDir, req, onProgress);
         }
@@ -164,7 +174,7 @@ ${STATE_HELP}`,
       } finally {
         progress.finish();
       }
-      process.exitCode = report(result, o, where);
+      process.exitCode = report(result as RollbackResult, o, where);
     });
 }
 

@@ -211,7 +211,25 @@ export function liveDaemon(stateDir: string): DaemonInfo | null {
   return holder && holder.pid === info.pid ? info : null;
 }
 
-export class DaemonUnreachableError extends Error {}
+export class DaemonUnreachableError extends Error {
+  /** the request reached the daemon (it may have acted on it); false: the connection was never made */
+  constructor(message: string, readonly sent: boolean) {
+    super(message);
+  }
+}
+
+/**
+ * Wait (up to `ms`) until the daemon `info` no longer holds the journal: one that is exiting
+ * (its socket gone, right after `ledgerfs unmount` returned) lets the command work directly.
+ */
+export async function daemonGone(stateDir: string, info: DaemonInfo, ms = 15_000): Promise<boolean> {
+  const end = Date.now() + ms;
+  for (;;) {
+    if (liveDaemon(stateDir)?.pid !== info.pid && JournalLock.liveHolder(stateLayout(stateDir).lockFile)?.pid !== info.pid) return true;
+    if (Date.now() > end) return false;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
 
 /** The daemon answered the request with an error (a refusal, or what went wrong), in its words. */
 export class DaemonRefusal extends RollbackError {}
@@ -221,15 +239,19 @@ export function daemonRequest<T>(info: DaemonInfo, req: ControlRequest, onProgre
     const conn = net.createConnection(info.socket);
     let buf = '';
     let settled = false;
+    let sent = false;
     const finish = (fn: () => void) => {
       if (!settled) {
         settled = true;
         fn();
       }
     };
-    conn.on('connect', () => conn.write(JSON.stringify(req) + '\n'));
+    conn.on('connect', () => {
+      sent = true;
+      conn.write(JSON.stringify(req) + '\n');
+    });
     conn.on('error', (err) =>
-      finish(() => reject(new DaemonUnreachableError(`cannot reach the daemon (pid ${info.pid}) at ${info.socket}: ${err.message}`))),
+      finish(() => reject(new DaemonUnreachableError(`cannot reach the daemon (pid ${info.pid}) at ${info.socket}: ${err.message}`, sent))),
     );
     conn.on('data', (d) => {
       buf += d.toString('utf8');
@@ -243,6 +265,6 @@ export function daemonRequest<T>(info: DaemonInfo, req: ControlRequest, onProgre
         else finish(() => reject(new DaemonRefusal(r.message)));
       }
     });
-    conn.on('close', () => finish(() => reject(new DaemonUnreachableError(`the daemon (pid ${info.pid}) closed the connection without an answer`))));
+    conn.on('close', () => finish(() => reject(new DaemonUnreachableError(`the daemon (pid ${info.pid}) closed the connection without an answer`, sent))));
   });
 }
