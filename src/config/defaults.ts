@@ -54,6 +54,8 @@ export const DEFAULTS = {
    * stalled supervisor): past this, further lines are dropped and counted, rather than the
    * daemon blocking on the write and every program on the mount with it (src/core/log.ts). */
   logPipeBufferBytes: 4 * 1024 * 1024,
+  /** how long `ledgerfs unmount` waits, after the mount is gone, for the daemon to let go of its journal */
+  unmountReleaseWaitMs: 30_000,
   /** at exit, the daemon waits for such a pipe to take the log lines still queued while it takes some at least this often */
   logFlushTimeoutMs: 1000,
   /** `ledgerfs state prune` without --older-than: state directories unused this long go */

@@ -88,6 +88,22 @@ describe.skipIf(onGcs)('mount --daemon, --log-file, --log-format, systemd readin
     expect(fs.readFileSync(log, 'utf8')).toContain('"msg":"unmounted"');
   });
 
+  it('unmount returns once the daemon has let go of its journal: unmount && rollback (or apply, tag) works on the unmounted workspace', () => {
+    for (let round = 0; round < 4; round++) {
+      const s = scratch();
+      const state = path.join(s.dir, 'state');
+      const r = cli(s, ['mount', '--daemon', '--source', s.src, '--state', state, s.mnt]);
+      expect(r.status, r.stderr).toBe(0);
+      pids.push(Number(r.stdout.trim()));
+      fs.appendFileSync(path.join(s.mnt, 'hello.txt'), 'more\n');
+      const u = cli(s, ['unmount', s.mnt]);
+      expect(u.status, u.stderr).toBe(0);
+      const lock = path.join(state, 'lock');
+      const holder = fs.existsSync(lock) ? (JSON.parse(fs.readFileSync(lock, 'utf8')) as { pid: number }).pid : null;
+      expect(holder !== null && alive(holder), `round ${round}: the daemon still holds the journal after unmount returned`).toBe(false);
+    }
+  });
+
   it('--daemon fails with the daemon\'s own sentence and exit code, and leaves nothing mounted', () => {
     const s = scratch();
     const missing = cli(s, ['mount', '--daemon', '--source', path.join(s.dir, 'nope'), s.mnt]);
