@@ -153,7 +153,10 @@ export class GcsRequests {
       () =>
         new Promise<void>((resolve, reject) => {
           if (start + got > end) return resolve();
-          const rs = this.file(key, generation).createReadStream({ start: start + got, end, validation: false });
+          // decompress: false: an object stored gzip-encoded (gsutil cp -Z) comes as stored (the
+          // client asks with Accept-Encoding: gzip), and its size is the stored size; the client's
+          // gunzip of a range would fail mid-object and give more bytes than the range at 0
+          const rs = this.file(key, generation).createReadStream({ start: start + got, end, validation: false, decompress: false });
           rs.on('error', reject);
           rs.on('data', (d: Buffer) => {
             if (start + got + d.length > end + 1) {
@@ -172,7 +175,8 @@ export class GcsRequests {
 
   /** One generation, whole, into a local file (checked against the object's crc32c). */
   async downloadTo(key: string, generation: bigint, hostFile: string): Promise<void> {
-    await this.retry(() => this.file(key, generation).download({ destination: hostFile, validation: 'crc32c' }));
+    // the stored bytes, as readRangeParts gives them (a gzip-encoded object is not decompressed)
+    await this.retry(() => this.file(key, generation).download({ destination: hostFile, validation: 'crc32c', decompress: false }));
     // (off the event loop: every FUSE request waits for it)
     this.traffic.bytesIn += (await fs.promises.stat(hostFile)).size;
   }

@@ -1,3 +1,4 @@
+import { gunzipSync } from 'node:zlib';
 import { EmulatorError } from './errors.js';
 import type { Reply } from './http.js';
 import type { StoredObject } from './store.js';
@@ -7,8 +8,14 @@ import type { StoredObject } from './store.js';
  * with both checksums of the whole object (the client validates a full download against them
  * when x-goog-stored-content-encoding says the bytes are stored as sent), and for a Range request
  * 206 with Content-Range, or 416 when the range starts past the end.
+ *
+ * An object stored with `contentEncoding: gzip` is served as GCS serves it
+ * (https://cloud.google.com/storage/docs/transcoding): to a request whose Accept-Encoding
+ * includes gzip, the stored (compressed) bytes with `Content-Encoding: gzip`, a Range counting
+ * in those bytes; to any other, decompressed (decompressive transcoding), whole, the Range
+ * ignored. Bytes that are not gzip are served as stored.
  */
-export function mediaReply(o: StoredObject, rangeHeader: string | undefined): Reply {
+export function mediaReply(o: StoredObject, rangeHeader: string | undefined, acceptEncoding = ''): Reply {
   const size = o.data.length;
   const headers: Record<string, string | number> = {
     'Content-Type': o.contentType ?? 'application/octet-stream',
@@ -22,6 +29,18 @@ export function mediaReply(o: StoredObject, rangeHeader: string | undefined): Re
     'Last-Modified': o.updated.toUTCString(),
     'Accept-Ranges': 'bytes',
   };
+  if (o.contentEncoding === 'gzip') {
+    if (/\bgzip\b/i.test(acceptEncoding)) headers['Content-Encoding'] = 'gzip';
+    else {
+      let plain: Buffer | undefined;
+      try {
+        plain = gunzipSync(o.data);
+      } catch {
+        plain = undefined;
+      }
+      if (plain) return { status: 200, headers, raw: plain };
+    }
+  }
   const range = rangeHeader ? parseRange(rangeHeader, size) : undefined;
   if (range === undefined || size === 0) return { status: 200, headers, raw: o.data };
   if (range === 'unsatisfiable') {

@@ -20,7 +20,8 @@ export function getObject(store: EmulatorStore, ctx: RequestContext, bucket: str
   checkPreconditions(o, parsePreconditions(ctx.query), 'read');
   if (ctx.query.get('alt') === 'media') {
     const range = ctx.headers.range;
-    return mediaReply(o, typeof range === 'string' ? range : undefined);
+    const accept = ctx.headers['accept-encoding'];
+    return mediaReply(o, typeof range === 'string' ? range : undefined, typeof accept === 'string' ? accept : '');
   }
   return json(objectResource(o, ctx.baseUrl));
 }
