@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import { Command, Option } from 'commander';
 import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_FORMATS, LOG_LEVELS, type LogFormat, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { flushLogs } from '../core/index.js';
@@ -174,7 +175,10 @@ Example:
     .action(async (mountpoint: string, o: { lazy: boolean; wait: boolean }) => {
       const refused = notOurMount(mountpoint);
       if (refused) throw new UserError(refused);
-      const record = liveMounts().find((m) => m.mountpoint === fs.realpathSync(mountpoint))?.record ?? null;
+      // the mount point's own lstat fails (ENOTCONN) when its daemon died: resolve the parent
+      const abs = path.resolve(mountpoint);
+      const real = path.join(fs.realpathSync(path.dirname(abs)), path.basename(abs));
+      const record = liveMounts().find((m) => m.mountpoint === real)?.record ?? null;
       if (!o.wait && record?.stateDir) requestNoWait(record.stateDir);
       try {
         await unmountPath(mountpoint, o.lazy);

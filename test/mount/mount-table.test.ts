@@ -38,6 +38,25 @@ describe('the mount table: ledgerfs mounts carry their source and type fuse.ledg
   }
 });
 
+describe('ledgerfs unmount of a mount whose daemon died', () => {
+  let m: TestMount | undefined;
+  afterEach(async () => {
+    await m?.stop().catch(() => undefined);
+    m = undefined;
+  });
+
+  it('takes the dead mount down (ENOTCONN at the mount point), as `status` and a new mount advise', async () => {
+    m = await startMount();
+    m.daemon.kill('SIGKILL');
+    await new Promise<void>((r) => (m?.daemon.exitCode !== null || m?.daemon.signalCode ? r() : m?.daemon.once('exit', () => r())));
+    expect(() => fs.statSync(m?.mnt ?? '')).toThrow(/ENOTCONN/);
+    const r = ledgerfs(['unmount', m.mnt]);
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    expect(mountAt(m.mnt)).toBeUndefined();
+  });
+});
+
 describe('ledgerfs unmount refuses mounts that are not its own, and leaves them mounted', () => {
   let dir: string | undefined;
   const mounted: string[] = [];
