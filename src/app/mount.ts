@@ -5,7 +5,7 @@ import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
 import { DEFAULTS, formatSize, type BindingName, type LogFormat, type LogLevel, type PresetName } from '../config/index.js';
 import { pendingLine, raiseFdLimit, sdNotify, StagedBackend } from '../backend/index.js';
-import { BindingUnavailable, fsNameFor, MountError, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
+import { BindingUnavailable, fsNameFor, MountError, mountAt, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
 import { inUse, JournalLock, JournalLockedError, type MountJournal, newSessionId, openJournal, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { createLogger, isWithin, type Logger } from '../core/index.js';
 import type { SessionInfo } from '../policy/index.js';
@@ -95,6 +95,14 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   if ('error' in limit) log.warn({ openFiles: limit.limit?.soft }, `could not raise the open-file limit: ${limit.error}`);
   else log.info({ openFiles: limit.soft, ...(limit.raisedFrom !== undefined ? { raisedFrom: limit.raisedFrom } : {}) }, 'open-file limit');
   const mountpoint = path.resolve(mountpointArg);
+  // as /proc/self/mountinfo will name it (through symlinks), taken before the mount is there
+  const mountpointReal = (() => {
+    try {
+      return fs.realpathSync(mountpoint);
+    } catch {
+      return mountpoint;
+    }
+  })();
   if (o.source && o.policy) {
     throw new UserError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
   }
@@ -293,9 +301,24 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   let unmounting = false;
   /** set while the unmount waits for queued uploads: a signal then stops the wait */
   let stopDrain: ((sig: NodeJS.Signals | 'parent gone') => void) | undefined;
+  /** a signal after the kernel detached the mount (`ledgerfs unmount`) but before the wait began */
+  let stopBeforeDrain: NodeJS.Signals | 'parent gone' | undefined;
+  const mountedStill = (): boolean => {
+    try {
+      return mountAt(mountpointReal) !== undefined;
+    } catch {
+      return true;
+    }
+  };
   const onSignal = (sig: NodeJS.Signals | 'parent gone') => {
     if (stopDrain) {
       stopDrain(sig);
+      return;
+    }
+    if (!unmounting && !mountedStill()) {
+      // unmounted already (umount, `ledgerfs unmount`, whose Ctrl-C comes here): the signal is
+      // for the wait for uploads that is about to start, not a request to unmount
+      stopBeforeDrain = sig;
       return;
     }
     const holders = sig === 'parent gone' ? [] : mountHolders(mountpoint);
@@ -340,7 +363,10 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   store.uploads?.expectDrain();
   await running.closed;
   if (process.env.NOTIFY_SOCKET) sdNotify('STOPPING=1');
-  const drained = await drainUploads(store, journal?.stateDir ?? null, log, (stop) => (stopDrain = stop));
+  const drained = await drainUploads(store, journal?.stateDir ?? null, log, (stop) => {
+    stopDrain = stop;
+    if (stopBeforeDrain) stop(stopBeforeDrain);
+  });
   stopDrain = undefined;
   unregister();
   await metricsServer?.close();

@@ -284,13 +284,32 @@ async function waitForUploads(stateDir: string, pid: number, wait: boolean): Pro
     return;
   }
   let said = false;
-  while (pidAlive(pid)) {
-    const s = spoolSummary(stateDir);
-    if (s.files === 0) break; // nothing queued (any backend but GCS with durability journal: at once)
-    process.stderr.write(`ledgerfs: waiting for uploads: ${describeSpool(s)} left\n`);
-    said = true;
-    await new Promise((r) => setTimeout(r, 1000));
+  // Ctrl-C (or a stop) here stops the daemon's wait as a signal to the daemon itself does: the
+  // mount is gone, so nothing else (`unmount --no-wait`, status) reaches that daemon any more,
+  // and a bucket out of reach would keep it for ever. It exits leaving the rest in the spool.
+  let stopped: NodeJS.Signals | undefined;
+  const stop = (sig: NodeJS.Signals) => {
+    stopped ??= sig;
+    try {
+      process.kill(pid, 'SIGINT');
+    } catch {
+      /* gone already */
+    }
+  };
+  const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
+  for (const sig of signals) process.on(sig, stop);
+  try {
+    while (pidAlive(pid)) {
+      const s = spoolSummary(stateDir);
+      if (s.files === 0) break; // nothing queued (any backend but GCS with durability journal: at once)
+      if (!stopped) process.stderr.write(`ledgerfs: waiting for uploads: ${describeSpool(s)} left\n`);
+      said = true;
+      await new Promise((r) => setTimeout(r, stopped ? 100 : 1000));
+    }
+  } finally {
+    for (const sig of signals) process.off(sig, stop);
   }
+  if (stopped) process.exitCode = 130;
   const s = spoolSummary(stateDir);
   if (s.files > 0) process.stderr.write(`ledgerfs: the daemon exited with ${describeSpool(s)} not uploaded; they stay in ${stateDir} for the next mount\n`);
   else if (said) process.stderr.write('ledgerfs: every queued upload is in the bucket\n');

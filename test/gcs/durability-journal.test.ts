@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -305,6 +305,32 @@ print(json.dumps(r))
     await eventually('the spool uploaded', async () => spooled() === 0);
     for (let i = 1; i <= 3; i++) expect(await inBucket(`f${i}`)).toBe('y'.repeat(100));
     expect(sh('cat f2', b.mnt)).toBe('y'.repeat(100));
+  });
+
+  it('Ctrl-C on `ledgerfs unmount` waiting for a bucket out of reach stops the daemon\'s wait too (the mount is gone: nothing else could reach the daemon)', async () => {
+    const a = await mount();
+    sh('for i in 1 2 3; do touch f$i; done', a.mnt);
+    await eventually('the creates uploaded', async () => spooled() === 0);
+    await g.fault({ status: 503, count: -1, method: 'POST', pathPrefix: '/upload/' });
+    py("for i in range(1, 4): open(f'f{i}', 'w').write('z' * 100)", a.mnt);
+    expect(spooled()).toBe(3);
+    const daemonExit = new Promise<number | null>((r) => a.daemon.once('exit', (code) => r(code)));
+    const u = spawn(process.execPath, [CLI, 'unmount', a.mnt], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    u.stderr?.on('data', (d: Buffer) => (err += d.toString()));
+    const cliExit = new Promise<number | null>((r) => u.once('exit', (code) => r(code)));
+    await eventually('the unmount waiting', async () => /waiting for uploads: 3 file\(s\)/.test(err), 30_000);
+    u.kill('SIGINT');
+    const timeout = (what: string) => new Promise<string>((r) => setTimeout(() => r(`${what} still running after 20 s`), 20_000));
+    expect(await Promise.race([cliExit, timeout('ledgerfs unmount')]), err).toBe(130);
+    expect(await Promise.race([daemonExit, timeout('the daemon')]), a.logs()).toBe(130);
+    expect(err).toMatch(/the daemon exited with 3 file\(s\), 300 B, oldest \d+ s not uploaded; they stay in .* for the next mount/);
+    expect(a.logs()).toMatch(/unmount: stopped waiting \(SIGINT\): 3 file\(s\)/);
+    expect(spooled()).toBe(3);
+    await g.clearFaults();
+    await mount();
+    await eventually('the spool uploaded', async () => spooled() === 0);
+    for (let i = 1; i <= 3; i++) expect(await inBucket(`f${i}`)).toBe('z'.repeat(100));
   });
 
   it('the mount file\'s backend.durability; status, /.ledgerfs/usage and unmount show the queue; --no-wait leaves it for the next mount', async () => {
