@@ -33,11 +33,19 @@ export class GcsSetupError extends Error {}
 export async function createGcsBackend(options: GcsBackendOptions): Promise<GcsBackend> {
   const o = resolveGcsOptions(options);
   const req = new GcsRequests(makeStorage(o), o.bucket, retryPolicy(o), o);
+  let timer: NodeJS.Timeout | undefined;
   try {
-    // A short probe: a bucket that is not there should not take the full retry budget to say so.
-    await withRetries({ ...retryPolicy(o), attempts: Math.min(3, o.retryAttempts) }, req.counters, () => req.probe(o.prefix));
+    // A short probe: a bucket that is not there should not take the full retry budget to say so,
+    // nor an endpoint that never answers the request timeout and its retries.
+    const noAnswer = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new GcsSetupError(`GCS bucket "${o.bucket}" could not be reached: no answer from ${o.apiEndpoint ?? 'storage.googleapis.com'} within ${o.setupTimeoutMs / 1000} s`)), o.setupTimeoutMs);
+    });
+    await Promise.race([withRetries({ ...retryPolicy(o), attempts: Math.min(3, o.retryAttempts) }, req.counters, () => req.probe(o.prefix)), noAnswer]);
   } catch (err) {
+    if (err instanceof GcsSetupError) throw err;
     throw new GcsSetupError(setupErrorMessage(err, o.bucket, o.keyFile));
+  } finally {
+    clearTimeout(timer);
   }
   try {
     fs.mkdirSync(o.stagingDir, { recursive: true, mode: 0o700 });

@@ -208,9 +208,13 @@ Example:
 }
 
 export async function main(argv: string[]): Promise<void> {
-  await reportingErrors(async () => {
+  const failed = await reportingErrors(async () => {
     await buildProgram().parseAsync(argv);
   });
+  // The error is said: what the failed command left in flight (the mount's probe of a bucket
+  // that never answers, its request timeout 60 s away) must not keep the process, nor
+  // `mount --daemon`, which waits for the daemon to exit, waiting.
+  if (failed) setTimeout(() => process.exit(), 1000).unref();
 }
 
 /** bin/mount.fuse.ledgerfs: mount(8)'s helper (`cli`: bin/ledgerfs.js, which the daemon runs). */
@@ -220,8 +224,11 @@ export async function helperMain(args: string[], cli: string): Promise<void> {
   });
 }
 
-/** Errors as one sentence and an exit code, never a stack trace (UserError, system errors). */
-async function reportingErrors(body: () => Promise<void>): Promise<void> {
+/**
+ * Errors as one sentence and an exit code, never a stack trace (UserError, system errors).
+ * Resolves true when it reported one.
+ */
+async function reportingErrors(body: () => Promise<void>): Promise<boolean> {
   // `ledgerfs log | head`: a reader that stops early is not an error
   process.stdout.on('error', (err: NodeJS.ErrnoException) => {
     if (err.code === 'EPIPE') process.exit(process.exitCode ?? 0);
@@ -230,17 +237,18 @@ async function reportingErrors(body: () => Promise<void>): Promise<void> {
   try {
     await body();
     await flushLogs();
+    return false;
   } catch (err) {
     await flushLogs();
     if (err instanceof UserError) {
       process.stderr.write(`ledgerfs: ${err.message}\n`);
       process.exitCode = err.exitCode;
-      return;
+      return true;
     }
     if (err instanceof JournalDamagedError) {
       process.stderr.write(`ledgerfs: ${err.message}\n`);
       process.exitCode = 1;
-      return;
+      return true;
     }
     // The system refused something no check foresaw (a full disk, a read-only file system, a
     // permission): a sentence naming the call and the path, not a stack trace.
@@ -248,7 +256,7 @@ async function reportingErrors(body: () => Promise<void>): Promise<void> {
     if (sys) {
       process.stderr.write(`ledgerfs: ${sys}\n`);
       process.exitCode = 1;
-      return;
+      return true;
     }
     throw err;
   }

@@ -240,6 +240,13 @@ export const DEFAULTS = {
     retryTotalTimeoutMs: 120_000,
     /** a request with no answer for this long is abandoned (and retried) */
     requestTimeoutMs: 60_000,
+    /**
+     * the mount's first look at the bucket gives up after this long: an endpoint that takes the
+     * connection and never answers is then a sentence, within `mount --daemon`'s 60 s wait, not
+     * that wait's "did not answer" after a request timeout of 60 s and its retries (2 min);
+     * LEDGERFS_GCS_SETUP_TIMEOUT_MS shortens it for a test
+     */
+    setupTimeoutMs: msFromEnv('LEDGERFS_GCS_SETUP_TIMEOUT_MS', 30_000),
     /** permission bits for objects and prefixes that carry none in their metadata */
     fileMode: 0o644,
     dirMode: 0o755,

@@ -40,6 +40,21 @@ describe('gcs: mount refuses a bucket it cannot use, clearly', () => {
     expect(r.stderr).toMatch(new RegExp(`no usable Google Cloud credentials for bucket "${g.bucket}": check that the key file .*missing-key\\.json exists`));
   });
 
+  it('an endpoint that takes the connection and never answers: mount --daemon says so, and the daemon exits', async () => {
+    await g.fault({ status: 0, delayMs: 90_000, count: -1, method: 'GET', pathPrefix: `/storage/v1/b/${g.bucket}` });
+    try {
+      const t0 = Date.now();
+      const r = spawnSync(process.execPath, [CLI, 'mount', '--daemon', '--source', `gs://${g.bucket}`, '--state', path.join(dir, 'state3'), path.join(dir, 'mnt')], {
+        encoding: 'utf8', timeout: 80_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url, LEDGERFS_GCS_SETUP_TIMEOUT_MS: '2000' },
+      });
+      expect(r.stderr).toMatch(new RegExp(`GCS bucket "${g.bucket}" could not be reached: no answer from http://127\\.0\\.0\\.1:\\d+ within 2 s\n$`));
+      expect(r.status).toBe(2);
+      expect(Date.now() - t0).toBeLessThan(20_000);
+    } finally {
+      await g.clearFaults();
+    }
+  });
+
   it('--source gs:// names the bucket the same way', () => {
     const r = spawnSync(process.execPath, [CLI, 'mount', '--source', 'gs://absent-bucket/ws', '--state', path.join(dir, 'state2'), path.join(dir, 'mnt')], {
       encoding: 'utf8', timeout: 60_000, env: { ...process.env, LEDGERFS_GCS_ENDPOINT: g.emulator.url },

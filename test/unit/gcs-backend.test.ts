@@ -571,6 +571,18 @@ describe('through the Vfs', () => {
   });
 });
 
+describe('setup', () => {
+  it('an endpoint that takes the request and never answers: a sentence naming the bucket within setupTimeoutMs', async () => {
+    await fx.fault({ status: 0, delayMs: 8000, count: 1, method: 'GET', pathPrefix: '/storage/v1/b/backend-test' });
+    const t0 = Date.now();
+    await expect(createGcsBackend(testBackendOptions(fx.emu.url, 'backend-test', staging, { prefix, setupTimeoutMs: 500 }))).rejects.toThrow(
+      /^GCS bucket "backend-test" could not be reached: no answer from http:\/\/127\.0\.0\.1:\d+ within 0\.5 s$/,
+    );
+    expect(Date.now() - t0).toBeLessThan(4000);
+    await fx.clearFaults();
+  });
+});
+
 describe('objects stored with contentEncoding gzip (gsutil cp -Z, gcloud storage cp --gzip-local-all)', () => {
   // GCS serves such an object compressed to a request that accepts gzip (a Range counting in the
   // stored bytes) and decompressed, whole, to any other. The size every listing and stat shows

@@ -30,6 +30,8 @@ export interface GcsBackendOptions {
   rateLimitRetryDelayMs?: number;
   retryTotalTimeoutMs?: number;
   requestTimeoutMs?: number;
+  /** the setup probe of the bucket gives up after this long (DEFAULTS.gcs.setupTimeoutMs) */
+  setupTimeoutMs?: number;
   fileMode?: number;
   dirMode?: number;
   renameConcurrency?: number;
@@ -102,6 +104,7 @@ export function resolveGcsOptions(o: GcsBackendOptions): ResolvedGcsOptions {
     rateLimitRetryDelayMs: o.rateLimitRetryDelayMs ?? d.rateLimitRetryDelayMs,
     retryTotalTimeoutMs: o.retryTotalTimeoutMs ?? d.retryTotalTimeoutMs,
     requestTimeoutMs: o.requestTimeoutMs ?? d.requestTimeoutMs,
+    setupTimeoutMs: o.setupTimeoutMs ?? d.setupTimeoutMs,
     fileMode: o.fileMode ?? d.fileMode,
     dirMode: o.dirMode ?? d.dirMode,
     renameConcurrency: o.renameConcurrency ?? d.renameConcurrency,
