@@ -985,6 +985,11 @@ export class GcsBackend implements Backend, GcsFileHost, UploadQueueHost {
     } catch (err) {
       throw toVfsError(err, `list ${from}`);
     }
+    // GCS names have at most 1024 bytes: a copy past that is refused (400, which read EINVAL:
+    // mv said "cannot move a directory to a subdirectory of itself") after the intent was written
+    const grow = Buffer.byteLength(toKey) - Buffer.byteLength(fromKey);
+    const tooLong = grow > 0 ? objects.find((o) => Buffer.byteLength(o.name) + grow > 1024) : undefined;
+    if (tooLong) throw new VfsError('ENAMETOOLONG', `rename ${from} to ${to}: ${tooLong.name} would become an object name of more than 1024 bytes`);
     const replaced = existing?.placeholder && objects.some((o) => o.name === fromKey) ? existing.placeholder : undefined;
     // Journaled in the bucket before the first copy: a crash from here on is finished or undone
     // by the next open of the workspace (gcs/rename-intent.ts).

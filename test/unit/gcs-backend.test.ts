@@ -408,6 +408,19 @@ describe('rename', () => {
     await expectCode(b.rename('/d', '/d/inside'), 'EINVAL');
   });
 
+  it('a directory whose deepest object name would pass 1024 bytes at the new name: ENAMETOOLONG, nothing moved', async () => {
+    const c = 'c'.repeat(200);
+    const deep = `d/${c}/${c}/${c}/${c}/${'f'.repeat(1022 - `${prefix}/d/`.length - 4 * 201)}`; // 1022 bytes with the prefix
+    await put(deep, 'deep');
+    await expectCode(b.rename('/d', '/dddd'), 'ENAMETOOLONG');
+    expect(await readFile(`/${deep}`)).toBe('deep');
+    await expectCode(b.stat('/dddd'), 'ENOENT');
+    const [left] = await raw.getFiles({ prefix: `${prefix}/` });
+    expect(left.map((f) => f.name)).toEqual([`${prefix}/${deep}`]); // no copy, no intent left over
+    await b.rename('/d', '/e'); // the same length: fine
+    expect(await readFile(`/e/${deep.slice(2)}`)).toBe('deep');
+  });
+
   it('moves a directory tree object by object: placeholders, implicit subdirs, symlinks, hidden names', async () => {
     await b.mkdir('/src', 0o700);
     await writeFile('/src/one.txt', '1');
