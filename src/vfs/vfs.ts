@@ -19,6 +19,8 @@ export interface VfsOptions {
 interface Handle {
   of: OpenFile;
   write: boolean;
+  /** O_APPEND: every write goes to the end of the file as the store has it (see write) */
+  append?: boolean;
 }
 
 const NO_CALLER: Caller = Object.freeze({});
@@ -44,12 +46,13 @@ function allocateMode(mode: number): AllocateMode {
   throw new VfsError('EOPNOTSUPP', `fallocate mode 0x${mode.toString(16)} is not supported`);
 }
 
-function decodeFlags(flags: number): { write: boolean; truncate: boolean; exclusive: boolean } {
+function decodeFlags(flags: number): { write: boolean; truncate: boolean; exclusive: boolean; append: boolean } {
   const acc = flags & 3; // O_ACCMODE
   return {
     write: acc === C.O_WRONLY || acc === C.O_RDWR,
     truncate: (flags & C.O_TRUNC) !== 0,
     exclusive: (flags & C.O_EXCL) !== 0,
+    append: (flags & C.O_APPEND) !== 0,
   };
 }
 
@@ -130,12 +133,12 @@ export class Vfs {
     return h;
   }
 
-  private newHandle(of: OpenFile, write: boolean): number {
+  private newHandle(of: OpenFile, write: boolean, append = false): number {
     // Handles stay below 2^31: fuse-native carries them as 32-bit integers.
     let fh = this.nextHandle;
     while (this.handles.has(fh)) fh = fh >= 0x7fffffff ? 1 : fh + 1;
     this.nextHandle = fh >= 0x7fffffff ? 1 : fh + 1;
-    this.handles.set(fh, { of, write });
+    this.handles.set(fh, append && write ? { of, write, append } : { of, write });
     of.handles++;
     return fh;
   }
@@ -203,13 +206,13 @@ export class Vfs {
     checkPath(path);
     const f = decodeFlags(flags);
     const hidden = this.openFiles.hidden(path);
-    if (hidden && (!f.write || hidden.file.writable)) return this.newHandle(hidden, f.write);
+    if (hidden && (!f.write || hidden.file.writable)) return this.newHandle(hidden, f.write, f.append);
     if (f.write && !this.pipeline.empty) await this.pipeline.openingForWrite(path, caller);
     let of = await this.openState(path, f.write);
     // The shared state may have lost its last handle while this open waited (a release in the
     // same batch of requests): its backend file is closed, so take a fresh one.
     while (of.released) of = await this.openState(path, f.write);
-    const fh = this.newHandle(of, f.write);
+    const fh = this.newHandle(of, f.write, f.append);
     if (f.truncate && f.write) {
       try {
         await this.ftruncate(fh, 0, caller);
@@ -248,7 +251,7 @@ export class Vfs {
     const of = new OpenFile(path, file, f.truncate || f.exclusive ? 0 : undefined);
     this.openFiles.add(of);
     if (made) made.attr = this.after(m);
-    return this.newHandle(of, true);
+    return this.newHandle(of, true, f.append);
   }
 
   /** Find or make the shared state of `path`, with a backend file that can write if asked. */
@@ -295,8 +298,15 @@ export class Vfs {
   async write(fh: number, buf: Buffer, length: number, position: number, caller: Caller = NO_CALLER): Promise<number> {
     const h = this.handle(fh);
     if (!h.write) throw new VfsError('EBADF', 'handle not open for writing');
-    fitsFile(position + length, 'write');
     const of = h.of;
+    // O_APPEND: the end of the file as the store has it now, not the kernel's offset, which is
+    // its cached size. Without writeback caching the kernel does not ask for the size before an
+    // append, and another host may have made the file longer since this one last looked (the
+    // open fetched that version): a write at the old end overwrote the other host's bytes, with
+    // no conflict, its upload being based on that version. (pwrite on an O_APPEND descriptor
+    // appends too, as on Linux.)
+    if (h.append) position = (await of.file.stat()).size;
+    fitsFile(position + length, 'write');
     if (this.pipeline.empty) {
       of.dirty = true;
       return of.file.write(buf, length, position);

@@ -60,6 +60,27 @@ describe('gcs: two daemons on one bucket', () => {
     await eventually(() => !fs.existsSync(path.join(a.mnt, 'fresh.txt')), limit);
   });
 
+  it('appends from both hosts in turn (a shared log): every line is kept, none overwritten', () => {
+    // b has the file's size cached when a appends: b's kernel puts b's append at that old end
+    // unless the daemon places O_APPEND writes at the end of the version its open fetched
+    py(
+      `import os
+a, b = ${JSON.stringify(a.mnt)}, ${JSON.stringify(b.mnt)}
+open(os.path.join(b, 'shared.txt')).read()
+def append(root, line):  # as the shell's >> does: no seek to the end first (Python's 'a' seeks)
+    fd = os.open(os.path.join(root, 'shared.txt'), os.O_WRONLY | os.O_APPEND)
+    os.write(fd, line.encode())
+    os.close(fd)
+for i in range(3):
+    append(a, 'a%d\\n' % i)
+    append(b, 'b%d\\n' % i)`,
+      a.mnt,
+    );
+    const want = 'original\na0\nb0\na1\nb1\na2\nb2\n';
+    expect(sh('cat shared.txt', a.mnt)).toBe(want);
+    expect(sh('cat shared.txt', b.mnt)).toBe(want);
+  });
+
   it('two concurrent writers of one file: one close fails with ESTALE, its bytes are kept in its conflict area', async () => {
     const out = py(
       `
