@@ -51,6 +51,12 @@ describe('POSIX metadata keys', () => {
     expect(readNodeMeta({ 'goog-reserved-posix-mode': 'rwxr-xr-x', 'goog-reserved-posix-uid': '-1', gcsfuse_mtime: 'soon' })).toEqual({});
   });
 
+  it('an owner id past 32 bits (another tool wrote it) is not read wrapped: the default applies', () => {
+    const n = readNodeMeta({ 'goog-reserved-posix-uid': '4294967296', 'goog-reserved-posix-gid': '99999999999' });
+    expect([n.uid, n.gid]).toEqual([undefined, undefined]);
+    expect(readNodeMeta({ 'goog-reserved-posix-uid': '4294967294' }).uid).toBe(4294967294);
+  });
+
   it('inode numbers are stable per path and fit a JS number', () => {
     expect(inodeNumber('/')).toBe(1);
     expect(inodeNumber('/a/b')).toBe(inodeNumber('/a/b'));

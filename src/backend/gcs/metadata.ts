@@ -96,10 +96,12 @@ export function readNodeMeta(m: Record<string, string>): NodeMeta {
   const n: NodeMeta = {};
   const mode = m[META.mode];
   if (mode !== undefined && /^[0-7]{3,4}$/.test(mode)) n.perm = parseInt(mode, 8);
-  const uid = m[META.uid];
-  if (uid !== undefined && /^\d+$/.test(uid)) n.uid = Number(uid);
-  const gid = m[META.gid];
-  if (gid !== undefined && /^\d+$/.test(gid)) n.gid = Number(gid);
+  // (an id the kernel can carry: 32 bits, not (uid_t)-1; the kernel would wrap a larger one)
+  const id = (v: string | undefined) => (v !== undefined && /^\d{1,10}$/.test(v) && Number(v) < 0xffffffff ? Number(v) : undefined);
+  const uid = id(m[META.uid]);
+  if (uid !== undefined) n.uid = uid;
+  const gid = id(m[META.gid]);
+  if (gid !== undefined) n.gid = gid;
   const mt = m[META.mtime] !== undefined ? parseRfc3339Ns(m[META.mtime] as string) : undefined;
   if (mt !== undefined) n.mtimeNs = mt;
   else if (m[META.gsutilMtime] !== undefined && /^-?\d+$/.test(m[META.gsutilMtime] as string)) n.mtimeNs = BigInt(m[META.gsutilMtime] as string) * 1_000_000_000n;
