@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { DEFAULTS } from '../config/index.js';
+import { canonicalMountpoint } from '../fuse/index.js';
 import { UserError } from './errors.js';
 import { mountAnswersStat } from './readiness.js';
 
@@ -50,7 +51,8 @@ const SIGNALS = os.constants.signals as Record<string, number>;
  */
 export async function startDaemon(argv: readonly string[], mountpointArg: string, opts: { printPid?: boolean; timeoutSec?: number } = {}): Promise<number> {
   const timeoutSec = opts.timeoutSec ?? DEFAULTS.daemonReadyTimeoutSec;
-  const mountpoint = path.resolve(mountpointArg);
+  // (the name the mount table will give it: a symlinked path never matched, and the wait timed out)
+  const mountpoint = canonicalMountpoint(mountpointArg);
   const args = argv.slice(1).filter((a) => a !== '--daemon');
   const child = spawn(process.execPath, [...process.execArgv, ...args], {
     detached: true,

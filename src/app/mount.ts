@@ -5,7 +5,7 @@ import v8 from 'node:v8';
 import { openWorkspace, WorkspaceError, type OpenedWorkspace } from './workspace.js';
 import { DEFAULTS, formatSize, type BindingName, type LogFormat, type LogLevel, type PresetName } from '../config/index.js';
 import { pendingLine, raiseFdLimit, sdNotify, StagedBackend } from '../backend/index.js';
-import { BindingUnavailable, fsNameFor, MountError, mountAt, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
+import { BindingUnavailable, canonicalMountpoint, fsNameFor, MountError, mountAt, mountHolders, mountpointProblem, mountVfs, selectBinding, unmountPath } from '../fuse/index.js';
 import { inUse, JournalLock, JournalLockedError, type MountJournal, newSessionId, openJournal, resolveStateDir, StateDirError, stateLayout } from '../journal/index.js';
 import { createLogger, isWithin, type Logger } from '../core/index.js';
 import type { SessionInfo } from '../policy/index.js';
@@ -94,15 +94,9 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   const limit = raiseFdLimit();
   if ('error' in limit) log.warn({ openFiles: limit.limit?.soft }, `could not raise the open-file limit: ${limit.error}`);
   else log.info({ openFiles: limit.soft, ...(limit.raisedFrom !== undefined ? { raisedFrom: limit.raisedFrom } : {}) }, 'open-file limit');
-  const mountpoint = path.resolve(mountpointArg);
-  // as /proc/self/mountinfo will name it (through symlinks), taken before the mount is there
-  const mountpointReal = (() => {
-    try {
-      return fs.realpathSync(mountpoint);
-    } catch {
-      return mountpoint;
-    }
-  })();
+  // as /proc/self/mountinfo will name it (through symlinks), taken before the mount is there:
+  // the mount-table checks, the unmount and the messages all use this one name
+  const mountpoint = canonicalMountpoint(mountpointArg);
   if (o.source && o.policy) {
     throw new UserError('--source and --policy cannot be used together: the policy file names the backend (backend: {type: local, path: DIR})');
   }
@@ -305,7 +299,7 @@ export async function serveMount(mountpointArg: string, o: MountCommandOptions):
   let stopBeforeDrain: NodeJS.Signals | 'parent gone' | undefined;
   const mountedStill = (): boolean => {
     try {
-      return mountAt(mountpointReal) !== undefined;
+      return mountAt(mountpoint) !== undefined;
     } catch {
       return true;
     }

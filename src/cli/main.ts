@@ -3,7 +3,7 @@ import path from 'node:path';
 import { Command, Option } from 'commander';
 import { BINDING_NAMES, DEFAULT_STATE_DIR_PATTERN, DEFAULTS, LOG_FORMATS, LOG_LEVELS, type LogFormat, POLICY_PRESETS, PRESET_NAMES, type BindingName, type LogLevel, type PresetName } from '../config/index.js';
 import { flushLogs } from '../core/index.js';
-import { notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
+import { canonicalMountpoint, notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
 import { describeSpool, liveMounts, requestNoWait, serveMount, spoolSummary, startDaemon, UserError } from '../app/index.js';
 import { pidAlive } from '../core/index.js';
 import { JournalDamagedError, JournalLock, stateLayout } from '../journal/index.js';
@@ -175,9 +175,8 @@ Example:
     .action(async (mountpoint: string, o: { lazy: boolean; wait: boolean }) => {
       const refused = notOurMount(mountpoint);
       if (refused) throw new UserError(refused);
-      // the mount point's own lstat fails (ENOTCONN) when its daemon died: resolve the parent
-      const abs = path.resolve(mountpoint);
-      const real = path.join(fs.realpathSync(path.dirname(abs)), path.basename(abs));
+      // (never a stat of the mount point: ENOTCONN when its daemon died)
+      const real = canonicalMountpoint(mountpoint);
       const record = liveMounts().find((m) => m.mountpoint === real)?.record ?? null;
       if (!o.wait && record?.stateDir) requestNoWait(record.stateDir);
       try {

@@ -52,12 +52,39 @@ export function listMounts(): MountEntry[] {
 
 /** The topmost mount at `mountpoint`, if any. */
 export function mountAt(mountpoint: string): MountEntry | undefined {
-  const abs = path.resolve(mountpoint);
+  const abs = canonicalMountpoint(mountpoint);
   let found: MountEntry | undefined;
   for (const m of listMounts()) if (m.mountpoint === abs) found = m; // the last one is on top
   return found;
 }
 
+
+/**
+ * A mount point as the mount table names it: absolute, symlinks resolved (a mount made through
+ * `link -> real` is listed at `real`). Never a stat of the mount point itself, which a hung
+ * daemon would answer never (and a dead one ENOTCONN): the parent is resolved, and the last
+ * component followed only while it is a symlink (readlink of a directory asks no daemon).
+ */
+export function canonicalMountpoint(mountpoint: string): string {
+  const throughParent = (p: string) => {
+    try {
+      return path.join(fs.realpathSync(path.dirname(p)), path.basename(p));
+    } catch {
+      return p;
+    }
+  };
+  let p = throughParent(path.resolve(mountpoint));
+  for (let hops = 0; hops < 40; hops++) {
+    let target: string;
+    try {
+      target = fs.readlinkSync(p);
+    } catch {
+      break;
+    }
+    p = throughParent(path.resolve(path.dirname(p), target));
+  }
+  return p;
+}
 
 /** The fsname a mount of this backend location carries: `ledgerfs:/abs/dir` or `gs://bucket/prefix`. */
 export function fsNameFor(location: string): string {
