@@ -6,7 +6,7 @@ import { flushLogs } from '../core/index.js';
 import { canonicalMountpoint, notOurMount, NotOurMountError, unmountPath } from '../fuse/index.js';
 import { describeSpool, liveMounts, requestNoWait, serveMount, spoolSummary, startDaemon, UserError } from '../app/index.js';
 import { pidAlive } from '../core/index.js';
-import { JournalDamagedError, JournalLock, stateLayout } from '../journal/index.js';
+import { daemonGone, JournalDamagedError } from '../journal/index.js';
 import { registerPolicyCommand } from './policy-command.js';
 import { registerRunCommand } from './run-command.js';
 import { registerLogCommand } from './log-command.js';
@@ -187,7 +187,9 @@ Example:
       }
       if (record?.stateDir) {
         await waitForUploads(record.stateDir, record.pid, o.wait);
-        await waitForJournalRelease(record.stateDir, record.pid);
+        // (the daemon lets go of its journal after the kernel mount is gone: the next command
+        // works on the unmounted workspace, not on a daemon on its way out)
+        await daemonGone(record.stateDir, record.pid);
       }
     });
   registerStatusCommand(program);
@@ -273,17 +275,6 @@ function systemError(err: unknown): string | null {
  * After the unmount: the daemon uploads what is queued (durability journal) before it exits.
  * Wait for it with a progress line, or (--no-wait) say what is left in the spool.
  */
-/**
- * The daemon closes its journal after the kernel mount is gone: wait (a bounded while) until it
- * has let go of the journal lock, so a command run next (unmount && rollback, apply, tag, gc)
- * works on the unmounted workspace instead of finding a daemon on its way out.
- */
-async function waitForJournalRelease(stateDir: string, pid: number): Promise<void> {
-  const lockFile = stateLayout(stateDir).lockFile;
-  const end = Date.now() + DEFAULTS.unmountReleaseWaitMs;
-  while (JournalLock.liveHolder(lockFile)?.pid === pid && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
-}
-
 async function waitForUploads(stateDir: string, pid: number, wait: boolean): Promise<void> {
   if (!wait) {
     const s = spoolSummary(stateDir);

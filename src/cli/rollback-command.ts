@@ -159,7 +159,7 @@ ${STATE_HELP}`,
             if (!(err instanceof DaemonUnreachableError)) throw err;
             // a daemon on its way out (unmounted a moment ago) never got the request: once it has
             // let go of the journal, the rollback runs on the unmounted workspace
-            if (err.sent || !(await daemonGone(stateDir, daemon))) throw new UserError(err.message, 1);
+            if (err.sent || !(await daemonGone(stateDir, daemon.pid))) throw new UserError(err.message, 1);
             direct = true;
           }
         }

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { DEFAULTS } from '../config/index.js';
 import type { Logger } from '../core/index.js';
 import { stateLayout } from './layout.js';
 import { JournalLock } from './lock.js';
@@ -219,15 +220,16 @@ export class DaemonUnreachableError extends Error {
 }
 
 /**
- * Wait (up to `ms`) until the daemon `info` no longer holds the journal: one that is exiting
- * (its socket gone, right after `ledgerfs unmount` returned) lets the command work directly.
+ * Wait (a bounded while) until daemon `pid` no longer serves or holds the journal: one that is
+ * exiting (its socket gone, right after `ledgerfs unmount` returned) lets the next command
+ * (rollback, apply, tag, gc) work on the unmounted workspace. False if it still holds it.
  */
-export async function daemonGone(stateDir: string, info: DaemonInfo, ms = 15_000): Promise<boolean> {
+export async function daemonGone(stateDir: string, pid: number, ms = DEFAULTS.unmountReleaseWaitMs): Promise<boolean> {
   const end = Date.now() + ms;
   for (;;) {
-    if (liveDaemon(stateDir)?.pid !== info.pid && JournalLock.liveHolder(stateLayout(stateDir).lockFile)?.pid !== info.pid) return true;
+    if (liveDaemon(stateDir)?.pid !== pid && JournalLock.liveHolder(stateLayout(stateDir).lockFile)?.pid !== pid) return true;
     if (Date.now() > end) return false;
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, 50));
   }
 }
 

@@ -47,7 +47,10 @@ export class CompiledRoot {
     this.hideRe = noCase(compileGlobs(rules(topHide, config.hide)));
     this.readonlyRe = compileGlobs(rules(topReadonly, config.readonly));
     const each = (top: string[], own: string[], hide: boolean) =>
-      rules(top, own).map((r) => ({ glob: r.glob, re: (hide ? noCase : same)(compileGlobs([r])) as RegExp }));
+      rules(top, own).map((r) => {
+        const re = compileGlobs([r]);
+        return { glob: r.glob, re: (hide ? noCase(re) : re) as RegExp };
+      });
     this.hideEach = each(topHide, config.hide, true);
     this.readonlyEach = each(topReadonly, config.readonly, false);
     this.hidePatterns = [...topHide, ...config.hide];
@@ -115,7 +118,6 @@ export class CompiledRoot {
   }
 }
 
-const same = (re: RegExp | null): RegExp | null => re;
 const noCase = (re: RegExp | null): RegExp | null => (re === null ? null : new RegExp(re.source, `${re.flags}i`));
 
 /** "500 deletes, 1 GiB written" (empty: no limit). */
